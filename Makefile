@@ -1,0 +1,45 @@
+# gpu-device-plugin. `make test` is what CI runs; `make demo` shows the plugin
+# at work on a machine without a GPU.
+
+GO      ?= go
+BIN     ?= bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+# go-nvml's generated cgo code trips gcc's deprecation warnings by the
+# hundred; they say nothing about our code.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+.PHONY: all build test unit conformance vet bench demo clean
+
+all: build
+
+build: $(BIN)/gpu-device-plugin
+
+$(BIN)/gpu-device-plugin: FORCE
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin
+
+FORCE:
+
+vet:
+	$(GO) vet ./...
+	cd e2e && $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+# The kubelet's own device-manager code against our plugin, in-process.
+conformance:
+	cd e2e && $(GO) test -race -count=1 ./...
+
+test: vet unit conformance
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+demo:
+	cd e2e && $(GO) run ./cmd/demo
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+// listedGPU is one row of `list`.
+type listedGPU struct {
+	nvml.GPU
+	Health string `json:"health"`
+	Reason string `json:"reason,omitempty"`
+}
+
+type listing struct {
+	DriverVersion string      `json:"driverVersion,omitempty"`
+	NVMLVersion   string      `json:"nvmlVersion,omitempty"`
+	GPUs          []listedGPU `json:"gpus"`
+}
+
+func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	output := c.String("output")
+	if output != "table" && output != "json" {
+		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
+	}
+	log := newLogger(cfg, stderr)
+	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	if err != nil {
+		return err
+	}
+	defer lib.Shutdown()
+	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	// One poll through the same policy serve uses; events need a watch
+	// over time, so list reports what the polled state says now.
+	ids := make([]string, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		ids[i] = g.UUID
+	}
+	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log)
+	if err != nil {
+		return err
+	}
+	w.Poll()
+	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs))}
+	for i, g := range inv.GPUs {
+		healthy, reason := w.State(i)
+		state := "Healthy"
+		if !healthy {
+			state = "Unhealthy"
+		}
+		out.GPUs = append(out.GPUs, listedGPU{GPU: g, Health: state, Reason: reason})
+	}
+	if output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return writeTable(stdout, out)
+}
+
+// discard takes health transitions nobody serves.
+type discard struct{}
+
+func (discard) SetHealth(string, bool, string) bool { return false }
+
+func writeTable(w io.Writer, l listing) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH")
+	for _, g := range l.GPUs {
+		numa := "-"
+		if g.NUMANode >= 0 {
+			numa = fmt.Sprint(g.NUMANode)
+		}
+		health := g.Health
+		if g.Reason != "" {
+			health += " (" + g.Reason + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa, health)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.DriverVersion != "" {
+		_, err := fmt.Fprintf(w, "driver %s, NVML %s\n", l.DriverVersion, l.NVMLVersion)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+)
+
+func mockOpen(path string) (nvml.Library, error) { return nvmltest.NewDGXA100(), nil }
+
+func noDriver(path string) (nvml.Library, error) {
+	return nil, errors.Join(nvml.ErrNoDriver, errors.New(path+" could not be loaded"))
+}
+
+func run(t *testing.T, open func(string) (nvml.Library, error), args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := newApp(open, &stdout, &stderr).RunContext(context.Background(), append([]string{"gpu-device-plugin"}, args...))
+	return stdout.String(), stderr.String(), err
+}
+
+func TestListJSON(t *testing.T) {
+	out, _, err := run(t, mockOpen, "list", "--output", "json", "--sysfs-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(l.GPUs) != 8 {
+		t.Fatalf("listed %d GPUs, want 8", len(l.GPUs))
+	}
+	g := l.GPUs[0]
+	if g.UUID == "" || g.PCIBusID != nvmltest.GPUAddress(0) || g.Health != "Healthy" || g.MemoryBytes == 0 {
+		t.Errorf("first GPU = %+v", g)
+	}
+}
+
+func TestListShowsHealth(t *testing.T) {
+	hot := func(string) (nvml.Library, error) {
+		s := nvmltest.NewDGXA100()
+		nvmltest.Device(s, 1).GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 92, gonvml.SUCCESS }
+		return s, nil
+	}
+	out, _, err := run(t, hot, "list", "-o", "json", "--sysfs-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	if g := l.GPUs[1]; g.Health != "Unhealthy" || g.Reason != "thermal=92C>=slowdown 90C" {
+		t.Errorf("hot GPU listed as %s (%s)", g.Health, g.Reason)
+	}
+	if g := l.GPUs[0]; g.Health != "Healthy" {
+		t.Errorf("cool GPU listed as %s (%s)", g.Health, g.Reason)
+	}
+}
+
+func TestListTable(t *testing.T) {
+	out, _, err := run(t, mockOpen, "--sysfs-root", t.TempDir(), "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "INDEX") || len(lines) < 9 || !strings.Contains(lines[1], nvmltest.GPUAddress(0)) {
+		t.Fatalf("table:\n%s", out)
+	}
+}
+
+func TestListWithoutDriverFailsInOneLine(t *testing.T) {
+	_, _, err := run(t, noDriver, "list")
+	if !errors.Is(err, nvml.ErrNoDriver) || strings.Count(err.Error(), "\n") > 1 {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSettingsPrecedence(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("deviceIDStrategy: index\nlogLevel: warn\nlogFormat: json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPU_DEVICE_PLUGIN_LOG_LEVEL", "error")
+	// The file sets three keys; the environment overrides one, a flag before
+	// the command another, a flag after it a third.
+	var got string
+	app := newApp(mockOpen, &bytes.Buffer{}, &bytes.Buffer{})
+	for _, c := range app.Commands {
+		if c.Name == "version" {
+			c.Action = func(c *cli.Context) error {
+				cfg, err := loadConfig(c)
+				got = cfg.DeviceIDStrategy + " " + cfg.LogLevel + " " + cfg.LogFormat + " " + cfg.DevRoot
+				return err
+			}
+		}
+	}
+	err := app.RunContext(context.Background(), []string{"gpu-device-plugin", "--config", cfgFile, "--log-format", "text", "version", "--dev-root", "/host/dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "index error text /host/dev"; got != want {
+		t.Errorf("settings = %q, want %q", got, want)
+	}
+}
+
+func TestBadSettingsNameTheField(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{args: []string{"list", "--device-id-strategy", "serial"}, want: "deviceIDStrategy (--device-id-strategy)"},
+		{args: []string{"--nvml-retry-interval", "soon", "list"}, want: "--nvml-retry-interval"},
+		{args: []string{"list", "--output", "xml"}, want: "--output"},
+		{args: []string{"list", "--config", "/nonexistent.yaml"}, want: "/nonexistent.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, _, err := run(t, mockOpen, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, noDriver, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"gpu-device-plugin dev", "go-nvml:", "driver:  not found"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+func printVersion(c *cli.Context, open daemon.OpenFunc, w io.Writer) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	goNVML := "unknown"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "github.com/NVIDIA/go-nvml" {
+				goNVML = dep.Version
+			}
+		}
+	}
+	fmt.Fprintf(w, "gpu-device-plugin %s\ncommit:  %s\ngo:      %s\ngo-nvml: %s\n", version, commit, runtime.Version(), goNVML)
+	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	if err != nil {
+		fmt.Fprintf(w, "driver:  not found (%v)\n", err)
+		return nil
+	}
+	defer lib.Shutdown()
+	driver, _ := lib.SystemGetDriverVersion()
+	nvmlVersion, _ := lib.SystemGetNVMLVersion()
+	fmt.Fprintf(w, "driver:  %s\nnvml:    %s\n", driver, nvmlVersion)
+	return nil
+}

@@ -1,0 +1,310 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/health"
+)
+
+// Config is every setting of the plugin. The YAML keys are the JSON tags.
+type Config struct {
+	DevicePluginDir   string   `json:"devicePluginDir"`
+	DriverRoot        string   `json:"driverRoot"`
+	NVMLLibrary       string   `json:"nvmlLibrary"`
+	SysfsRoot         string   `json:"sysfsRoot"`
+	DevRoot           string   `json:"devRoot"`
+	DeviceIDStrategy  string   `json:"deviceIDStrategy"`
+	NVMLRetryInterval Duration `json:"nvmlRetryInterval"`
+	LogLevel          string   `json:"logLevel"`
+	LogFormat         string   `json:"logFormat"`
+
+	HealthPollInterval  Duration `json:"healthPollInterval"`
+	XIDIgnore           []uint64 `json:"xidIgnore"`
+	XIDFatal            []uint64 `json:"xidFatal"`
+	XIDRecoveryPeriod   Duration `json:"xidRecoveryPeriod"`
+	ThermalMarginC      int      `json:"thermalMarginC"`
+	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`
+	MetricsAddress      string   `json:"metricsAddress"`
+}
+
+// HealthPolicy is the health part of the configuration.
+func (c Config) HealthPolicy() health.Policy {
+	return health.Policy{
+		IgnoredXIDs:    c.XIDIgnore,
+		FatalXIDs:      c.XIDFatal,
+		XIDRecovery:    c.XIDRecoveryPeriod.Duration,
+		PollInterval:   c.HealthPollInterval.Duration,
+		ThermalMarginC: c.ThermalMarginC,
+		RecoveryPolls:  c.HealthRecoveryPolls,
+	}
+}
+
+// Duration is a time.Duration written as "30s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"30s\": %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Setting names one config key and its flag and environment twins.
+type Setting struct {
+	Key     string
+	Flag    string
+	Env     string
+	Usage   string
+	Default string
+}
+
+// EnvPrefix starts every environment variable the plugin reads.
+const EnvPrefix = "GPU_DEVICE_PLUGIN_"
+
+// Settings lists every key with its flag and environment variable.
+func Settings() []Setting {
+	d := Default()
+	s := []Setting{
+		{Key: "devicePluginDir", Flag: "device-plugin-dir", Default: d.DevicePluginDir, Usage: "the kubelet's device-plugin directory (sockets)"},
+		{Key: "driverRoot", Flag: "driver-root", Default: d.DriverRoot, Usage: "root of the NVIDIA driver installation, where libnvidia-ml.so.1 is searched"},
+		{Key: "nvmlLibrary", Flag: "nvml-library", Default: d.NVMLLibrary, Usage: "path of libnvidia-ml.so.1 (overrides the search under --driver-root)"},
+		{Key: "sysfsRoot", Flag: "sysfs-root", Default: d.SysfsRoot, Usage: "where sysfs is mounted"},
+		{Key: "devRoot", Flag: "dev-root", Default: d.DevRoot, Usage: "the host's /dev, as this process and the container runtime both see it"},
+		{Key: "deviceIDStrategy", Flag: "device-id-strategy", Default: d.DeviceIDStrategy, Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index"},
+		{Key: "nvmlRetryInterval", Flag: "nvml-retry-interval", Default: d.NVMLRetryInterval.String(), Usage: "how often to retry loading NVML when the driver is missing"},
+		{Key: "logLevel", Flag: "log-level", Default: d.LogLevel, Usage: "debug, info, warn or error"},
+		{Key: "logFormat", Flag: "log-format", Default: d.LogFormat, Usage: "text or json"},
+		{Key: "healthPollInterval", Flag: "health-poll-interval", Default: d.HealthPollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read"},
+		{Key: "xidIgnore", Flag: "xid-ignore", Default: formatList(d.XIDIgnore), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy"},
+		{Key: "xidFatal", Flag: "xid-fatal", Default: formatList(d.XIDFatal), Usage: "comma-separated XIDs that keep a GPU unhealthy until the plugin restarts (wins over --xid-ignore)"},
+		{Key: "xidRecoveryPeriod", Flag: "xid-recovery-period", Default: d.XIDRecoveryPeriod.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy"},
+		{Key: "thermalMarginC", Flag: "thermal-margin", Default: strconv.Itoa(d.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again"},
+		{Key: "healthRecoveryPolls", Flag: "health-recovery-polls", Default: strconv.Itoa(d.HealthRecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition"},
+		{Key: "metricsAddress", Flag: "metrics-address", Default: d.MetricsAddress, Usage: "host:port to serve Prometheus metrics on; empty turns them off"},
+	}
+	for i := range s {
+		s[i].Env = EnvName(s[i].Flag)
+	}
+	return s
+}
+
+// EnvName is the environment variable for a flag.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Default is the configuration with nothing set.
+func Default() Config {
+	p := health.DefaultPolicy()
+	return Config{
+		DevicePluginDir:   "/var/lib/kubelet/device-plugins",
+		DriverRoot:        "/",
+		SysfsRoot:         "/sys",
+		DevRoot:           "/dev",
+		DeviceIDStrategy:  "uuid",
+		NVMLRetryInterval: Duration{30 * time.Second},
+		LogLevel:          "info",
+		LogFormat:         "text",
+
+		HealthPollInterval:  Duration{p.PollInterval},
+		XIDIgnore:           p.IgnoredXIDs,
+		XIDFatal:            p.FatalXIDs,
+		XIDRecoveryPeriod:   Duration{p.XIDRecovery},
+		ThermalMarginC:      p.ThermalMarginC,
+		HealthRecoveryPolls: p.RecoveryPolls,
+	}
+}
+
+func formatList(xs []uint64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseList(key, value string) ([]uint64, error) {
+	out := []uint64{}
+	for _, f := range strings.Split(value, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		x, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s: %q is not a list of XID numbers (example: \"13,31,43\")", key, value)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// Load reads a YAML file over the defaults. Unknown keys are errors, so a
+// typo cannot silently leave a setting at its default.
+func Load(path string) (Config, error) {
+	c := Default()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: reading %s: %w", path, err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, nil
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return c, fmt.Errorf("config: %s: %s", path, fieldError(err))
+	}
+	return c, nil
+}
+
+// fieldError rewords the YAML decoder's messages so they lead with the key.
+func fieldError(err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
+	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fmt.Sprintf("unknown key %s; known keys: %s", rest, strings.Join(keys(), ", "))
+	}
+	return msg
+}
+
+func keys() []string {
+	var out []string
+	for _, s := range Settings() {
+		out = append(out, s.Key)
+	}
+	return out
+}
+
+// Set assigns one key from its string form, as flags and environment
+// variables give it.
+func (c *Config) Set(key, value string) error {
+	switch key {
+	case "devicePluginDir":
+		c.DevicePluginDir = value
+	case "driverRoot":
+		c.DriverRoot = value
+	case "nvmlLibrary":
+		c.NVMLLibrary = value
+	case "sysfsRoot":
+		c.SysfsRoot = value
+	case "devRoot":
+		c.DevRoot = value
+	case "deviceIDStrategy":
+		c.DeviceIDStrategy = value
+	case "nvmlRetryInterval":
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return fmt.Errorf("config: nvmlRetryInterval: %q is not a duration (example: \"30s\")", value)
+		}
+		c.NVMLRetryInterval = Duration{d}
+	case "logLevel":
+		c.LogLevel = value
+	case "logFormat":
+		c.LogFormat = value
+	case "healthPollInterval", "xidRecoveryPeriod":
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not a duration (example: \"5s\")", key, value)
+		}
+		if key == "healthPollInterval" {
+			c.HealthPollInterval = Duration{d}
+		} else {
+			c.XIDRecoveryPeriod = Duration{d}
+		}
+	case "xidIgnore", "xidFatal":
+		xs, err := parseList(key, value)
+		if err != nil {
+			return err
+		}
+		if key == "xidIgnore" {
+			c.XIDIgnore = xs
+		} else {
+			c.XIDFatal = xs
+		}
+	case "thermalMarginC", "healthRecoveryPolls":
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not a whole number", key, value)
+		}
+		if key == "thermalMarginC" {
+			c.ThermalMarginC = n
+		} else {
+			c.HealthRecoveryPolls = n
+		}
+	case "metricsAddress":
+		c.MetricsAddress = value
+	default:
+		return fmt.Errorf("config: unknown key %q", key)
+	}
+	return nil
+}
+
+// Validate checks every field and reports all problems at once.
+func (c Config) Validate() error {
+	var errs []error
+	flags := map[string]string{}
+	for _, s := range Settings() {
+		flags[s.Key] = s.Flag
+	}
+	field := func(key string) string { return fmt.Sprintf("%s (--%s)", key, flags[key]) }
+	oneOf := func(key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		errs = append(errs, fmt.Errorf("config: %s: %q is not allowed; use one of %s", field(key), v, strings.Join(allowed, ", ")))
+	}
+	absolute := func(key, v string) {
+		if !strings.HasPrefix(v, "/") {
+			errs = append(errs, fmt.Errorf("config: %s: %q must be an absolute path", field(key), v))
+		}
+	}
+	absolute("devicePluginDir", c.DevicePluginDir)
+	absolute("driverRoot", c.DriverRoot)
+	absolute("sysfsRoot", c.SysfsRoot)
+	absolute("devRoot", c.DevRoot)
+	oneOf("deviceIDStrategy", c.DeviceIDStrategy, "uuid", "index")
+	oneOf("logLevel", c.LogLevel, "debug", "info", "warn", "error")
+	oneOf("logFormat", c.LogFormat, "text", "json")
+	if c.NVMLRetryInterval.Duration < time.Second {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s", field("nvmlRetryInterval"), c.NVMLRetryInterval))
+	}
+	if c.HealthPollInterval.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("healthPollInterval"), c.HealthPollInterval))
+	}
+	if c.XIDRecoveryPeriod.Duration < 0 {
+		errs = append(errs, fmt.Errorf("config: %s: %s must not be negative; 0s keeps GPUs unhealthy after an XID", field("xidRecoveryPeriod"), c.XIDRecoveryPeriod))
+	}
+	if c.ThermalMarginC < 0 || c.ThermalMarginC > 50 {
+		errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 0 to 50 degrees C", field("thermalMarginC"), c.ThermalMarginC))
+	}
+	if c.HealthRecoveryPolls < 1 {
+		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
+	}
+	if c.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %q is not host:port (example: \":9400\")", field("metricsAddress"), c.MetricsAddress))
+		}
+	}
+	return errors.Join(errs...)
+}

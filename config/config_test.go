@@ -1,0 +1,129 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad(t *testing.T) {
+	c, err := Load(writeFile(t, "deviceIDStrategy: index\nnvmlRetryInterval: 5s\ndevRoot: /host/dev\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DeviceIDStrategy != "index" || c.NVMLRetryInterval.Duration != 5*time.Second || c.DevRoot != "/host/dev" {
+		t.Fatalf("loaded %+v", c)
+	}
+	if c.SysfsRoot != "/sys" {
+		t.Errorf("unset key lost its default: sysfsRoot = %q", c.SysfsRoot)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadEmptyFileIsDefaults(t *testing.T) {
+	c, err := Load(writeFile(t, "\n"))
+	if err != nil || !reflect.DeepEqual(c, Default()) {
+		t.Fatalf("Load(empty) = %+v, %v", c, err)
+	}
+}
+
+func TestErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want []string
+	}{
+		{name: "unknown key", body: "deviceIDStrategi: uuid\n", want: []string{"deviceIDStrategi", "deviceIDStrategy"}},
+		{name: "bad duration", body: "nvmlRetryInterval: soon\n", want: []string{"30s"}},
+		{name: "bad strategy", body: "deviceIDStrategy: serial\n", want: []string{"deviceIDStrategy", "serial", "uuid, index"}},
+		{name: "relative path", body: "devRoot: dev\n", want: []string{"devRoot", "absolute"}},
+		{name: "short retry", body: "nvmlRetryInterval: 10ms\n", want: []string{"nvmlRetryInterval", "1s"}},
+		{name: "two problems", body: "logLevel: loud\nlogFormat: xml\n", want: []string{"logLevel", "logFormat"}},
+		{name: "bad xid list", body: "xidIgnore: [13, x]\n", want: []string{"xidIgnore"}},
+		{name: "negative margin", body: "thermalMarginC: -1\n", want: []string{"thermalMarginC", "--thermal-margin"}},
+		{name: "bad metrics address", body: "metricsAddress: 9400\n", want: []string{"metricsAddress", ":9400"}},
+		{name: "not yaml", body: "deviceIDStrategy: [\n", want: []string{"config.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, tt.body))
+			if err == nil {
+				err = c.Validate()
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEverySettingCanBeSet(t *testing.T) {
+	for _, s := range Settings() {
+		c := Default()
+		if err := c.Set(s.Key, s.Default); err != nil {
+			t.Errorf("Set(%s, %q): %v", s.Key, s.Default, err)
+		}
+		if !reflect.DeepEqual(c, Default()) {
+			t.Errorf("setting %s to its default changed the config", s.Key)
+		}
+		if !strings.HasPrefix(s.Env, EnvPrefix) || s.Flag == "" {
+			t.Errorf("setting %s has flag %q env %q", s.Key, s.Flag, s.Env)
+		}
+	}
+	c := Default()
+	if err := c.Set("nvmlRetryInterval", "never"); err == nil || !strings.Contains(err.Error(), "nvmlRetryInterval") {
+		t.Errorf("bad duration: %v", err)
+	}
+	if err := c.Set("bogus", "x"); err == nil {
+		t.Error("unknown key accepted")
+	}
+}
+
+func TestHealthSettings(t *testing.T) {
+	c, err := Load(writeFile(t, "xidIgnore: [13]\nxidFatal: [79, 48]\nxidRecoveryPeriod: 0s\nhealthPollInterval: 2s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set("thermalMarginC", "7"); err != nil {
+		t.Fatal(err)
+	}
+	p := c.HealthPolicy()
+	if !reflect.DeepEqual(p.IgnoredXIDs, []uint64{13}) || !reflect.DeepEqual(p.FatalXIDs, []uint64{79, 48}) ||
+		p.XIDRecovery != 0 || p.PollInterval != 2*time.Second || p.ThermalMarginC != 7 || p.RecoveryPolls != 3 {
+		t.Fatalf("policy = %+v", p)
+	}
+	if err := c.Set("xidIgnore", "13, 31,43"); err != nil || !reflect.DeepEqual(c.XIDIgnore, []uint64{13, 31, 43}) {
+		t.Fatalf("xidIgnore = %v, %v", c.XIDIgnore, err)
+	}
+	if err := c.Set("xidFatal", ""); err != nil || len(c.XIDFatal) != 0 {
+		t.Fatalf("empty xidFatal = %v, %v", c.XIDFatal, err)
+	}
+	if err := c.Set("xidFatal", "79,abc"); err == nil || !strings.Contains(err.Error(), "xidFatal") {
+		t.Fatalf("bad list: %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+// OpenFunc loads NVML. Production passes nvml.Open; tests pass a mock.
+type OpenFunc func(path string) (nvml.Library, error)
+
+// Run serves every resource until ctx ends. A missing driver is not fatal:
+// the GPU resource waits for NVML, retrying at cfg.NVMLRetryInterval, while
+// other resources are served.
+func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var metrics *health.Metrics
+	if cfg.MetricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		var err error
+		if metrics, err = health.NewMetrics(reg); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics: listening on %s: %w", cfg.MetricsAddress, err)
+		}
+		log.Info("serving metrics", "address", ln.Addr().String())
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		})
+		wg.Go(func() {
+			<-ctx.Done()
+			srv.Close()
+		})
+	}
+	wg.Go(func() {
+		if err := serveGPUs(ctx, cfg, open, metrics, log); err != nil {
+			select {
+			case errc <- err:
+			default:
+			}
+			cancel()
+		}
+	})
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, log *slog.Logger) error {
+	lib, err := waitForNVML(ctx, cfg, open, log)
+	if err != nil || lib == nil {
+		return err
+	}
+	defer lib.Shutdown()
+	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
+	for _, g := range inv.GPUs {
+		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode)
+	}
+	res, err := gpu.New(inv.GPUs, inv.Topology, gpu.Options{IDStrategy: cfg.DeviceIDStrategy, DevRoot: cfg.DevRoot})
+	if err != nil {
+		return fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
+	}
+	srv, err := deviceplugin.New(deviceplugin.Options{
+		ResourceName: gpu.ResourceName,
+		SocketDir:    cfg.DevicePluginDir,
+		Backend:      res,
+		Log:          log,
+	})
+	if err != nil {
+		return err
+	}
+	srv.SetDevices(res.Devices())
+
+	// Health reaches the server, which pushes it to the kubelet at once.
+	ids := make([]string, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		ids[i] = g.UUID
+	}
+	var rec health.Recorder
+	if metrics != nil {
+		rec = metrics.For(gpu.ResourceName)
+	}
+	mon := nvml.NewMonitor(lib, inv, log)
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, srv, rec, log)
+	if err != nil {
+		return err
+	}
+	// Deferred in this order so the goroutines are told to stop before
+	// they are waited for, however srv.Run returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan nvml.Event, 64)
+	wg.Go(func() {
+		if err := mon.WatchEvents(ctx, events); err != nil {
+			log.Warn("NVML events unavailable; XIDs will not be seen, polling continues", "err", err)
+		}
+	})
+	wg.Go(func() { watcher.Run(ctx, events) })
+	return srv.Run(ctx)
+}
+
+// waitForNVML opens NVML, retrying while the driver is missing. It logs
+// the first failure clearly and later ones quietly. It returns a nil
+// library and no error when ctx ends first.
+func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger) (nvml.Library, error) {
+	path := nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary)
+	for attempt := 1; ; attempt++ {
+		lib, err := open(path)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("NVML loaded; serving GPUs", "library", path, "attempts", attempt)
+			}
+			return lib, nil
+		}
+		if attempt == 1 {
+			level := slog.LevelError
+			if errors.Is(err, nvml.ErrNoDriver) {
+				level = slog.LevelWarn
+			}
+			log.Log(ctx, level, "NVML unavailable; serving no GPUs until it loads", "err", err, "retryEvery", cfg.NVMLRetryInterval.String())
+		} else {
+			log.Debug("NVML still unavailable", "err", err, "attempt", attempt)
+		}
+		t := time.NewTimer(cfg.NVMLRetryInterval.Duration)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package deviceplugin
+
+import (
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// NoNUMANode marks a device whose NUMA node is unknown. Such a device is
+// advertised without topology: the kubelet's topology manager never
+// matches a negative node.
+const NoNUMANode = -1
+
+// Device is one schedulable unit of a resource.
+type Device struct {
+	ID       string
+	NUMANode int
+	Healthy  bool
+	// Reason says why the device is unhealthy; empty when healthy.
+	Reason string
+}
+
+func (d Device) api() *pluginapi.Device {
+	out := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
+	if !d.Healthy {
+		out.Health = pluginapi.Unhealthy
+	}
+	if d.NUMANode >= 0 {
+		out.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.NUMANode)}}}
+	}
+	return out
+}
+
+// snapshot is an immutable view of a resource's devices. A new snapshot
+// replaces the old one on every change and closes the old one's changed
+// channel, which wakes every ListAndWatch stream at once without the
+// server keeping a list of subscribers.
+type snapshot struct {
+	devices []Device
+	byID    map[string]int
+	resp    *pluginapi.ListAndWatchResponse
+	changed chan struct{}
+}
+
+func newSnapshot(devices []Device) *snapshot {
+	s := &snapshot{
+		devices: devices,
+		byID:    make(map[string]int, len(devices)),
+		resp:    &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, len(devices))},
+		changed: make(chan struct{}),
+	}
+	for i, d := range devices {
+		s.byID[d.ID] = i
+		s.resp.Devices[i] = d.api()
+	}
+	return s
+}
+
+func (s *snapshot) lookup(id string) (Device, bool) {
+	i, ok := s.byID[id]
+	if !ok {
+		return Device{}, false
+	}
+	return s.devices[i], true
+}

@@ -1,0 +1,85 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+const (
+	// registerRetryMin is the first pause after a failed registration. It
+	// is short because the usual failure is a dial that raced the
+	// kubelet's listen(2), which succeeds a moment later.
+	registerRetryMin = 2 * time.Millisecond
+	registerTimeout  = 10 * time.Second
+)
+
+// registerLoop registers once per kick, retrying until it succeeds. A
+// kick during the retries restarts them at the shortest pause. Each failed
+// run is logged once, so a node without a kubelet gets one line, not a
+// line every few seconds.
+func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		}
+		delay := registerRetryMin
+		for attempt := 1; ; attempt++ {
+			start := time.Now()
+			err := s.register(ctx)
+			if err == nil {
+				s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if attempt == 1 {
+				s.log.Warn("kubelet did not accept registration; retrying in the background", "kubelet", s.kubelet, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+				delay = registerRetryMin
+			case <-time.After(delay):
+				delay = min(2*delay, s.retryMax)
+			}
+		}
+	}
+}
+
+// register makes one registration attempt. It builds its own connection
+// each time and does not wait for readiness, so a refused dial fails at
+// once instead of sitting out gRPC's reconnect backoff.
+func (s *Server) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("passthrough:///"+s.kubelet,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("connecting to kubelet at %s: %w", s.kubelet, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     SocketName(s.resource),
+		ResourceName: s.resource,
+		Options:      s.options(),
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with kubelet at %s: %w", s.resource, s.kubelet, err)
+	}
+	return nil
+}

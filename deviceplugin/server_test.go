@@ -1,0 +1,380 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+const waitFor = 10 * time.Second
+
+// fakeKubelet is a registration server standing in for the kubelet.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	srv  *grpc.Server
+	reqs chan *pluginapi.RegisterRequest
+}
+
+func startKubelet(t *testing.T, dir string) *fakeKubelet {
+	t.Helper()
+	ln, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKubelet{srv: grpc.NewServer(), reqs: make(chan *pluginapi.RegisterRequest, 16)}
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go k.srv.Serve(ln)
+	t.Cleanup(k.srv.Stop)
+	return k
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.reqs <- r
+	return &pluginapi.Empty{}, nil
+}
+
+func (k *fakeKubelet) next(t *testing.T) *pluginapi.RegisterRequest {
+	t.Helper()
+	select {
+	case r := <-k.reqs:
+		return r
+	case <-time.After(waitFor):
+		t.Fatal("no registration arrived")
+		return nil
+	}
+}
+
+// recordingBackend returns one env var naming the IDs it got.
+type recordingBackend struct{}
+
+func (recordingBackend) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"IDS": strings.Join(ids, ",")}}, nil
+}
+
+type preferringBackend struct{ recordingBackend }
+
+func (preferringBackend) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	out := slices.Clone(mustInclude)
+	for _, id := range available {
+		if len(out) == size {
+			break
+		}
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if len(out) < size {
+		return nil, fmt.Errorf("only %d available", len(out))
+	}
+	return out, nil
+}
+
+func testDevices() []Device {
+	return []Device{
+		{ID: "GPU-a", NUMANode: 0, Healthy: true},
+		{ID: "GPU-b", NUMANode: 1, Healthy: true},
+		{ID: "GPU-c", NUMANode: NoNUMANode, Healthy: true},
+	}
+}
+
+// startServer runs a Server in a fresh directory until the test ends.
+func startServer(t *testing.T, b Backend) (*Server, string, <-chan error) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: b, RegisterRetryMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetDevices(testDevices())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s, dir, done
+}
+
+func dial(t testing.TB, path string) pluginapi.DevicePluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
+func listAndWatch(t testing.TB, c pluginapi.DevicePluginClient) pluginapi.DevicePlugin_ListAndWatchClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+func recv(t *testing.T, stream pluginapi.DevicePlugin_ListAndWatchClient) map[string]*pluginapi.Device {
+	t.Helper()
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*pluginapi.Device{}
+	for _, d := range resp.Devices {
+		out[d.ID] = d
+	}
+	return out
+}
+
+func TestRegistersAfterServing(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: preferringBackend{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+
+	r := k.next(t)
+	if r.Version != pluginapi.Version || r.ResourceName != "example.com/gpu" || r.Endpoint != "example.com_gpu.sock" {
+		t.Fatalf("register request = %+v", r)
+	}
+	if !r.Options.GetGetPreferredAllocationAvailable() {
+		t.Error("registration does not advertise GetPreferredAllocation")
+	}
+	// The kubelet dials back as soon as it accepts; the socket must be live.
+	opts, err := dial(t, filepath.Join(dir, r.Endpoint)).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
+	if err != nil || !opts.GetPreferredAllocationAvailable {
+		t.Fatalf("options = %v, %v", opts, err)
+	}
+}
+
+func TestListAndWatchSendsTopologyAndEveryChangeToEveryStream(t *testing.T) {
+	s, _, _ := startServer(t, recordingBackend{})
+	c := dial(t, s.SocketPath())
+	streams := []pluginapi.DevicePlugin_ListAndWatchClient{listAndWatch(t, c), listAndWatch(t, c), listAndWatch(t, c)}
+	for _, st := range streams {
+		got := recv(t, st)
+		if len(got) != 3 {
+			t.Fatalf("first list has %d devices, want 3", len(got))
+		}
+		if n := got["GPU-b"].Topology.GetNodes(); len(n) != 1 || n[0].ID != 1 {
+			t.Errorf("GPU-b topology = %v, want NUMA node 1", got["GPU-b"].Topology)
+		}
+		if got["GPU-c"].Topology != nil {
+			t.Errorf("GPU-c with unknown NUMA node has topology %v", got["GPU-c"].Topology)
+		}
+	}
+	if !s.SetHealth("GPU-a", false, "xid=79") {
+		t.Fatal("SetHealth reported no change")
+	}
+	if s.SetHealth("GPU-a", false, "xid=79") {
+		t.Error("repeating a health state reported a change")
+	}
+	for _, st := range streams {
+		if h := recv(t, st)["GPU-a"].Health; h != pluginapi.Unhealthy {
+			t.Errorf("GPU-a health = %s after XID", h)
+		}
+	}
+	s.SetHealth("GPU-a", true, "")
+	for _, st := range streams {
+		if h := recv(t, st)["GPU-a"].Health; h != pluginapi.Healthy {
+			t.Errorf("GPU-a health = %s after recovery", h)
+		}
+	}
+}
+
+func TestAllocateValidatesEveryID(t *testing.T) {
+	s, _, _ := startServer(t, recordingBackend{})
+	s.SetHealth("GPU-b", false, "thermal")
+	c := dial(t, s.SocketPath())
+	tests := []struct {
+		name    string
+		ids     [][]string
+		code    codes.Code
+		mention string
+		env     string
+	}{
+		{name: "healthy devices", ids: [][]string{{"GPU-a", "GPU-c"}}, code: codes.OK, env: "GPU-a,GPU-c"},
+		{name: "unknown device", ids: [][]string{{"GPU-a", "GPU-zz"}}, code: codes.InvalidArgument, mention: "GPU-zz"},
+		{name: "unhealthy device", ids: [][]string{{"GPU-b"}}, code: codes.InvalidArgument, mention: "thermal"},
+		{name: "bad second container", ids: [][]string{{"GPU-a"}, {"nope"}}, code: codes.InvalidArgument, mention: "nope"},
+		{name: "empty container request", ids: [][]string{{}}, code: codes.InvalidArgument, mention: "no device"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &pluginapi.AllocateRequest{}
+			for _, ids := range tt.ids {
+				req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: ids})
+			}
+			resp, err := c.Allocate(context.Background(), req, grpc.WaitForReady(true))
+			if got := status.Code(err); got != tt.code {
+				t.Fatalf("code = %v (%v), want %v", got, err, tt.code)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.mention) {
+				t.Errorf("error %q does not mention %q", err, tt.mention)
+			}
+			if tt.env != "" && resp.ContainerResponses[0].Envs["IDS"] != tt.env {
+				t.Errorf("backend got %q, want %q", resp.ContainerResponses[0].Envs["IDS"], tt.env)
+			}
+		})
+	}
+}
+
+func TestPreferredAllocation(t *testing.T) {
+	t.Run("unknown ids are refused", func(t *testing.T) {
+		s, _, _ := startServer(t, preferringBackend{})
+		_, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-a", "bogus"}, AllocationSize: 1}},
+		}, grpc.WaitForReady(true))
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bogus") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("backend answer is returned", func(t *testing.T) {
+		s, _, _ := startServer(t, preferringBackend{})
+		resp, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-a", "GPU-b", "GPU-c"}, MustIncludeDeviceIDs: []string{"GPU-c"}, AllocationSize: 2}},
+		}, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{"GPU-c", "GPU-a"}) {
+			t.Errorf("preferred = %v", got)
+		}
+	})
+	t.Run("backend error is InvalidArgument", func(t *testing.T) {
+		s, _, _ := startServer(t, preferringBackend{})
+		_, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-a"}, AllocationSize: 2}},
+		}, grpc.WaitForReady(true))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("not offered without an allocator", func(t *testing.T) {
+		s, _, _ := startServer(t, recordingBackend{})
+		c := dial(t, s.SocketPath())
+		opts, err := c.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}, grpc.WaitForReady(true))
+		if err != nil || opts.GetPreferredAllocationAvailable {
+			t.Fatalf("options = %v, %v", opts, err)
+		}
+		_, err = c.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestRegistersOnceKubeletAppears(t *testing.T) {
+	_, dir, _ := startServer(t, recordingBackend{})
+	// No kubelet yet: the server retries in the background.
+	k := startKubelet(t, dir)
+	k.next(t)
+}
+
+// A restarting kubelet wipes the plugin directory, then listens again.
+// The plugin must serve on a fresh socket, register again, and keep the
+// health it knew.
+func TestKubeletRestart(t *testing.T) {
+	s, dir, _ := startServer(t, recordingBackend{})
+	k := startKubelet(t, dir)
+	k.next(t)
+	s.SetHealth("GPU-b", false, "xid=48")
+
+	for round := range 3 {
+		k.srv.Stop()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		k = startKubelet(t, dir)
+		r := k.next(t)
+		if r.ResourceName != "example.com/gpu" {
+			t.Fatalf("round %d: registered %q", round, r.ResourceName)
+		}
+		got := recv(t, listAndWatch(t, dial(t, filepath.Join(dir, r.Endpoint))))
+		if got["GPU-b"].Health != pluginapi.Unhealthy || got["GPU-a"].Health != pluginapi.Healthy {
+			t.Fatalf("round %d: health lost across restart: %v", round, got)
+		}
+	}
+}
+
+func TestOwnSocketRemovedServesAgain(t *testing.T) {
+	s, dir, _ := startServer(t, recordingBackend{})
+	k := startKubelet(t, dir)
+	k.next(t)
+	if err := os.Remove(s.SocketPath()); err != nil {
+		t.Fatal(err)
+	}
+	k.next(t)
+	if _, err := dial(t, s.SocketPath()).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShutdownRemovesSocket(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: recordingBackend{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	c := dial(t, s.SocketPath())
+	stream := listAndWatch(t, c)
+	recv(t, stream)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := os.Stat(s.SocketPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket still there after shutdown: %v", err)
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Error("ListAndWatch stream still open after shutdown")
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	if _, err := New(Options{ResourceName: "gpu", Backend: recordingBackend{}}); err == nil || !strings.Contains(err.Error(), "nvidia.com/gpu") {
+		t.Errorf("short resource name: err = %v", err)
+	}
+	if _, err := New(Options{ResourceName: "example.com/gpu"}); err == nil {
+		t.Error("nil backend accepted")
+	}
+}

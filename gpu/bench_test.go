@@ -1,0 +1,87 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+)
+
+// BenchmarkAllocate measures one Allocate round trip through the plugin's
+// gRPC server on a unix socket, as the kubelet makes it.
+func BenchmarkAllocate(b *testing.B) {
+	gpus, topo := eightGPUs()
+	r, err := New(gpus, topo, Options{DevRoot: devRoot(b, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	s, err := deviceplugin.New(deviceplugin.Options{ResourceName: ResourceName, SocketDir: dir, Backend: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.SetDevices(r.Devices())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	conn, err := grpc.NewClient("passthrough:///"+s.SocketPath(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := pluginapi.NewDevicePluginClient(conn)
+
+	for _, n := range []int{1, 8} {
+		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{}}}
+		for i := range n {
+			req.ContainerRequests[0].DevicesIds = append(req.ContainerRequests[0].DevicesIds, gpus[i].UUID)
+		}
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			if _, err := c.Allocate(ctx, req, grpc.WaitForReady(true)); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Allocate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAllocateBackend is the plugin's own share of Allocate, without
+// gRPC and socket costs.
+func BenchmarkAllocateBackend(b *testing.B) {
+	gpus, topo := eightGPUs()
+	r, err := New(gpus, topo, Options{DevRoot: devRoot(b, "nvidiactl", "nvidia-uvm")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 8} {
+		ids := make([]string, n)
+		for i := range n {
+			ids[i] = gpus[n-1-i].UUID
+		}
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Allocate(ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

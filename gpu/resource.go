@@ -1,0 +1,153 @@
+package gpu
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+// ResourceName is the extended resource GPUs are served as.
+const ResourceName = "nvidia.com/gpu"
+
+// VisibleDevicesEnv is read by the NVIDIA container runtime and CUDA.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// ID strategies: how NVIDIA_VISIBLE_DEVICES names the allocated GPUs.
+const (
+	IDStrategyUUID  = "uuid"
+	IDStrategyIndex = "index"
+)
+
+// controlNodes are shared by every GPU; each is passed only if present,
+// since nvidia-uvm and nvidia-modeset are loaded on demand.
+var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
+
+// Options shape allocation answers.
+type Options struct {
+	// IDStrategy is IDStrategyUUID (default) or IDStrategyIndex.
+	IDStrategy string
+	// DevRoot is the host's /dev as both this process and the container
+	// runtime see it.
+	DevRoot string
+}
+
+type gpuEntry struct {
+	gpu     nvml.GPU
+	visible string
+	node    *pluginapi.DeviceSpec
+}
+
+// Resource serves a fixed set of GPUs. Device IDs are GPU UUIDs: unlike
+// indices they never change across reboots or driver reloads.
+type Resource struct {
+	gpus    []gpuEntry
+	byUUID  map[string]int
+	control []*pluginapi.DeviceSpec
+	graph   *allocator.Graph
+}
+
+// New builds the resource. topo must describe gpus in the same order.
+func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
+	switch o.IDStrategy {
+	case "":
+		o.IDStrategy = IDStrategyUUID
+	case IDStrategyUUID, IDStrategyIndex:
+	default:
+		return nil, fmt.Errorf("device ID strategy %q: want %q or %q", o.IDStrategy, IDStrategyUUID, IDStrategyIndex)
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	r := &Resource{byUUID: make(map[string]int, len(gpus))}
+	ids := make([]string, len(gpus))
+	numa := make([]int, len(gpus))
+	for i, g := range gpus {
+		if _, dup := r.byUUID[g.UUID]; dup {
+			return nil, fmt.Errorf("GPU UUID %s appears twice", g.UUID)
+		}
+		visible := g.UUID
+		if o.IDStrategy == IDStrategyIndex {
+			visible = strconv.Itoa(g.Index)
+		}
+		name := "nvidia" + strconv.Itoa(g.Minor)
+		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, node: devSpec(o.DevRoot, name)})
+		r.byUUID[g.UUID] = i
+		ids[i], numa[i] = g.UUID, g.NUMANode
+	}
+	for _, name := range controlNodes {
+		if _, err := os.Stat(filepath.Join(o.DevRoot, name)); err == nil {
+			r.control = append(r.control, devSpec(o.DevRoot, name))
+		}
+	}
+	r.graph = allocator.NewGraph(ids, numa, func(i, j int) int { return LinkWeight(topo.Between(i, j)) })
+	return r, nil
+}
+
+func devSpec(devRoot, name string) *pluginapi.DeviceSpec {
+	return &pluginapi.DeviceSpec{ContainerPath: "/dev/" + name, HostPath: filepath.Join(devRoot, name), Permissions: "rw"}
+}
+
+// LinkWeight ranks a GPU pair's connection: any NVLink beats any PCIe
+// path, more NVLinks beat fewer, and a nearer PCIe ancestor beats a
+// farther one.
+func LinkWeight(l nvml.Link) int {
+	w := l.NVLinks * 1000
+	if l.PCIe <= nvml.LinkCrossCPU {
+		w += int(nvml.LinkCrossCPU-l.PCIe) + 1
+	}
+	return w
+}
+
+// Devices lists the GPUs as healthy devices, in discovery order.
+func (r *Resource) Devices() []deviceplugin.Device {
+	out := make([]deviceplugin.Device, len(r.gpus))
+	for i, e := range r.gpus {
+		numa := e.gpu.NUMANode
+		if numa < 0 {
+			numa = deviceplugin.NoNUMANode
+		}
+		out[i] = deviceplugin.Device{ID: e.gpu.UUID, NUMANode: numa, Healthy: true}
+	}
+	return out
+}
+
+// Allocate answers for one container. The GPUs are listed in index order
+// whatever order the kubelet used, so CUDA's numbering inside the
+// container follows the host's.
+func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	sel := make([]*gpuEntry, 0, len(ids))
+	for _, id := range ids {
+		i, ok := r.byUUID[id]
+		if !ok {
+			return nil, fmt.Errorf("unknown GPU %q", id)
+		}
+		sel = append(sel, &r.gpus[i])
+	}
+	slices.SortFunc(sel, func(a, b *gpuEntry) int { return cmp.Compare(a.gpu.Index, b.gpu.Index) })
+	visible := make([]string, len(sel))
+	nodes := make([]*pluginapi.DeviceSpec, 0, len(sel)+len(r.control))
+	for k, e := range sel {
+		visible[k] = e.visible
+		nodes = append(nodes, e.node)
+	}
+	nodes = append(nodes, r.control...)
+	return &pluginapi.ContainerAllocateResponse{
+		Envs:    map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")},
+		Devices: nodes,
+	}, nil
+}
+
+// Preferred picks size GPUs from available, with mustInclude among them.
+func (r *Resource) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	return r.graph.Preferred(available, mustInclude, size)
+}

@@ -1,0 +1,158 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+// eightGPUs is a DGX-like node: two NUMA nodes, all pairs on NVSwitch.
+func eightGPUs() ([]nvml.GPU, nvml.Topology) {
+	gpus := make([]nvml.GPU, 8)
+	topo := nvml.Topology{Links: make([][]nvml.Link, 8)}
+	for i := range gpus {
+		gpus[i] = nvml.GPU{Index: i, UUID: fmt.Sprintf("GPU-%08d", i), Minor: i, NUMANode: i / 4, PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x10+i)}
+		topo.Links[i] = make([]nvml.Link, 8)
+		for j := range topo.Links[i] {
+			level := nvml.LinkCrossCPU
+			if i/4 == j/4 {
+				level = nvml.LinkSameNUMA
+			}
+			topo.Links[i][j] = nvml.Link{NVLinks: 18, PCIe: level}
+		}
+	}
+	return gpus, topo
+}
+
+func devRoot(t testing.TB, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func paths(specs []*pluginapi.DeviceSpec) []string {
+	var out []string
+	for _, s := range specs {
+		out = append(out, s.ContainerPath)
+	}
+	return out
+}
+
+func TestAllocate(t *testing.T) {
+	gpus, topo := eightGPUs()
+	root := devRoot(t, "nvidiactl", "nvidia-uvm")
+	tests := []struct {
+		name     string
+		strategy string
+		ids      []string
+		env      string
+		nodes    []string
+	}{
+		{name: "uuid strategy", ids: []string{"GPU-00000005", "GPU-00000002"}, env: "GPU-00000002,GPU-00000005",
+			nodes: []string{"/dev/nvidia2", "/dev/nvidia5", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
+		{name: "index strategy", strategy: IDStrategyIndex, ids: []string{"GPU-00000007", "GPU-00000000"}, env: "0,7",
+			nodes: []string{"/dev/nvidia0", "/dev/nvidia7", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := New(gpus, topo, Options{IDStrategy: tt.strategy, DevRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := r.Allocate(tt.ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Envs[VisibleDevicesEnv]; got != tt.env {
+				t.Errorf("%s = %q, want %q", VisibleDevicesEnv, got, tt.env)
+			}
+			if got := paths(resp.Devices); !slices.Equal(got, tt.nodes) {
+				t.Errorf("device nodes = %v, want %v", got, tt.nodes)
+			}
+			for _, d := range resp.Devices {
+				if d.HostPath != filepath.Join(root, filepath.Base(d.ContainerPath)) || d.Permissions != "rw" {
+					t.Errorf("device spec %+v", d)
+				}
+			}
+		})
+	}
+}
+
+func TestAllocateUnknownGPU(t *testing.T) {
+	gpus, topo := eightGPUs()
+	r, err := New(gpus, topo, Options{DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Allocate([]string{"GPU-nope"}); err == nil {
+		t.Fatal("unknown GPU allocated")
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	gpus, topo := eightGPUs()
+	if _, err := New(gpus, topo, Options{IDStrategy: "serial"}); err == nil {
+		t.Error("bad strategy accepted")
+	}
+	gpus[1].UUID = gpus[0].UUID
+	if _, err := New(gpus, topo, Options{}); err == nil {
+		t.Error("duplicate UUID accepted")
+	}
+}
+
+func TestDevicesCarryNUMA(t *testing.T) {
+	gpus, topo := eightGPUs()
+	gpus[3].NUMANode = -1
+	r, err := New(gpus, topo, Options{DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := r.Devices()
+	if len(devs) != 8 || devs[5].NUMANode != 1 || devs[3].NUMANode != -1 || !devs[0].Healthy || devs[2].ID != "GPU-00000002" {
+		t.Fatalf("devices = %+v", devs)
+	}
+}
+
+func TestPreferredKeepsToOneNUMANode(t *testing.T) {
+	gpus, topo := eightGPUs()
+	r, err := New(gpus, topo, Options{DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Preferred([]string{"GPU-00000000", "GPU-00000004", "GPU-00000005", "GPU-00000006"}, nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range got {
+		if id == "GPU-00000000" {
+			t.Fatalf("preferred %v crosses NUMA nodes", got)
+		}
+	}
+}
+
+func TestLinkWeightOrders(t *testing.T) {
+	ordered := []nvml.Link{
+		{PCIe: nvml.LinkUnknown},
+		{PCIe: nvml.LinkCrossCPU},
+		{PCIe: nvml.LinkSameNUMA},
+		{PCIe: nvml.LinkSingleSwitch},
+		{NVLinks: 1, PCIe: nvml.LinkCrossCPU},
+		{NVLinks: 12, PCIe: nvml.LinkCrossCPU},
+	}
+	for i := 1; i < len(ordered); i++ {
+		if LinkWeight(ordered[i]) <= LinkWeight(ordered[i-1]) {
+			t.Errorf("LinkWeight(%+v) <= LinkWeight(%+v)", ordered[i], ordered[i-1])
+		}
+	}
+}

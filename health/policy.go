@@ -1,0 +1,87 @@
+package health
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Policy is what the operator configures.
+type Policy struct {
+	// IgnoredXIDs are application errors: they say nothing about the GPU.
+	IgnoredXIDs []uint64
+	// FatalXIDs mean the GPU itself is bad: Unhealthy until the plugin
+	// restarts (after the GPU is reset), whatever IgnoredXIDs says.
+	FatalXIDs []uint64
+	// XIDRecovery is how long a GPU with any other XID stays Unhealthy
+	// after its last such XID. Zero keeps it Unhealthy, like a fatal XID.
+	XIDRecovery time.Duration
+	// PollInterval is how often temperature and clocks are read.
+	PollInterval time.Duration
+	// ThermalMarginC is how far below its slowdown threshold a GPU must
+	// cool before a thermal condition may clear.
+	ThermalMarginC int
+	// RecoveryPolls is how many consecutive good polls clear a thermal,
+	// power or lost condition.
+	RecoveryPolls int
+}
+
+// DefaultIgnoredXIDs are caused by the application, not the GPU: 13
+// (graphics engine exception), 31 (MMU fault), 43 (channel stopped), 45
+// (preemptive cleanup), 68 (video decoder exception), 109 (context switch
+// timeout).
+func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
+
+// DefaultFatalXIDs mean the hardware needs a reset or replacement: 48
+// (double-bit ECC), 64 (ECC page retirement or row remapping failed), 74
+// (NVLink error), 79 (fallen off the bus), 92 (high single-bit ECC rate),
+// 95 (uncontained ECC error), 119 and 120 (GSP firmware errors).
+func DefaultFatalXIDs() []uint64 { return []uint64{48, 64, 74, 79, 92, 95, 119, 120} }
+
+// DefaultPolicy is the policy with nothing configured.
+func DefaultPolicy() Policy {
+	return Policy{
+		IgnoredXIDs:    DefaultIgnoredXIDs(),
+		FatalXIDs:      DefaultFatalXIDs(),
+		XIDRecovery:    10 * time.Minute,
+		PollInterval:   5 * time.Second,
+		ThermalMarginC: 5,
+		RecoveryPolls:  3,
+	}
+}
+
+// xidAction is what one XID does to a GPU.
+type xidAction int
+
+const (
+	xidIgnore xidAction = iota
+	xidSticky
+	xidTransient
+)
+
+func (p Policy) xid(code uint64) xidAction {
+	switch {
+	case slices.Contains(p.FatalXIDs, code):
+		return xidSticky
+	case slices.Contains(p.IgnoredXIDs, code):
+		return xidIgnore
+	case p.XIDRecovery <= 0:
+		return xidSticky
+	default:
+		return xidTransient
+	}
+}
+
+// Validate reports a policy that cannot work.
+func (p Policy) Validate() error {
+	if p.PollInterval <= 0 {
+		return fmt.Errorf("poll interval %s must be positive", p.PollInterval)
+	}
+	if p.RecoveryPolls < 1 {
+		return fmt.Errorf("recovery polls %d must be at least 1", p.RecoveryPolls)
+	}
+	if p.ThermalMarginC < 0 {
+		return fmt.Errorf("thermal margin %dC must not be negative", p.ThermalMarginC)
+	}
+	return nil
+}

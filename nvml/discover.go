@@ -1,0 +1,154 @@
+package nvml
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
+)
+
+// Inventory is what Discover found: the GPUs as plain values, how they are
+// linked, and the driver that runs them.
+type Inventory struct {
+	GPUs     []GPU    `json:"gpus"`
+	Topology Topology `json:"topology"`
+	// DriverVersion, NVMLVersion and CUDADriverVersion are empty or zero
+	// when NVML does not say; CUDADriverVersion is NVML's integer (12040 is 12.4).
+	DriverVersion     string `json:"driverVersion,omitempty"`
+	NVMLVersion       string `json:"nvmlVersion,omitempty"`
+	CUDADriverVersion int    `json:"cudaDriverVersion,omitempty"`
+
+	// handles[i] is the NVML handle of GPUs[i], for health watching.
+	handles []gonvml.Device
+}
+
+// Handle returns the NVML handle of GPUs[i], or nil when i is out of range.
+func (inv *Inventory) Handle(i int) gonvml.Device {
+	if inv == nil || i < 0 || i >= len(inv.handles) {
+		return nil
+	}
+	return inv.handles[i]
+}
+
+// Discover enumerates every GPU NVML reports, with its PCI address and NUMA
+// node, and reads the topology between them once. The NUMA node comes from
+// sysfs under sysfsRoot (normally "/sys"), falling back to NVML, else -1.
+//
+// A GPU whose identity cannot be read (handle, UUID, minor number, PCI
+// address) is logged and left out, so one lost GPU does not hide the others.
+// Failing to count the GPUs is an error. A node without GPUs gives an empty
+// Inventory, not an error.
+func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	count, ret := lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs: %w", ret)
+	}
+
+	inv := &Inventory{}
+	inv.DriverVersion = systemString(lib.SystemGetDriverVersion, "driver version", log)
+	inv.NVMLVersion = systemString(lib.SystemGetNVMLVersion, "NVML version", log)
+	if v, ret := lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
+		inv.CUDADriverVersion = v
+	} else {
+		log.Warn("reading CUDA driver version", "reason", ret.Error())
+	}
+
+	// gpuAddrs holds the PCI address of every GPU that has one, skipped or
+	// not, so an NVLink into a skipped GPU is not taken for an NVSwitch.
+	gpuAddrs := make(map[string]bool)
+	for i := range count {
+		gpu, h, err := readGPU(lib, i, gpuAddrs)
+		if err != nil {
+			log.Error("skipping GPU", "index", i, "reason", err.Error())
+			continue
+		}
+		gpu.NUMANode = numaNode(h, sysfsRoot, gpu.PCIBusID, log)
+		inv.GPUs = append(inv.GPUs, gpu)
+		inv.handles = append(inv.handles, h)
+	}
+	inv.Topology = readTopology(inv.GPUs, inv.handles, gpuAddrs, log)
+	return inv, nil
+}
+
+func systemString(get func() (string, gonvml.Return), what string, log *slog.Logger) string {
+	s, ret := get()
+	if ret != gonvml.SUCCESS {
+		log.Warn("reading "+what, "reason", ret.Error())
+		return ""
+	}
+	return s
+}
+
+// readGPU reads the GPU at NVML index i. Identity queries are mandatory;
+// name and memory are not, since a GPU can be scheduled without them.
+func readGPU(lib Library, i int, gpuAddrs map[string]bool) (GPU, gonvml.Device, error) {
+	h, ret := lib.DeviceGetHandleByIndex(i)
+	if ret != gonvml.SUCCESS {
+		return GPU{}, nil, fmt.Errorf("getting handle: %w", ret)
+	}
+	pci, ret := h.GetPciInfo()
+	if ret != gonvml.SUCCESS {
+		return GPU{}, nil, fmt.Errorf("reading PCI info: %w", ret)
+	}
+	addr, err := sysfs.PCIAddress(cString(pci.BusId[:]))
+	if err != nil {
+		return GPU{}, nil, fmt.Errorf("reading PCI info: %w", err)
+	}
+	gpuAddrs[addr] = true
+	uuid, ret := h.GetUUID()
+	if ret != gonvml.SUCCESS {
+		return GPU{}, nil, fmt.Errorf("reading UUID of %s: %w", addr, ret)
+	}
+	minor, ret := h.GetMinorNumber()
+	if ret != gonvml.SUCCESS {
+		return GPU{}, nil, fmt.Errorf("reading minor number of %s: %w", uuid, ret)
+	}
+	gpu := GPU{Index: i, UUID: uuid, Minor: minor, PCIBusID: addr, NUMANode: -1}
+	if name, ret := h.GetName(); ret == gonvml.SUCCESS {
+		gpu.Name = name
+	}
+	if mem, ret := h.GetMemoryInfo(); ret == gonvml.SUCCESS {
+		gpu.MemoryBytes = mem.Total
+	}
+	return gpu, h, nil
+}
+
+// numaNode prefers the kernel's numa_node: it is the CPU-side locality the
+// kubelet aligns with, whereas NVML may report the node of the GPU's own
+// memory on coherent systems. A kernel -1 is kept as the answer.
+func numaNode(h gonvml.Device, sysfsRoot, addr string, log *slog.Logger) int {
+	n, err := sysfs.ReadNUMANode(sysfsRoot, addr)
+	if err == nil {
+		return n
+	}
+	msg := "sysfs numa_node unreadable"
+	if errors.Is(err, fs.ErrNotExist) {
+		msg = "sysfs numa_node missing (is the host /sys mounted?)"
+	}
+	n, ret := h.GetNumaNodeId()
+	if ret != gonvml.SUCCESS || n < 0 {
+		log.Warn(msg+"; NUMA node unknown", "device", addr, "reason", err.Error())
+		return -1
+	}
+	log.Warn(msg+"; using NVML's NUMA node", "device", addr, "reason", err.Error(), "numaNode", n)
+	return n
+}
+
+// cString converts a NUL-terminated C char array, as NVML structs hold them.
+func cString(b []int8) string {
+	s := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}

@@ -1,0 +1,8 @@
+// Package nvml discovers NVIDIA GPUs through NVML and turns them into plain
+// values (GPU, Topology) read once at start-up. It is the only package that
+// calls NVML; callers get values and never handles, except the health code
+// in this package, which uses the device handles kept in the Inventory.
+//
+// PCI facts NVML does not own (the NUMA node the kernel assigns) come from
+// the sysfs package.
+package nvml

@@ -1,0 +1,54 @@
+package nvml
+
+// GPU is one discovered NVIDIA GPU, as plain values read once at start-up.
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Minor       int    `json:"minor"`
+	Name        string `json:"name"`
+	MemoryBytes uint64 `json:"memoryBytes"`
+	// PCIBusID is the canonical lower-case sysfs form, "0000:07:00.0".
+	PCIBusID string `json:"pciBusID"`
+	// NUMANode is -1 when the platform does not say (the kubelet never matches -1).
+	NUMANode int `json:"numaNode"`
+}
+
+// LinkLevel is the PCIe relation of two GPUs, nearest first. The values
+// mirror NVML's topology levels so they order the same way.
+type LinkLevel int
+
+const (
+	LinkSameBoard    LinkLevel = 0  // same board (multi-GPU board)
+	LinkSingleSwitch LinkLevel = 10 // one PCIe switch
+	LinkMultiSwitch  LinkLevel = 20 // several PCIe switches, no host bridge
+	LinkHostBridge   LinkLevel = 30 // one host bridge
+	LinkSameNUMA     LinkLevel = 40 // same NUMA node, across host bridges
+	LinkCrossCPU     LinkLevel = 50 // across CPU sockets (SMP interconnect)
+	LinkUnknown      LinkLevel = 99 // NVML could not say
+)
+
+// Link describes how two GPUs are connected.
+type Link struct {
+	// NVLinks is the number of NVLink lanes joining the pair. Through
+	// NVSwitch every GPU on the same switches counts as linked to every
+	// other with the links it has to the switch fabric.
+	NVLinks int `json:"nvlinks"`
+	// PCIe is the nearest common PCIe ancestor.
+	PCIe LinkLevel `json:"pcie"`
+}
+
+// Topology holds the pairwise links of the GPUs, by GPU index in the
+// slice Discover returned (not the NVML index, though they usually agree).
+// Links is square and symmetric; a GPU's link to itself is the zero Link
+// (no NVLinks, LinkSameBoard).
+type Topology struct {
+	Links [][]Link `json:"links"`
+}
+
+// Between returns the link between GPUs i and j (positions in the slice).
+func (t Topology) Between(i, j int) Link {
+	if i < 0 || j < 0 || i >= len(t.Links) || j >= len(t.Links[i]) {
+		return Link{PCIe: LinkUnknown}
+	}
+	return t.Links[i][j]
+}

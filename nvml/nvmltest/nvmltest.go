@@ -1,0 +1,161 @@
+// Package nvmltest builds go-nvml mock servers that nvml.Discover can walk
+// end to end, for tests here and in packages that consume an Inventory.
+//
+// go-nvml's dgxa100 mock leaves most hooks nil (calling one panics) and gives
+// every GPU an empty PCI bus id; NewDGXA100 fills in what discovery needs.
+package nvmltest
+
+import (
+	"fmt"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+)
+
+const (
+	// LinksPerGPU is how many NVLinks each A100 has, all to NVSwitches.
+	LinksPerGPU = 12
+	// Switches is the number of NVSwitches on the board; each GPU has
+	// LinksPerGPU/Switches links to each.
+	Switches = 6
+)
+
+// GPUAddress returns the canonical PCI address of mock GPU i (0..7), the
+// form sysfs uses: "0000:07:00.0" for GPU 0.
+func GPUAddress(i int) string {
+	buses := [8]int{0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd}
+	return fmt.Sprintf("0000:%02x:00.0", buses[i])
+}
+
+// SwitchAddress returns the canonical PCI address of mock NVSwitch s (0..5).
+func SwitchAddress(s int) string {
+	return fmt.Sprintf("0000:%02x:00.0", 0xc4+s)
+}
+
+// PciInfo returns PCI info whose BusId holds addr as NVML writes it: an
+// 8-digit domain, upper case, NUL-padded.
+func PciInfo(addr string) gonvml.PciInfo {
+	var domain, bus, dev, fn uint32
+	if _, err := fmt.Sscanf(addr, "%x:%x:%x.%x", &domain, &bus, &dev, &fn); err != nil {
+		panic(fmt.Sprintf("nvmltest.PciInfo(%q): %v", addr, err))
+	}
+	p := gonvml.PciInfo{Domain: domain, Bus: bus, Device: dev, PciDeviceId: 0x20b010de}
+	id := fmt.Sprintf("%08X:%02X:%02X.%X", domain, bus, dev, fn)
+	for i := 0; i < len(id) && i < len(p.BusId)-1; i++ {
+		p.BusId[i] = int8(id[i])
+	}
+	return p
+}
+
+// Device returns mock GPU i of s, to override its hooks.
+func Device(s *dgxa100.Server, i int) *dgxa100.Device {
+	return s.Devices[i].(*dgxa100.Device)
+}
+
+// NewDGXA100 returns a mock DGX A100: eight GPUs at distinct PCI addresses
+// (GPUAddress), GPUs 0-3 on NUMA node 0 and 4-7 on node 1 as NVML reports
+// it, pairs (0,1), (2,3)... behind a common PCIe switch tree, other GPUs on
+// the same node across host bridges, and LinksPerGPU NVLinks from every GPU
+// spread over Switches NVSwitches, so every pair talks over NVLink.
+func NewDGXA100() *dgxa100.Server {
+	s := dgxa100.New()
+	s.ErrorStringFunc = func(r gonvml.Return) string { return r.Error() }
+	for i := range s.Devices {
+		d := Device(s, i)
+		d.PciBusID = GPUAddress(i)
+		d.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+			return PciInfo(GPUAddress(i)), gonvml.SUCCESS
+		}
+		d.GetNumaNodeIdFunc = func() (int, gonvml.Return) {
+			return i / 4, gonvml.SUCCESS
+		}
+		d.GetTopologyCommonAncestorFunc = func(other gonvml.Device) (gonvml.GpuTopologyLevel, gonvml.Return) {
+			o, ok := other.(*dgxa100.Device)
+			if !ok {
+				return 0, gonvml.ERROR_INVALID_ARGUMENT
+			}
+			switch j := o.Index; {
+			case i == j:
+				return gonvml.TOPOLOGY_INTERNAL, gonvml.SUCCESS
+			case i/2 == j/2:
+				return gonvml.TOPOLOGY_MULTIPLE, gonvml.SUCCESS
+			case i/4 == j/4:
+				return gonvml.TOPOLOGY_NODE, gonvml.SUCCESS
+			default:
+				return gonvml.TOPOLOGY_SYSTEM, gonvml.SUCCESS
+			}
+		}
+		d.GetNvLinkStateFunc = func(link int) (gonvml.EnableState, gonvml.Return) {
+			if link < 0 || link >= LinksPerGPU {
+				return 0, gonvml.ERROR_INVALID_ARGUMENT
+			}
+			return gonvml.FEATURE_ENABLED, gonvml.SUCCESS
+		}
+		d.GetNvLinkRemotePciInfoFunc = func(link int) (gonvml.PciInfo, gonvml.Return) {
+			if link < 0 || link >= LinksPerGPU {
+				return gonvml.PciInfo{}, gonvml.ERROR_INVALID_ARGUMENT
+			}
+			return PciInfo(SwitchAddress(link / (LinksPerGPU / Switches))), gonvml.SUCCESS
+		}
+		d.GetP2PStatusFunc = func(gonvml.Device, gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+			return gonvml.P2P_STATUS_OK, gonvml.SUCCESS
+		}
+		// A cool, unthrottled GPU with the A100's thresholds.
+		d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) {
+			return 40, gonvml.SUCCESS
+		}
+		d.GetTemperatureThresholdFunc = func(t gonvml.TemperatureThresholds) (uint32, gonvml.Return) {
+			switch t {
+			case gonvml.TEMPERATURE_THRESHOLD_SLOWDOWN:
+				return SlowdownC, gonvml.SUCCESS
+			case gonvml.TEMPERATURE_THRESHOLD_SHUTDOWN:
+				return ShutdownC, gonvml.SUCCESS
+			}
+			return 0, gonvml.ERROR_NOT_SUPPORTED
+		}
+		d.GetCurrentClocksEventReasonsFunc = func() (uint64, gonvml.Return) {
+			return 0, gonvml.SUCCESS
+		}
+		d.GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) {
+			return gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError, gonvml.SUCCESS
+		}
+		d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
+			return gonvml.SUCCESS
+		}
+	}
+	s.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (gonvml.EventData, gonvml.Return) { return gonvml.EventData{}, gonvml.ERROR_TIMEOUT },
+			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
+		}, gonvml.SUCCESS
+	}
+	return s
+}
+
+// Thresholds every mock GPU reports.
+const (
+	SlowdownC = 90
+	ShutdownC = 95
+)
+
+// WithEvents makes the event sets of s deliver what the test sends on the
+// returned channel; a wait with nothing sent times out as NVML's does.
+func WithEvents(s *dgxa100.Server) chan<- gonvml.EventData {
+	ch := make(chan gonvml.EventData, 16)
+	s.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(ms uint32) (gonvml.EventData, gonvml.Return) {
+				select {
+				case ev := <-ch:
+					return ev, gonvml.SUCCESS
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+					return gonvml.EventData{}, gonvml.ERROR_TIMEOUT
+				}
+			},
+			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
+		}, gonvml.SUCCESS
+	}
+	return ch
+}
