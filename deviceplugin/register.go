@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,11 +20,23 @@ const (
 	registerTimeout  = 10 * time.Second
 )
 
-// registerLoop registers once per kick, retrying until it succeeds. A
-// kick during the retries restarts them at the shortest pause. Each failed
-// run is logged once, so a node without a kubelet gets one line, not a
-// line every few seconds.
+// serving names what a registration announces: one lifetime of our socket
+// (gen) to one kubelet (epoch). A registration is made once per serving.
+type serving struct {
+	gen   uint64
+	epoch uint64
+}
+
+// registerLoop registers once per serving, retrying until it succeeds. It
+// must not register twice with one kubelet: the kubelet refuses a second
+// registration of a connected resource, and in doing so drops its record
+// of the working connection. Nor may it register while our socket is gone:
+// the kubelet would dial a missing socket and sit out gRPC's reconnect
+// backoff. A kick during the retries restarts them at the shortest pause.
+// Each failed run is logged once, so a node without a kubelet gets one
+// line, not a line every few seconds.
 func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
+	var done serving
 	for {
 		select {
 		case <-ctx.Done():
@@ -32,9 +45,18 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 		}
 		delay := registerRetryMin
 		for attempt := 1; ; attempt++ {
+			s.regMu.Lock()
+			cur := s.served
+			_, err := os.Stat(s.socketPath)
+			s.regMu.Unlock()
+			if cur == done || err != nil {
+				// Announced already; or the kubelet wiped our socket, and
+				// Run will serve again and kick.
+				break
+			}
 			start := time.Now()
-			err := s.register(ctx)
-			if err == nil {
+			if err = s.register(ctx); err == nil {
+				done = cur
 				s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
 				break
 			}

@@ -59,6 +59,12 @@ type Server struct {
 
 	mu   sync.Mutex
 	snap *snapshot
+
+	// regMu makes "which serving is current" and "does its socket exist"
+	// one observation for the register loop; Run holds it while it
+	// creates a socket and names its serving.
+	regMu  sync.Mutex
+	served serving
 }
 
 // New checks the options and returns a Server with no devices yet.
@@ -183,10 +189,19 @@ func (s *Server) Run(ctx context.Context) error {
 	defer check.Stop()
 
 	for {
+		s.regMu.Lock()
 		srv, served, err := s.serve()
+		if err == nil {
+			s.served.gen++
+		}
+		s.regMu.Unlock()
 		if err != nil {
 			return err
 		}
+		// A starting kubelet wipes our socket and then creates its own, so
+		// the next kubelet.sock creation belongs to the restart that made
+		// us serve again: this serving's registration covers it.
+		fresh := true
 		s.log.Info("serving", "socket", s.socketPath)
 		poke(kick)
 		restart := false
@@ -207,7 +222,14 @@ func (s *Server) Run(ctx context.Context) error {
 					s.log.Info("socket removed; serving again", "socket", s.socketPath)
 					restart = true
 				case ev.Name == s.kubelet && ev.Has(fsnotify.Create):
-					s.log.Info("kubelet socket created; registering again", "kubelet", s.kubelet)
+					if !fresh {
+						// A kubelet that left our socket alone: announce it again.
+						s.regMu.Lock()
+						s.served.epoch++
+						s.regMu.Unlock()
+						s.log.Info("kubelet socket created; registering again", "kubelet", s.kubelet)
+					}
+					fresh = false
 					poke(kick)
 				}
 			case err := <-watcher.Errors:

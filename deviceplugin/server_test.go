@@ -378,3 +378,33 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Error("nil backend accepted")
 	}
 }
+
+// A kubelet that restarts without wiping the directory still gets a
+// registration; one that wipes it gets exactly one.
+func TestRegistersOncePerKubeletStart(t *testing.T) {
+	_, dir, _ := startServer(t, recordingBackend{})
+	k := startKubelet(t, dir)
+	k.next(t)
+
+	k.srv.Stop() // unlinks kubelet.sock, leaves our socket alone
+	k = startKubelet(t, dir)
+	k.next(t)
+
+	k.srv.Stop()
+	if err := os.Remove(filepath.Join(dir, "example.com_gpu.sock")); err != nil {
+		t.Fatal(err)
+	}
+	k = startKubelet(t, dir)
+	k.next(t)
+	// Prove the absence of a second registration by a later one: a
+	// deliberate re-serve must be the next request this kubelet sees.
+	if err := os.Remove(filepath.Join(dir, "example.com_gpu.sock")); err != nil {
+		t.Fatal(err)
+	}
+	k.next(t)
+	select {
+	case r := <-k.reqs:
+		t.Fatalf("extra registration %+v", r)
+	default:
+	}
+}

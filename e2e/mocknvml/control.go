@@ -1,0 +1,147 @@
+package mocknvml
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultTimeout bounds how long Inject waits for the library to apply a command.
+const DefaultTimeout = 10 * time.Second
+
+var (
+	// ErrRejected means the library read the command and refused it (a
+	// typo, or a GPU index the profile does not have).
+	ErrRejected = errors.New("mock NVML rejected the command")
+	// ErrNoReply means no library answered in time: no process has it
+	// initialised with MOCK_NVML_CONTROL naming this FIFO.
+	ErrNoReply = errors.New("no reply from mock NVML")
+)
+
+// Control injects faults into a mock library through its control FIFO (the
+// path in the library's MOCK_NVML_CONTROL). Commands, one a line:
+//
+//	xid <index> <code>           XID event, data <code>
+//	ecc <index> [double|single]  ECC event, double-bit unless told
+//	temp <index> <celsius>       current temperature
+//	throttle <index> <hex>       current clocks event reasons
+//	lost <index>                 calls on the GPU fail GPU_IS_LOST; XID 79 event
+//	recover <index>              clears lost, temp and throttle to the profile's
+//	fail, unfail                 every call on any GPU fails UNKNOWN, or stops
+//
+// Inject returns once the library has applied the command: Control prefixes
+// each line with an id ("@7 xid 3 79") and reads the library's answer from
+// a second FIFO, <path>.reply. A command sent while no library reads the
+// FIFO waits there, and is applied at the next nvmlInit even if Inject gave
+// up. Use one Control per FIFO; its methods are safe for concurrent use.
+type Control struct {
+	path string
+
+	mu    sync.Mutex // serialises commands so replies pair with them
+	cmd   *os.File
+	reply *os.File
+	r     *bufio.Reader
+	seq   uint64
+}
+
+// OpenControl opens the control FIFO at path and its reply FIFO, making
+// either when missing. The library need not be running yet.
+func OpenControl(path string) (*Control, error) {
+	for _, p := range []string{path, path + ".reply"} {
+		if err := makeFIFO(p); err != nil {
+			return nil, fmt.Errorf("opening mock NVML control: %w", err)
+		}
+	}
+	// Read-write on both, so neither open waits for the other end and the
+	// FIFOs stay open while the library comes and goes.
+	cmd, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening mock NVML control: %w", err)
+	}
+	reply, err := os.OpenFile(path+".reply", os.O_RDWR, 0)
+	if err != nil {
+		cmd.Close()
+		return nil, fmt.Errorf("opening mock NVML control: %w", err)
+	}
+	return &Control{path: path, cmd: cmd, reply: reply, r: bufio.NewReader(reply)}, nil
+}
+
+func makeFIFO(path string) error {
+	err := syscall.Mkfifo(path, 0o600)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return &fs.PathError{Op: "mkfifo", Path: path, Err: err}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeNamedPipe == 0 {
+		return fmt.Errorf("%s exists and is not a FIFO (remove it, or pick another MOCK_NVML_CONTROL)", path)
+	}
+	return nil
+}
+
+// Path is the control FIFO's path, the value for MOCK_NVML_CONTROL.
+func (c *Control) Path() string { return c.path }
+
+// Inject sends one command and waits up to DefaultTimeout for the library to
+// apply it.
+func (c *Control) Inject(line string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	return c.InjectContext(ctx, line)
+}
+
+// InjectContext sends one command and waits until the library has applied it
+// or ctx ends. The error wraps ErrRejected or ErrNoReply.
+func (c *Control) InjectContext(ctx context.Context, line string) error {
+	line = strings.TrimSpace(line)
+	if line == "" || strings.ContainsAny(line, "\n@") {
+		return fmt.Errorf("injecting %q: %w: a command is one line without @", line, ErrRejected)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	id := fmt.Sprintf("@%d", c.seq)
+	if _, err := c.cmd.WriteString(id + " " + line + "\n"); err != nil {
+		return fmt.Errorf("injecting %q: %w", line, err)
+	}
+
+	deadline, _ := ctx.Deadline() // zero: no deadline
+	if err := c.reply.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("injecting %q: %w", line, err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.reply.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		s, err := c.r.ReadString('\n')
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("injecting %q: %w: is a process between nvmlInit and nvmlShutdown with MOCK_NVML_CONTROL=%s?", line, ErrNoReply, c.path)
+			}
+			return fmt.Errorf("injecting %q: reading reply: %w", line, err)
+		}
+		got, msg, _ := strings.Cut(strings.TrimSuffix(s, "\n"), " ")
+		if got != id {
+			continue // the answer to an earlier command that gave up waiting
+		}
+		if msg == "ok" {
+			return nil
+		}
+		return fmt.Errorf("injecting %q: %w: %s", line, ErrRejected, strings.TrimPrefix(msg, "error: "))
+	}
+}
+
+// Close closes the FIFOs; it leaves them on disk.
+func (c *Control) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return errors.Join(c.cmd.Close(), c.reply.Close())
+}

@@ -1,0 +1,25 @@
+// Package mocknvml builds and drives a mock NVML library for end-to-end
+// tests on machines without a GPU.
+//
+// The library (mocknvml.c, built by Build into libnvidia-ml.so.1) answers the
+// NVML calls the device plugin makes from a profile, a text file naming the
+// GPUs, their PCI addresses, NUMA nodes, NVLinks and PCIe topology (see
+// e2e/profiles/README.md). The plugin loads it through go-nvml's real cgo
+// binding, unchanged, so a test exercises the same code a node does.
+// Faults (XID and ECC events, temperature, throttling, a lost GPU, failing
+// calls) are injected at run time through a control FIFO (Control).
+//
+// The library reads its environment at the first nvmlInit:
+//
+//	MOCK_NVML_PROFILE  path of the profile (required)
+//	MOCK_NVML_CONTROL  path of the control FIFO, created when missing
+//	                   (a regular file is tailed instead)
+//	MOCK_NVML_LOG      path of a log, one line per injected fault
+//
+// A process loads one profile: dlopen cannot swap the library, and the
+// profile is read once per nvmlInit/nvmlShutdown cycle, so tests that need
+// several profiles run each in its own process.
+//
+// This package only builds, describes and drives the mock; it never loads
+// the library itself (it has no cgo).
+package mocknvml
