@@ -93,7 +93,7 @@ func (g *Graph) Preferred(available, mustInclude []string, size int) ([]string, 
 	}
 	chosen := must
 	if len(chosen) == 0 {
-		seed := g.seed(avail)
+		seed := g.seed(avail, size)
 		chosen = append(chosen, seed)
 		delete(free, seed)
 	}
@@ -124,16 +124,29 @@ func (g *Graph) Preferred(available, mustInclude []string, size int) ([]string, 
 	return out, nil
 }
 
-// seed picks a first device on the NUMA node with the most free devices,
-// so a request fills one node before it spills onto the next.
-func (g *Graph) seed(avail []int) int {
+// seed picks a first device on the NUMA node that fits the request most
+// tightly: the fewest free devices that still hold size. Small requests
+// then fill partly used nodes and leave whole nodes for large ones. When no
+// node holds size, it starts on the node with the most free devices.
+func (g *Graph) seed(avail []int, size int) int {
 	perNode := map[int]int{}
 	for _, i := range avail {
 		perNode[g.numa[i]]++
 	}
+	better := func(a, b int) bool {
+		na, nb := perNode[g.numa[a]], perNode[g.numa[b]]
+		switch fa, fb := na >= size, nb >= size; {
+		case fa != fb:
+			return fa
+		case fa:
+			return na < nb
+		default:
+			return na > nb
+		}
+	}
 	best := avail[0]
 	for _, i := range avail[1:] {
-		if perNode[g.numa[i]] > perNode[g.numa[best]] {
+		if better(i, best) {
 			best = i
 		}
 	}

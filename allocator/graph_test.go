@@ -29,6 +29,8 @@ func TestPreferred(t *testing.T) {
 		wantSet   []string
 	}{
 		{name: "fills one island", available: []string{"d0", "d1", "d4", "d5", "d6"}, size: 3, wantSet: []string{"d4", "d5", "d6"}},
+		{name: "small request fills the fuller node", available: []string{"d1", "d2", "d3", "d4", "d5", "d6", "d7"}, size: 1, wantSet: []string{"d1"}},
+		{name: "tightest node that fits", available: []string{"d0", "d1", "d2", "d4", "d5"}, size: 2, wantSet: []string{"d4", "d5"}},
 		{name: "follows must-include", available: []string{"d0", "d1", "d2", "d4", "d5", "d6"}, must: []string{"d1"}, size: 3, wantSet: []string{"d0", "d1", "d2"}},
 		{name: "whole node", available: []string{"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"}, size: 8, wantSet: []string{"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"}},
 		{name: "must-include is the answer", available: []string{"d0", "d7"}, must: []string{"d7", "d0"}, size: 2, wantSet: []string{"d0", "d7"}},
