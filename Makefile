@@ -38,6 +38,22 @@ test: vet unit conformance
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: e2e bench-scenario
+
+# The real binary against the kubelet's own device-plugin code on every
+# mock machine profile (conformance runs it too, with the rest of e2e).
+e2e:
+	cd e2e && $(GO) test -race -count=1 ./wholebinary/
+
+# The whole binary's figures as one JSON report per profile: start-up to
+# registration, Allocate and GetPreferredAllocation p50/p99, XID detection,
+# re-registration after kubelet restarts, peak RSS and CPU after idling.
+SCENARIO_IDLE ?= 30s
+bench: bench-scenario
+bench-scenario:
+	cd e2e && $(GO) run ./cmd/scenario -profile dgx-h100 -idle $(SCENARIO_IDLE)
+	cd e2e && $(GO) run ./cmd/scenario -profile hgx-16 -idle $(SCENARIO_IDLE)
+
 demo:
 	cd e2e && $(GO) run ./cmd/demo
 

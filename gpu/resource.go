@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
@@ -32,10 +33,28 @@ const (
 // since nvidia-uvm and nvidia-modeset are loaded on demand.
 var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 
+// Device-list strategies: how Allocate tells the runtime which GPUs to
+// give the container. Several may be combined.
+const (
+	// StrategyEnvvar: NVIDIA_VISIBLE_DEVICES and the device nodes.
+	StrategyEnvvar = "envvar"
+	// StrategyCDICRI: fully qualified CDI names in the CRI field.
+	StrategyCDICRI = "cdi-cri"
+	// StrategyCDIAnnotations: the cdi.k8s.io annotation, for runtimes
+	// that predate the CRI field.
+	StrategyCDIAnnotations = "cdi-annotations"
+)
+
+// AnnotationOwner names this plugin in CDI annotation keys.
+const AnnotationOwner = "gpu-device-plugin"
+
 // Options shape allocation answers.
 type Options struct {
-	// IDStrategy is IDStrategyUUID (default) or IDStrategyIndex.
+	// IDStrategy is IDStrategyUUID (default) or IDStrategyIndex. It names
+	// GPUs in NVIDIA_VISIBLE_DEVICES and in CDI device names alike.
 	IDStrategy string
+	// Strategies lists the device-list strategies; empty means envvar.
+	Strategies []string
 	// DevRoot is the host's /dev as both this process and the container
 	// runtime see it.
 	DevRoot string
@@ -44,6 +63,7 @@ type Options struct {
 type gpuEntry struct {
 	gpu     nvml.GPU
 	visible string
+	cdiName string
 	node    *pluginapi.DeviceSpec
 }
 
@@ -54,6 +74,8 @@ type Resource struct {
 	byUUID  map[string]int
 	control []*pluginapi.DeviceSpec
 	graph   *allocator.Graph
+
+	envvar, cdiCRI, cdiAnnotations bool
 }
 
 // New builds the resource. topo must describe gpus in the same order.
@@ -69,6 +91,21 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 		o.DevRoot = "/dev"
 	}
 	r := &Resource{byUUID: make(map[string]int, len(gpus))}
+	if len(o.Strategies) == 0 {
+		o.Strategies = []string{StrategyEnvvar}
+	}
+	for _, st := range o.Strategies {
+		switch st {
+		case StrategyEnvvar:
+			r.envvar = true
+		case StrategyCDICRI:
+			r.cdiCRI = true
+		case StrategyCDIAnnotations:
+			r.cdiAnnotations = true
+		default:
+			return nil, fmt.Errorf("device-list strategy %q: want %s, %s or %s", st, StrategyEnvvar, StrategyCDICRI, StrategyCDIAnnotations)
+		}
+	}
 	ids := make([]string, len(gpus))
 	numa := make([]int, len(gpus))
 	for i, g := range gpus {
@@ -80,7 +117,7 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 			visible = strconv.Itoa(g.Index)
 		}
 		name := "nvidia" + strconv.Itoa(g.Minor)
-		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, node: devSpec(o.DevRoot, name)})
+		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, visible), node: devSpec(o.DevRoot, name)})
 		r.byUUID[g.UUID] = i
 		ids[i], numa[i] = g.UUID, g.NUMANode
 	}
@@ -134,17 +171,37 @@ func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse,
 		sel = append(sel, &r.gpus[i])
 	}
 	slices.SortFunc(sel, func(a, b *gpuEntry) int { return cmp.Compare(a.gpu.Index, b.gpu.Index) })
-	visible := make([]string, len(sel))
-	nodes := make([]*pluginapi.DeviceSpec, 0, len(sel)+len(r.control))
-	for k, e := range sel {
-		visible[k] = e.visible
-		nodes = append(nodes, e.node)
+	resp := &pluginapi.ContainerAllocateResponse{}
+	if r.envvar {
+		visible := make([]string, len(sel))
+		resp.Devices = make([]*pluginapi.DeviceSpec, 0, len(sel)+len(r.control))
+		for k, e := range sel {
+			visible[k] = e.visible
+			resp.Devices = append(resp.Devices, e.node)
+		}
+		resp.Devices = append(resp.Devices, r.control...)
+		resp.Envs = map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")}
 	}
-	nodes = append(nodes, r.control...)
-	return &pluginapi.ContainerAllocateResponse{
-		Envs:    map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")},
-		Devices: nodes,
-	}, nil
+	if r.cdiCRI || r.cdiAnnotations {
+		names := make([]string, len(sel))
+		for k, e := range sel {
+			names[k] = e.cdiName
+		}
+		if r.cdiCRI {
+			resp.CdiDevices = make([]*pluginapi.CDIDevice, len(names))
+			for k, n := range names {
+				resp.CdiDevices[k] = &pluginapi.CDIDevice{Name: n}
+			}
+		}
+		if r.cdiAnnotations {
+			ann, err := cdi.Annotations(AnnotationOwner, cdi.GPUKind, names)
+			if err != nil {
+				return nil, fmt.Errorf("building CDI annotations: %w", err)
+			}
+			resp.Annotations = ann
+		}
+	}
+	return resp, nil
 }
 
 // Preferred picks size GPUs from available, with mustInclude among them.

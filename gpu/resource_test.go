@@ -156,3 +156,57 @@ func TestLinkWeightOrders(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceListStrategies(t *testing.T) {
+	gpus, topo := eightGPUs()
+	root := devRoot(t, "nvidiactl")
+	ids := []string{"GPU-00000003", "GPU-00000001"}
+	tests := []struct {
+		name        string
+		strategies  []string
+		idStrategy  string
+		env         bool
+		cdi         []string
+		annotations bool
+	}{
+		{name: "envvar only", strategies: []string{StrategyEnvvar}, env: true},
+		{name: "cdi-cri only", strategies: []string{StrategyCDICRI}, cdi: []string{"nvidia.com/gpu=GPU-00000001", "nvidia.com/gpu=GPU-00000003"}},
+		{name: "cdi-cri by index", strategies: []string{StrategyCDICRI}, idStrategy: IDStrategyIndex, cdi: []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}},
+		{name: "annotations only", strategies: []string{StrategyCDIAnnotations}, annotations: true},
+		{name: "all three", strategies: []string{StrategyEnvvar, StrategyCDICRI, StrategyCDIAnnotations}, env: true,
+			cdi: []string{"nvidia.com/gpu=GPU-00000001", "nvidia.com/gpu=GPU-00000003"}, annotations: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := New(gpus, topo, Options{Strategies: tt.strategies, IDStrategy: tt.idStrategy, DevRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := r.Allocate(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, has := resp.Envs[VisibleDevicesEnv]; has != tt.env || (len(resp.Devices) > 0) != tt.env {
+				t.Errorf("env %v and %d device nodes, want env and nodes: %v", resp.Envs, len(resp.Devices), tt.env)
+			}
+			var names []string
+			for _, d := range resp.CdiDevices {
+				names = append(names, d.Name)
+			}
+			if !slices.Equal(names, tt.cdi) {
+				t.Errorf("CDI devices = %v, want %v", names, tt.cdi)
+			}
+			if tt.annotations {
+				v := resp.Annotations["cdi.k8s.io/gpu-device-plugin_nvidia.com_gpu"]
+				if v != "nvidia.com/gpu=GPU-00000001,nvidia.com/gpu=GPU-00000003" {
+					t.Errorf("annotations = %v", resp.Annotations)
+				}
+			} else if len(resp.Annotations) != 0 {
+				t.Errorf("unexpected annotations %v", resp.Annotations)
+			}
+		})
+	}
+	if _, err := New(gpus, topo, Options{Strategies: []string{"volume-mounts"}}); err == nil {
+		t.Error("unknown strategy accepted")
+	}
+}

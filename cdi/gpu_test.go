@@ -1,0 +1,307 @@
+package cdi
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code generates")
+
+// golden compares got with testdata/<name>.golden, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(p, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cdi/ -update to create it)", err)
+	}
+	if bytes.Equal(got, want) {
+		return
+	}
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			t.Fatalf("%s differs at line %d:\n got  %q\n want %q\n(run go test ./cdi/ -update if the change is intended)", p, i+1, gl, wl)
+		}
+	}
+}
+
+// dgxA100 discovers the eight GPUs of nvmltest's mock DGX A100, with
+// fixed UUIDs so generated specs are stable.
+func dgxA100(t *testing.T) []nvml.GPU {
+	t.Helper()
+	s := nvmltest.NewDGXA100()
+	for i := range s.Devices {
+		nvmltest.Device(s, i).UUID = fmt.Sprintf("GPU-%d1b2c3d4-5e6f-7a8b-9c0d-e1f2a3b4c5d%d", i, i)
+	}
+	inv, err := nvml.Discover(s, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.GPUs) != 8 {
+		t.Fatalf("discovered %d GPUs, want 8", len(inv.GPUs))
+	}
+	return inv.GPUs
+}
+
+// dgxHost is the fake host of testdata/driver-root with the mock DGX A100.
+type dgxHost struct {
+	root   string
+	chars  bool // device nodes are real character devices, not FIFOs
+	gpus   []nvml.GPU
+	driver Driver
+}
+
+func newDGXHost(t *testing.T) dgxHost {
+	t.Helper()
+	root, chars := fakeTree(t, readManifest(t))
+	d, err := findDriver(root, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dgxHost{root: root, chars: chars, gpus: dgxA100(t), driver: d}
+}
+
+func (h dgxHost) devRoot() string { return filepath.Join(h.root, "dev") }
+
+func TestGPUSpecGolden(t *testing.T) {
+	h := newDGXHost(t)
+	// Discovery order must not matter: the spec lists GPUs by index.
+	gpus := slices.Clone(h.gpus)
+	slices.Reverse(gpus)
+	s, err := GPUSpec(gpus, h.driver, h.devRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := Writer{Dir: t.TempDir()}.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "gpu-dgx-a100", bytes.ReplaceAll(b, []byte(h.root), []byte("$ROOT")))
+}
+
+func TestGPUSpecDevices(t *testing.T) {
+	h := newDGXHost(t)
+	tests := []struct {
+		name      string
+		gpus      []nvml.GPU
+		driver    Driver
+		devRoot   string
+		wantErr   string
+		wantNames []string
+		wantNodes []string // common device nodes
+		mounts    int
+	}{
+		{
+			name:      "one GPU by UUID and by index, control nodes that exist, driver mounts",
+			gpus:      []nvml.GPU{{Index: 3, UUID: "GPU-abc", Minor: 5}},
+			driver:    h.driver,
+			devRoot:   h.devRoot(),
+			wantNames: []string{"GPU-abc", "3"},
+			wantNodes: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
+			mounts:    len(h.driver.Mounts()),
+		},
+		{
+			name:      "no driver: device nodes only",
+			gpus:      []nvml.GPU{{Index: 0, UUID: "GPU-abc", Minor: 0}},
+			devRoot:   filepath.Join(t.TempDir(), "empty-dev"),
+			wantNames: []string{"GPU-abc", "0"},
+		},
+		{
+			name:    "no GPUs is no spec",
+			driver:  h.driver,
+			devRoot: h.devRoot(),
+			wantErr: "no devices",
+		},
+		{
+			name:    "a UUID seen twice is refused",
+			gpus:    []nvml.GPU{{Index: 0, UUID: "GPU-abc"}, {Index: 1, UUID: "GPU-abc", Minor: 1}},
+			wantErr: `device "GPU-abc" appears twice`,
+		},
+		{
+			name:    "a UUID CDI cannot name is refused",
+			gpus:    []nvml.GPU{{Index: 0, UUID: "GPU abc"}},
+			wantErr: `invalid character ' ' in device name "GPU abc"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := GPUSpec(tt.gpus, tt.driver, tt.devRoot)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Kind != GPUKind || s.Version != "0.5.0" {
+				t.Errorf("kind %q version %q, want %q 0.5.0 (the oldest that allows names starting with a digit)", s.Kind, s.Version, GPUKind)
+			}
+			var names []string
+			for _, d := range s.Devices {
+				names = append(names, d.Name)
+				n := d.ContainerEdits.DeviceNodes
+				want := "/dev/nvidia" + strconv.Itoa(tt.gpus[0].Minor)
+				if len(n) != 1 || n[0].Path != want || n[0].HostPath != filepath.Join(tt.devRoot, filepath.Base(want)) || n[0].Permissions != "rw" {
+					t.Errorf("device %s nodes %+v, want %s", d.Name, n[0], want)
+				}
+			}
+			if !slices.Equal(names, tt.wantNames) {
+				t.Errorf("devices %v, want %v", names, tt.wantNames)
+			}
+			var nodes []string
+			for _, n := range s.ContainerEdits.DeviceNodes {
+				nodes = append(nodes, n.Path)
+			}
+			if !slices.Equal(nodes, tt.wantNodes) || len(s.ContainerEdits.Mounts) != tt.mounts {
+				t.Errorf("common nodes %v and %d mounts, want %v and %d", nodes, len(s.ContainerEdits.Mounts), tt.wantNodes, tt.mounts)
+			}
+		})
+	}
+}
+
+// TestGPUSpecThroughCDICache writes the spec, loads the directory with the
+// CDI library's own cache, as a runtime does, and injects devices into an
+// empty OCI spec.
+func TestGPUSpecThroughCDICache(t *testing.T) {
+	h := newDGXHost(t)
+	s, err := GPUSpec(h.gpus, h.driver, h.devRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := (Writer{Dir: dir}).Write(s); err != nil {
+		t.Fatal(err)
+	}
+	// Another vendor's spec in the same directory changes nothing.
+	other := "cdiVersion: 0.5.0\nkind: example.com/fpga\ndevices:\n- name: fpga0\n  containerEdits:\n    env: [FPGA=0]\n"
+	if err := os.WriteFile(filepath.Join(dir, "example.com-fpga.yaml"), []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("CDI cache: %v", err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI cache errors: %v", errs)
+	}
+	want := []string{"example.com/fpga=fpga0"}
+	for _, g := range h.gpus {
+		want = append(want, QualifiedName(GPUKind, g.UUID), QualifiedName(GPUKind, strconv.Itoa(g.Index)))
+	}
+	slices.Sort(want)
+	if got := cache.ListDevices(); !slices.Equal(got, want) {
+		t.Fatalf("CDI cache devices:\n got  %v\n want %v", got, want)
+	}
+
+	majors := map[string][2]int64{"nvidiactl": {195, 255}, "nvidia-uvm": {508, 0}, "nvidia-uvm-tools": {508, 1}}
+	for _, g := range h.gpus {
+		majors["nvidia"+strconv.Itoa(g.Minor)] = [2]int64{195, int64(g.Minor)}
+	}
+	// check injects names and verifies the OCI spec holds exactly the
+	// given GPUs' nodes, the control nodes and the driver's mounts.
+	check := func(t *testing.T, names []string, gpus ...nvml.GPU) {
+		t.Helper()
+		spec := &oci.Spec{}
+		if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
+			t.Fatalf("injecting %v: %v (unresolved %v)", names, err, unresolved)
+		}
+		wantNodes := []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl"}
+		for _, g := range gpus {
+			wantNodes = append(wantNodes, "/dev/nvidia"+strconv.Itoa(g.Minor))
+		}
+		slices.Sort(wantNodes)
+		var gotNodes []string
+		for _, d := range spec.Linux.Devices {
+			gotNodes = append(gotNodes, d.Path)
+			mm := majors[filepath.Base(d.Path)]
+			switch {
+			case h.chars && (d.Type != "c" || d.Major != mm[0] || d.Minor != mm[1]):
+				t.Errorf("%s is %s %d:%d, want c %d:%d", d.Path, d.Type, d.Major, d.Minor, mm[0], mm[1])
+			case !h.chars && d.Type != "p":
+				t.Errorf("%s is type %q, want the test's FIFO", d.Path, d.Type)
+			}
+		}
+		slices.Sort(gotNodes)
+		if !slices.Equal(gotNodes, wantNodes) {
+			t.Errorf("device nodes %v, want %v", gotNodes, wantNodes)
+		}
+		if h.chars {
+			allowed := 0
+			for _, r := range spec.Linux.Resources.Devices {
+				if r.Allow && r.Type == "c" && r.Access == "rw" {
+					allowed++
+				}
+			}
+			if allowed != len(wantNodes) {
+				t.Errorf("%d device cgroup rules allow rw, want %d: %+v", allowed, len(wantNodes), spec.Linux.Resources.Devices)
+			}
+		}
+
+		wantMounts := map[string]string{}
+		for _, m := range h.driver.Mounts() {
+			wantMounts[m.ContainerPath] = m.HostPath
+		}
+		if len(spec.Mounts) != len(wantMounts) {
+			t.Errorf("%d mounts, want %d", len(spec.Mounts), len(wantMounts))
+		}
+		for _, m := range spec.Mounts {
+			if wantMounts[m.Destination] != m.Source || !slices.Equal(m.Options, ReadOnlyBind()) {
+				t.Errorf("mount %s <- %s %v, want <- %s read-only", m.Destination, m.Source, m.Options, wantMounts[m.Destination])
+			}
+			if _, err := os.Stat(m.Source); err != nil || !strings.HasPrefix(m.Source, h.root+"/") {
+				t.Errorf("mount source %s is not in the driver root: %v", m.Source, err)
+			}
+		}
+		if spec.Process != nil && len(spec.Process.Env) > 0 {
+			t.Errorf("env %v, want none", spec.Process.Env)
+		}
+	}
+	for _, g := range h.gpus {
+		for _, name := range []string{g.UUID, strconv.Itoa(g.Index)} {
+			t.Run(name, func(t *testing.T) { check(t, []string{QualifiedName(GPUKind, name)}, g) })
+		}
+	}
+	t.Run("two GPUs share one set of control nodes and mounts", func(t *testing.T) {
+		check(t, []string{QualifiedName(GPUKind, h.gpus[2].UUID), QualifiedName(GPUKind, "5")}, h.gpus[2], h.gpus[5])
+	})
+	t.Run("unknown GPU is unresolved", func(t *testing.T) {
+		unresolved, err := cache.InjectDevices(&oci.Spec{}, QualifiedName(GPUKind, "8"))
+		if err == nil || !slices.Equal(unresolved, []string{"nvidia.com/gpu=8"}) {
+			t.Fatalf("unresolved %v, error %v", unresolved, err)
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package cdi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Defaults of Writer.
+const (
+	// DefaultDir is the directory for specs generated at run time; runtimes
+	// read it after /etc/cdi, and it is emptied on reboot.
+	DefaultDir = "/var/run/cdi"
+	// DefaultOwner prefixes the names of the spec files this plugin writes.
+	DefaultOwner = "gpu-device-plugin"
+)
+
+// Writer writes spec files into Dir, one file per kind, named
+// <Owner>_<vendor>-<class>.json (gpu-device-plugin_nvidia.com-gpu.json).
+// It only ever removes files whose names start with Owner and "_", so other
+// vendors' specs in the same directory are safe.
+//
+// A Writer's methods must not run concurrently on the same Dir and Owner:
+// RemoveStale would remove another Write's temporary file. One goroutine
+// owning the spec files is enough.
+type Writer struct {
+	// Dir is the spec directory; empty means DefaultDir.
+	Dir string
+	// Owner is the file name prefix: letters, digits, '.' and '-', starting
+	// with a letter or digit; empty means DefaultOwner.
+	Owner string
+}
+
+func (w Writer) dir() string {
+	if w.Dir == "" {
+		return DefaultDir
+	}
+	return w.Dir
+}
+
+func (w Writer) owner() (string, error) {
+	o := w.Owner
+	if o == "" {
+		return DefaultOwner, nil
+	}
+	for i, c := range o {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '-' || c == '.')
+		if !ok {
+			return "", fmt.Errorf("CDI spec owner %q: use letters, digits, '.' and '-', starting with a letter or digit (example: %q)", o, DefaultOwner)
+		}
+	}
+	return o, nil
+}
+
+// Path returns the file a spec of kind is written to.
+func (w Writer) Path(kind string) (string, error) {
+	owner, err := w.owner()
+	if err != nil {
+		return "", err
+	}
+	// The library's own per-kind name: vendor "-" class.
+	name, err := cdiapi.GenerateNameForSpec(&specs.Spec{Kind: kind})
+	if err != nil {
+		return "", fmt.Errorf("CDI spec file name: %w", err)
+	}
+	return filepath.Join(w.dir(), owner+"_"+name+".json"), nil
+}
+
+// Write validates spec and replaces its kind's file atomically: a reader
+// sees the old file or the new one, never part of one. A spec that fails
+// validation is never written and the error says why. It is checked twice:
+// with Validate before any file is created, then by the CDI library's own
+// loader (cdi.ReadSpec, what a runtime's cache runs) on the encoded bytes in
+// a temporary file, which becomes the spec file only if the loader accepts
+// it. The temporary file's name ends in neither .json nor .yaml, so caches
+// watching Dir ignore it. A file already holding the same bytes is left as
+// it is, so runtimes watching Dir see no change. It returns the file's path.
+func (w Writer) Write(spec *specs.Spec) (string, error) {
+	if err := Validate(spec); err != nil {
+		return "", err
+	}
+	final, err := w.Path(spec.Kind)
+	if err != nil {
+		return "", err
+	}
+	data, err := Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	if old, err := os.ReadFile(final); err == nil && bytes.Equal(old, data) {
+		return final, nil
+	}
+	dir := filepath.Dir(final)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating CDI spec directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(final)+".tmp")
+	if err != nil {
+		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
+	}
+	defer func() {
+		if tmp != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	// CreateTemp makes the file 0600; runtimes may read it as another user.
+	if err := tmp.Chmod(0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
+		return "", fmt.Errorf("CDI spec %s refused by the CDI library: %w", spec.Kind, err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
+	}
+	tmp = nil
+	// The rename is durable only once the directory is synced.
+	if err := syncDir(dir); err != nil {
+		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
+	}
+	return final, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// RemoveStale removes this owner's spec files that are not in keep (paths
+// as Write returned them, or bare file names), and temporary files a
+// crashed Write left behind. Other files in Dir are never touched. A
+// missing Dir is not an error.
+func (w Writer) RemoveStale(keep []string) error {
+	kept := make([]string, len(keep))
+	for i, k := range keep {
+		kept[i] = filepath.Base(k)
+	}
+	return w.remove(func(name string) bool { return !slices.Contains(kept, name) })
+}
+
+// RemoveAll removes every spec file of this owner, for a clean shutdown:
+// runtimes then stop resolving devices that are no longer served.
+func (w Writer) RemoveAll() error {
+	return w.remove(func(string) bool { return true })
+}
+
+func (w Writer) remove(stale func(name string) bool) error {
+	owner, err := w.owner()
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(w.dir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing CDI specs: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !w.owns(owner, name) || !stale(name) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(w.dir(), name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing CDI spec: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// owns reports whether name is one of owner's spec files or a temporary
+// file of one.
+func (w Writer) owns(owner, name string) bool {
+	prefix := owner + "_"
+	switch {
+	case strings.HasPrefix(name, prefix):
+		ext := filepath.Ext(name)
+		return ext == ".json" || ext == ".yaml"
+	case strings.HasPrefix(name, "."+prefix):
+		return strings.Contains(name, ".json.tmp")
+	}
+	return false
+}

@@ -1,0 +1,397 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
+)
+
+// stopTimeout is how long Stop waits after SIGTERM before SIGKILL.
+const stopTimeout = 10 * time.Second
+
+// PluginOptions says how to run the plugin binary.
+type PluginOptions struct {
+	Binary  string // from BuildPlugin
+	Library string // from BuildMock
+	Profile string // path of a machine profile, see ProfilePath
+	// PluginDir is the kubelet's device-plugin directory.
+	PluginDir string
+	// HealthPollInterval is --health-poll-interval; zero keeps the
+	// plugin's default.
+	HealthPollInterval time.Duration
+	// Args are more flags for serve, after the harness's own (a flag
+	// given twice takes the later value).
+	Args []string
+	// Log, when set, also gets the plugin's stderr as it is written.
+	Log io.Writer
+}
+
+// Plugin is a running gpu-device-plugin process on a mock machine. Its
+// sysfs and /dev roots and the mock's control FIFO live in a private
+// temporary directory that Stop removes.
+type Plugin struct {
+	// Profile is the machine the mock NVML library pretends to be.
+	Profile *mocknvml.Profile
+	// Started is just before the process was started.
+	Started time.Time
+	// WorkDir holds SysfsRoot, DevRoot and the control FIFO.
+	WorkDir, SysfsRoot, DevRoot string
+
+	cmd  *exec.Cmd
+	ctl  *mocknvml.Control
+	log  *syncBuffer
+	done chan struct{} // closed when the process has exited
+	err  error         // Wait's error, set before done is closed
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartPlugin starts `gpu-device-plugin serve` on the profile: sysfs
+// numa_node files and /dev nodes written from it, the mock library loaded
+// through --nvml-library, JSON logs on stderr. It returns once the process
+// is started, not once it serves; wait on a Kubelet for that.
+func StartPlugin(o PluginOptions) (p *Plugin, err error) {
+	for name, v := range map[string]string{"Binary": o.Binary, "Library": o.Library, "Profile": o.Profile, "PluginDir": o.PluginDir} {
+		if v == "" {
+			return nil, fmt.Errorf("starting plugin: PluginOptions.%s is empty", name)
+		}
+	}
+	prof, err := mocknvml.LoadProfile(o.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	work, err := ShortTempDir("gdpp")
+	if err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(work)
+		}
+	}()
+	p = &Plugin{
+		Profile:   prof,
+		WorkDir:   work,
+		SysfsRoot: filepath.Join(work, "sys"),
+		DevRoot:   filepath.Join(work, "dev"),
+		log:       &syncBuffer{},
+		done:      make(chan struct{}),
+	}
+	if err := prof.WriteSysfs(p.SysfsRoot); err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	if err := prof.WriteDev(p.DevRoot); err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	control := filepath.Join(work, "control")
+	if p.ctl, err = mocknvml.OpenControl(control); err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			p.ctl.Close()
+		}
+	}()
+
+	args := []string{"serve",
+		"--device-plugin-dir", o.PluginDir,
+		"--nvml-library", o.Library,
+		"--sysfs-root", p.SysfsRoot,
+		"--dev-root", p.DevRoot,
+		"--log-format", "json",
+	}
+	if o.HealthPollInterval > 0 {
+		args = append(args, "--health-poll-interval", o.HealthPollInterval.String())
+	}
+	args = append(args, o.Args...)
+	cmd := exec.Command(o.Binary, args...)
+	cmd.Env = append(pluginEnv(os.Environ()),
+		"MOCK_NVML_PROFILE="+o.Profile,
+		"MOCK_NVML_CONTROL="+control,
+		"MOCK_NVML_LOG="+filepath.Join(work, "mock.log"),
+	)
+	var out io.Writer = p.log
+	if o.Log != nil {
+		out = io.MultiWriter(p.log, o.Log)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// The plugin dies with the test, even one that panics or is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd = cmd
+	p.Started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pluginEnv is the parent's environment without settings that would
+// change the plugin or the mock behind the harness's back.
+func pluginEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GPU_DEVICE_PLUGIN_") || strings.HasPrefix(kv, "MOCK_NVML_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// Pid is the plugin's process id.
+func (p *Plugin) Pid() int { return p.cmd.Process.Pid }
+
+// Exited is closed when the process has exited.
+func (p *Plugin) Exited() <-chan struct{} { return p.done }
+
+// Inject sends a fault to the mock library ("xid 3 79", "temp 2 95"; see
+// mocknvml.Control) and returns once the library has applied it.
+func (p *Plugin) Inject(command string) error { return p.ctl.Inject(command) }
+
+// Log returns what the plugin wrote to stderr and stdout so far.
+func (p *Plugin) Log() string { return p.log.String() }
+
+// Stop sends SIGTERM, waits for the process to exit (SIGKILL after
+// stopTimeout), and removes the work directory. It returns an error if the
+// plugin had to be killed or exited non-zero. Calling it again returns the
+// first answer.
+func (p *Plugin) Stop() error {
+	p.stopOnce.Do(func() {
+		var errs []error
+		select {
+		case <-p.done:
+			errs = append(errs, fmt.Errorf("plugin exited before Stop: %v", p.err))
+		default:
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				errs = append(errs, fmt.Errorf("stopping plugin: %w", err))
+			}
+			select {
+			case <-p.done:
+				if p.err != nil {
+					errs = append(errs, fmt.Errorf("plugin exited after SIGTERM: %w", p.err))
+				}
+			case <-time.After(stopTimeout):
+				p.cmd.Process.Kill()
+				<-p.done
+				errs = append(errs, fmt.Errorf("plugin still running %v after SIGTERM; killed", stopTimeout))
+			}
+		}
+		errs = append(errs, p.ctl.Close(), os.RemoveAll(p.WorkDir))
+		p.stopErr = errors.Join(errs...)
+	})
+	return p.stopErr
+}
+
+// Usage is what a process cost.
+type Usage struct {
+	// PeakRSS is the high-water mark of resident memory (VmHWM), in bytes.
+	PeakRSS int64
+	// User and System are the CPU time spent in user and kernel mode.
+	User, System time.Duration
+}
+
+// CPU is the total CPU time.
+func (u Usage) CPU() time.Duration { return u.User + u.System }
+
+// Usage reads the running plugin's peak RSS and CPU time from
+// /proc/<pid>/status and /proc/<pid>/stat; after it has exited, from the
+// kernel's rusage of the reaped process.
+func (p *Plugin) Usage() (Usage, error) {
+	select {
+	case <-p.done:
+		st := p.cmd.ProcessState
+		ru, ok := st.SysUsage().(*syscall.Rusage)
+		if !ok {
+			return Usage{}, errors.New("plugin usage: no rusage")
+		}
+		return Usage{PeakRSS: ru.Maxrss << 10, User: st.UserTime(), System: st.SystemTime()}, nil
+	default:
+	}
+	u, err := ProcUsage(p.Pid())
+	if err != nil {
+		return Usage{}, fmt.Errorf("plugin usage: %w", err)
+	}
+	return u, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; 100 on every
+// Linux architecture Go supports (sysconf would need cgo).
+const clockTicks = 100
+
+// ProcUsage reads a live process's VmHWM and utime+stime from /proc.
+func ProcUsage(pid int) (Usage, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return Usage{}, err
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return Usage{}, err
+	}
+	var u Usage
+	if u.PeakRSS, err = parseVmHWM(status); err != nil {
+		return Usage{}, err
+	}
+	if u.User, u.System, err = parseStatTimes(stat); err != nil {
+		return Usage{}, err
+	}
+	return u, nil
+}
+
+// parseVmHWM finds "VmHWM:   1234 kB" in /proc/<pid>/status.
+func parseVmHWM(status []byte) (int64, error) {
+	for line := range strings.SplitSeq(string(status), "\n") {
+		v, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("status: VmHWM line %q is not <n> kB", line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("status: VmHWM line %q: %w", line, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("status: no VmHWM line")
+}
+
+// parseStatTimes reads utime and stime, fields 14 and 15 of
+// /proc/<pid>/stat. The command name, field 2, is in parentheses and may
+// hold blanks and parentheses itself, so fields are counted after the last ')'.
+func parseStatTimes(stat []byte) (user, system time.Duration, err error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, 0, errors.New("stat: no command name")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// f[0] is field 3 (state), so field n is f[n-3].
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(f))
+	}
+	ticks := make([]int64, 2)
+	for k, field := range f[11:13] {
+		if ticks[k], err = strconv.ParseInt(field, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("stat: utime/stime %q: %w", field, err)
+		}
+	}
+	tick := time.Second / clockTicks
+	return time.Duration(ticks[0]) * tick, time.Duration(ticks[1]) * tick, nil
+}
+
+// LogEntry is one JSON line of the plugin's log: "msg", "level" and the
+// structured keys ("device", "reason", ...).
+type LogEntry map[string]any
+
+// String returns the entry's value for key as text, "" when absent.
+func (e LogEntry) String(key string) string {
+	v, ok := e[key]
+	if !ok {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+// LogEntries parses the plugin's JSON log so far; lines that are not JSON
+// (a panic, the CLI's own error line) are skipped.
+func (p *Plugin) LogEntries() []LogEntry {
+	entries, _ := p.log.entries()
+	return entries
+}
+
+// WaitLog waits until the log has an entry that satisfies match and
+// returns the first such entry.
+func (p *Plugin) WaitLog(ctx context.Context, what string, match func(LogEntry) bool) (LogEntry, error) {
+	for {
+		entries, changed := p.log.entries()
+		for _, e := range entries {
+			if match(e) {
+				return e, nil
+			}
+		}
+		select {
+		case <-changed:
+		case <-p.done:
+			// The last write happened before Wait returned; look once more.
+			for _, e := range p.LogEntries() {
+				if match(e) {
+					return e, nil
+				}
+			}
+			return nil, fmt.Errorf("plugin log: no %s; the plugin exited: %v", what, p.err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("plugin log: no %s: %w", what, context.Cause(ctx))
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and many readers, that
+// tells readers when it grows.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// entries parses the complete JSON lines so far, and returns a channel
+// closed at the next write.
+func (b *syncBuffer) entries() ([]LogEntry, <-chan struct{}) {
+	b.mu.Lock()
+	text := b.buf.String()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	changed := b.changed
+	b.mu.Unlock()
+	var out []LogEntry
+	for line := range strings.Lines(text) {
+		if !strings.HasSuffix(line, "\n") {
+			break // a partial line; the rest comes with the next write
+		}
+		var e LogEntry
+		if json.Unmarshal([]byte(line), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, changed
+}

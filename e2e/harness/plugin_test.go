@@ -1,0 +1,109 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseVmHWM(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  string
+		want    int64
+		wantErr bool
+	}{
+		{name: "kB to bytes", status: "Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   1234 kB\nVmRSS:\t 5 kB\n", want: 1234 << 10},
+		{name: "missing line", status: "Name:\tx\n", wantErr: true},
+		{name: "unit other than kB", status: "VmHWM:\t 12 MB\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseVmHWM([]byte(tt.status))
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("parseVmHWM = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseStatTimes(t *testing.T) {
+	tests := []struct {
+		name      string
+		stat      string
+		user, sys time.Duration
+		wantErr   bool
+	}{
+		{
+			name: "plain name",
+			stat: "42 (gpu-device-plu) S 1 42 42 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 9 0 1000 1 1",
+			user: 2500 * time.Millisecond, sys: 310 * time.Millisecond,
+		},
+		{
+			name: "name with blanks and parentheses",
+			stat: "42 (a) b (c) R 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 9 0 1000 1 1",
+			user: 70 * time.Millisecond, sys: 30 * time.Millisecond,
+		},
+		{name: "truncated", stat: "42 (x) S 1 2 3", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			user, sys, err := parseStatTimes([]byte(tt.stat))
+			if (err != nil) != tt.wantErr || user != tt.user || sys != tt.sys {
+				t.Errorf("parseStatTimes = %v, %v, %v; want %v, %v, error %v", user, sys, err, tt.user, tt.sys, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestProcUsageOfSelf reads this test process, which has certainly used
+// memory.
+func TestProcUsageOfSelf(t *testing.T) {
+	u, err := ProcUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSS < 1<<20 {
+		t.Errorf("peak RSS %d bytes, want at least 1 MiB", u.PeakRSS)
+	}
+}
+
+// TestShortTempDir: a TMPDIR too long for socket paths is passed over for /tmp.
+func TestShortTempDir(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("long-", 20))
+	if err := os.Mkdir(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	dir, err := ShortTempDir("gdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if len(dir)+1+len(SocketName) >= maxSocketPath {
+		t.Errorf("%s leaves no room for %s", dir, SocketName)
+	}
+}
+
+// TestLogEntries: complete JSON lines are entries; a partial last line and
+// lines that are not JSON are not.
+func TestLogEntries(t *testing.T) {
+	var b syncBuffer
+	_, changed := b.entries()
+	b.Write([]byte("{\"msg\":\"a\",\"device\":\"GPU-1\",\"n\":3}\ngpu-device-plugin: not json\n{\"msg\":\"b\""))
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a write did not signal the reader")
+	}
+	got, _ := b.entries()
+	if len(got) != 1 || got[0].String("device") != "GPU-1" || got[0].String("n") != "3" || got[0].String("absent") != "" {
+		t.Fatalf("entries = %v, want only the first line", got)
+	}
+	b.Write([]byte("}\n"))
+	if got, _ := b.entries(); len(got) != 2 || got[1].String("msg") != "b" {
+		t.Fatalf("entries after the line completed = %v", got)
+	}
+}
