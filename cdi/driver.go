@@ -356,3 +356,26 @@ func compareVersions(a, b string) int {
 	}
 	return cmp.Compare(len(as), len(bs))
 }
+
+// Rebase returns the driver as the host sees it when this process reaches
+// the driver root at another path (a container with the host's driver
+// root mounted at /driver-root, say): every host path under d.Root moves
+// under hostRoot. Container paths do not change.
+func (d Driver) Rebase(hostRoot string) Driver {
+	if hostRoot == "" || filepath.Clean(hostRoot) == filepath.Clean(d.Root) {
+		return d
+	}
+	move := func(ms []Mount) []Mount {
+		out := make([]Mount, len(ms))
+		for i, m := range ms {
+			if rel, err := filepath.Rel(d.Root, m.HostPath); err == nil && !strings.HasPrefix(rel, "..") {
+				m.HostPath = filepath.Join(hostRoot, rel)
+			}
+			out[i] = m
+		}
+		return out
+	}
+	d.Libraries, d.Binaries, d.Firmware = move(d.Libraries), move(d.Binaries), move(d.Firmware)
+	d.Root = hostRoot
+	return d
+}

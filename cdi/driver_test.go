@@ -205,3 +205,19 @@ func TestCompareVersions(t *testing.T) {
 		t.Errorf("got %v, want %v", got, sorted)
 	}
 }
+
+func TestRebase(t *testing.T) {
+	d := Driver{Root: "/driver-root", Libraries: []Mount{{HostPath: "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}},
+		Binaries: []Mount{{HostPath: "/driver-root/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}}}
+	got := d.Rebase("/")
+	if got.Libraries[0].HostPath != "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" || got.Binaries[0].HostPath != "/usr/bin/nvidia-smi" ||
+		got.Binaries[0].ContainerPath != "/usr/bin/nvidia-smi" || got.Root != "/" {
+		t.Fatalf("rebased = %+v", got)
+	}
+	if d.Libraries[0].HostPath != "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" {
+		t.Error("Rebase changed its receiver")
+	}
+	if r := d.Rebase("/run/nvidia/driver"); r.Binaries[0].HostPath != "/run/nvidia/driver/usr/bin/nvidia-smi" {
+		t.Fatalf("rebased = %+v", r)
+	}
+}

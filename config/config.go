@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,15 @@ type Config struct {
 	ThermalMarginC      int      `json:"thermalMarginC"`
 	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`
 	MetricsAddress      string   `json:"metricsAddress"`
+
+	DeviceListStrategy []string `json:"deviceListStrategy"`
+	CDISpecDir         string   `json:"cdiSpecDir"`
+	HostDriverRoot     string   `json:"hostDriverRoot"`
+	ProcRoot           string   `json:"procRoot"`
+	NICRescanInterval  Duration `json:"nicRescanInterval"`
+
+	// NICResources are the NIC pools, file-only (no flag): see nics.go.
+	NICResources []NICResource `json:"nicResources,omitempty"`
 }
 
 // HealthPolicy is the health part of the configuration.
@@ -101,6 +111,11 @@ func Settings() []Setting {
 		{Key: "thermalMarginC", Flag: "thermal-margin", Default: strconv.Itoa(d.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again"},
 		{Key: "healthRecoveryPolls", Flag: "health-recovery-polls", Default: strconv.Itoa(d.HealthRecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition"},
 		{Key: "metricsAddress", Flag: "metrics-address", Default: d.MetricsAddress, Usage: "host:port to serve Prometheus metrics on; empty turns them off"},
+		{Key: "deviceListStrategy", Flag: "device-list-strategy", Default: strings.Join(d.DeviceListStrategy, ","), Usage: "comma-separated: envvar, cdi-cri, cdi-annotations"},
+		{Key: "cdiSpecDir", Flag: "cdi-spec-dir", Default: d.CDISpecDir, Usage: "where CDI specs are written when a cdi-* strategy is on"},
+		{Key: "hostDriverRoot", Flag: "host-driver-root", Default: d.HostDriverRoot, Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same"},
+		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
+		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
 	}
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
@@ -132,7 +147,20 @@ func Default() Config {
 		XIDRecoveryPeriod:   Duration{p.XIDRecovery},
 		ThermalMarginC:      p.ThermalMarginC,
 		HealthRecoveryPolls: p.RecoveryPolls,
+
+		DeviceListStrategy: []string{"envvar"},
+		CDISpecDir:         "/var/run/cdi",
+		ProcRoot:           "/proc",
+		NICRescanInterval:  Duration{10 * time.Second},
 	}
+}
+
+// deviceListStrategies are the values deviceListStrategy takes.
+func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
+
+// UsesCDI says whether any strategy needs CDI specs on disk.
+func (c Config) UsesCDI() bool {
+	return slices.Contains(c.DeviceListStrategy, "cdi-cri") || slices.Contains(c.DeviceListStrategy, "cdi-annotations")
 }
 
 func formatList(xs []uint64) string {
@@ -170,6 +198,9 @@ func Load(path string) (Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return c, nil
 	}
+	if err := checkNICResources(path, data); err != nil {
+		return c, err
+	}
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return c, fmt.Errorf("config: %s: %s", path, fieldError(err))
 	}
@@ -191,6 +222,7 @@ func keys() []string {
 	for _, s := range Settings() {
 		out = append(out, s.Key)
 	}
+	out = append(out, "nicResources")
 	return out
 }
 
@@ -252,6 +284,25 @@ func (c *Config) Set(key, value string) error {
 		}
 	case "metricsAddress":
 		c.MetricsAddress = value
+	case "deviceListStrategy":
+		c.DeviceListStrategy = nil
+		for _, f := range strings.Split(value, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				c.DeviceListStrategy = append(c.DeviceListStrategy, f)
+			}
+		}
+	case "cdiSpecDir":
+		c.CDISpecDir = value
+	case "hostDriverRoot":
+		c.HostDriverRoot = value
+	case "procRoot":
+		c.ProcRoot = value
+	case "nicRescanInterval":
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not a duration (example: \"10s\")", key, value)
+		}
+		c.NICRescanInterval = Duration{d}
 	default:
 		return fmt.Errorf("config: unknown key %q", key)
 	}
@@ -306,5 +357,22 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s: %q is not host:port (example: \":9400\")", field("metricsAddress"), c.MetricsAddress))
 		}
 	}
+	if len(c.DeviceListStrategy) == 0 {
+		errs = append(errs, fmt.Errorf("config: %s: empty; use one or more of %s", field("deviceListStrategy"), strings.Join(deviceListStrategies(), ", ")))
+	}
+	for i, st := range c.DeviceListStrategy {
+		if !slices.Contains(deviceListStrategies(), st) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not allowed; use one or more of %s", field("deviceListStrategy"), i, st, strings.Join(deviceListStrategies(), ", ")))
+		}
+	}
+	absolute("cdiSpecDir", c.CDISpecDir)
+	if c.HostDriverRoot != "" {
+		absolute("hostDriverRoot", c.HostDriverRoot)
+	}
+	absolute("procRoot", c.ProcRoot)
+	if c.NICRescanInterval.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
+	}
+	errs = append(errs, validateNICResources(c.NICResources)...)
 	return errors.Join(errs...)
 }

@@ -56,6 +56,8 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "bad xid list", body: "xidIgnore: [13, x]\n", want: []string{"xidIgnore"}},
 		{name: "negative margin", body: "thermalMarginC: -1\n", want: []string{"thermalMarginC", "--thermal-margin"}},
 		{name: "bad metrics address", body: "metricsAddress: 9400\n", want: []string{"metricsAddress", ":9400"}},
+		{name: "bad strategy", body: "deviceListStrategy: [envvar, cdi]\n", want: []string{"deviceListStrategy", "--device-list-strategy", "cdi-cri"}},
+		{name: "no strategy", body: "deviceListStrategy: []\n", want: []string{"deviceListStrategy", "empty"}},
 		{name: "not yaml", body: "deviceIDStrategy: [\n", want: []string{"config.yaml"}},
 	}
 	for _, tt := range tests {
@@ -125,5 +127,21 @@ func TestHealthSettings(t *testing.T) {
 	}
 	if err := c.Set("xidFatal", "79,abc"); err == nil || !strings.Contains(err.Error(), "xidFatal") {
 		t.Fatalf("bad list: %v", err)
+	}
+}
+
+func TestDeviceListStrategy(t *testing.T) {
+	c := Default()
+	if c.UsesCDI() {
+		t.Error("default uses CDI")
+	}
+	if err := c.Set("deviceListStrategy", "envvar, cdi-cri"); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.DeviceListStrategy, []string{"envvar", "cdi-cri"}) || !c.UsesCDI() {
+		t.Fatalf("strategies = %v", c.DeviceListStrategy)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -31,15 +31,23 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	specs, err := newSpecStore(cfg, log)
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Specs go last, once nothing can publish one any more.
+	defer func() {
+		cancel()
+		wg.Wait()
+		specs.close()
+	}()
 	var metrics *health.Metrics
 	if cfg.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		var err error
 		if metrics, err = health.NewMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
@@ -59,16 +67,20 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 			srv.Close()
 		})
 	}
-	wg.Go(func() {
-		if err := serveGPUs(ctx, cfg, open, metrics, log); err != nil {
+	fail := func(err error) {
+		if err != nil {
 			select {
 			case errc <- err:
 			default:
 			}
 			cancel()
 		}
-	})
-	wg.Wait()
+	}
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, log)) })
+	if len(cfg.NICResources) > 0 {
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, log)) })
+	}
+	<-ctx.Done()
 	select {
 	case err := <-errc:
 		return err
@@ -77,7 +89,7 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	}
 }
 
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, log *slog.Logger) error {
 	lib, err := waitForNVML(ctx, cfg, open, log)
 	if err != nil || lib == nil {
 		return err
@@ -91,9 +103,16 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode)
 	}
-	res, err := gpu.New(inv.GPUs, inv.Topology, gpu.Options{IDStrategy: cfg.DeviceIDStrategy, DevRoot: cfg.DevRoot})
+	res, err := gpu.New(inv.GPUs, inv.Topology, gpu.Options{IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot})
 	if err != nil {
 		return fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
+	}
+	if specs != nil {
+		spec, err := GPUSpec(cfg, inv.GPUs, log)
+		if err != nil {
+			return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
+		}
+		specs.publish(gpu.ResourceName, spec)
 	}
 	srv, err := deviceplugin.New(deviceplugin.Options{
 		ResourceName: gpu.ResourceName,

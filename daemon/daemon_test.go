@@ -34,7 +34,7 @@ func startKubelet(t *testing.T, dir string) *kubelet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kubelet{reqs: make(chan *pluginapi.RegisterRequest, 4)}
+	k := &kubelet{reqs: make(chan *pluginapi.RegisterRequest, 16)}
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, k)
 	go srv.Serve(ln)

@@ -4,13 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
 // listedGPU is one row of `list`.
@@ -20,10 +25,48 @@ type listedGPU struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// listedNIC is one NIC row of `list`: every NIC found, pooled or not.
+type listedNIC struct {
+	sysfs.NIC
+	Pool   string `json:"pool,omitempty"`
+	Health string `json:"health,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
 type listing struct {
 	DriverVersion string      `json:"driverVersion,omitempty"`
 	NVMLVersion   string      `json:"nvmlVersion,omitempty"`
 	GPUs          []listedGPU `json:"gpus"`
+	NICs          []listedNIC `json:"nics"`
+}
+
+// listNICs scans the NICs once and judges them as serve would.
+func listNICs(cfg config.Config, log *slog.Logger) ([]listedNIC, error) {
+	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
+	if err != nil {
+		return nil, fmt.Errorf("scanning NICs: %w", err)
+	}
+	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	type member struct{ pool, health, reason string }
+	members := map[string]member{}
+	for _, u := range pools.Rescan(scan) {
+		for _, d := range u.Devices {
+			m := member{pool: u.Pool.Resource(), health: "Healthy"}
+			if !d.Healthy {
+				m.health, m.reason = "Unhealthy", d.Reason
+			}
+			members[d.ID] = m
+		}
+	}
+	out := make([]listedNIC, 0, len(scan))
+	for _, n := range scan {
+		m := members[n.Address]
+		out = append(out, listedNIC{NIC: n, Pool: m.pool, Health: m.health, Reason: m.reason})
+	}
+	return out, nil
 }
 
 func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
@@ -65,12 +108,24 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		}
 		out.GPUs = append(out.GPUs, listedGPU{GPU: g, Health: state, Reason: reason})
 	}
+	// NICs are the second half of the listing: a sysfs without PCI
+	// devices (a container without /sys mounted) must not hide the GPUs.
+	if out.NICs, err = listNICs(cfg, log); err != nil {
+		log.Warn("NICs not listed", "err", err)
+	}
 	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
 	return writeTable(stdout, out)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // discard takes health transitions nobody serves.
@@ -94,6 +149,26 @@ func writeTable(w io.Writer, l listing) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(l.NICs) > 0 {
+		fmt.Fprintln(tw, "\nNIC\tVENDOR:DEVICE\tDRIVER\tNETDEVS\tRDMA\tNUMA\tPOOL\tHEALTH")
+		for _, n := range l.NICs {
+			numa, pool, health := "-", "-", "-"
+			if n.NUMANode >= 0 {
+				numa = fmt.Sprint(n.NUMANode)
+			}
+			if n.Pool != "" {
+				pool, health = n.Pool, n.Health
+				if n.Reason != "" {
+					health += " (" + n.Reason + ")"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Address, n.Vendor, n.Device, orDash(n.Driver),
+				orDash(strings.Join(n.Netdevs, ",")), orDash(strings.Join(n.RDMADevices, ",")), numa, pool, health)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	if l.DriverVersion != "" {
 		_, err := fmt.Fprintf(w, "driver %s, NVML %s\n", l.DriverVersion, l.NVMLVersion)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
 )
 
 func mockOpen(path string) (nvml.Library, error) { return nvmltest.NewDGXA100(), nil }
@@ -145,5 +146,56 @@ func TestVersion(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestCDIGenerate(t *testing.T) {
+	out, _, err := run(t, mockOpen, "cdi", "generate", "-o", "-", "--sysfs-root", t.TempDir(), "--driver-root", t.TempDir(), "--dev-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Kind    string `json:"kind"`
+		Devices []struct {
+			Name string `json:"name"`
+		} `json:"devices"`
+	}
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&spec); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if spec.Kind != "nvidia.com/gpu" || len(spec.Devices) != 16 {
+		t.Errorf("spec kind %q with %d devices, want nvidia.com/gpu with 16 (by UUID and index)", spec.Kind, len(spec.Devices))
+	}
+
+	dir := t.TempDir()
+	out, _, err = run(t, mockOpen, "cdi", "generate", "-o", dir, "--sysfs-root", t.TempDir(), "--driver-root", t.TempDir(), "--dev-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpu-device-plugin_nvidia.com-gpu.json")); err != nil {
+		t.Fatalf("%v; output: %s", err, out)
+	}
+}
+
+func TestListShowsNICs(t *testing.T) {
+	root := sysfstest.Load(t, "dgx-h100")
+	out, _, err := run(t, mockOpen, "list", "-o", "json", "--config", "../../config/testdata/example-nics.yaml",
+		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	pooled := map[string]int{}
+	for _, n := range l.NICs {
+		pooled[n.Pool]++
+		if n.Pool != "" && n.Health != "Healthy" {
+			t.Errorf("NIC %s in %s is %s (%s)", n.Address, n.Pool, n.Health, n.Reason)
+		}
+	}
+	if pooled["example.com/rdma_numa0"] != 4 || pooled["example.com/rdma_numa1"] != 4 || pooled[""] == 0 {
+		t.Errorf("NICs per pool = %v; want 4 and 4 and the management NIC unpooled", pooled)
 	}
 }

@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
+)
+
+// GPUs and NIC pools from one process, with CDI specs written while it
+// serves and removed when it stops.
+func TestServesNICPoolsAndCDISpecs(t *testing.T) {
+	root := sysfstest.Load(t, "dgx-h100")
+	example, err := config.Load("../config/testdata/example-nics.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.SysfsRoot, cfg.ProcRoot, cfg.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "proc"), filepath.Join(root, "dev")
+	cfg.NICResources = example.NICResources
+	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
+	cfg.CDISpecDir = t.TempDir()
+	stale := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_example.com-old.json")
+	other := filepath.Join(cfg.CDISpecDir, "other-vendor.yaml")
+	for _, p := range []string{stale, other} {
+		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := startKubelet(t, cfg.DevicePluginDir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, func(string) (nvml.Library, error) { return nvmltest.NewDGXA100(), nil }, nil)
+	}()
+
+	registered := map[string]string{}
+	for len(registered) < 3 {
+		select {
+		case r := <-k.reqs:
+			registered[r.ResourceName] = r.Endpoint
+		case <-time.After(10 * time.Second):
+			t.Fatalf("registered only %v", registered)
+		}
+	}
+	for _, want := range []string{"nvidia.com/gpu", "example.com/rdma_numa0", "example.com/rdma_numa1"} {
+		if _, ok := registered[want]; !ok {
+			t.Fatalf("%s not registered: %v", want, registered)
+		}
+	}
+
+	conn, err := grpc.NewClient("passthrough:///"+filepath.Join(cfg.DevicePluginDir, registered["example.com/rdma_numa0"]),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pluginapi.NewDevicePluginClient(conn)
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Devices) != 4 {
+		t.Fatalf("rdma_numa0 lists %d NICs, want 4", len(list.Devices))
+	}
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{list.Devices[0].ID}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cd := resp.ContainerResponses[0].CdiDevices; len(cd) != 1 || cd[0].Name != "example.com/rdma_numa0="+list.Devices[0].ID {
+		t.Errorf("CDI devices = %v", cd)
+	}
+
+	specFiles := func() []string {
+		entries, _ := os.ReadDir(cfg.CDISpecDir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	want := []string{"gpu-device-plugin_example.com-rdma_numa0.json", "gpu-device-plugin_example.com-rdma_numa1.json", "gpu-device-plugin_nvidia.com-gpu.json", "other-vendor.yaml"}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(specFiles(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("CDI dir holds %v, want %v", specFiles(), want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the file system: nothing to wait on
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := specFiles(); !slices.Equal(got, []string{"other-vendor.yaml"}) {
+		t.Errorf("after shutdown the CDI dir holds %v", got)
+	}
+}

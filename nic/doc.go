@@ -1,0 +1,9 @@
+// Package nic serves pools of PCI NICs (RDMA, GPUDirect, DPDK) as
+// extended resources: it sorts discovered NICs into the pools the config
+// file defines, keeps each pool's device list and health across rescans,
+// and answers allocation for a deviceplugin.Server.
+//
+// It never reads hardware itself: every fact comes from a sysfs.NIC scan
+// handed in by the caller, and the only thing it checks on disk is which
+// shared device nodes exist under the /dev root.
+package nic

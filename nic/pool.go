@@ -1,0 +1,394 @@
+package nic
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
+)
+
+var (
+	_ deviceplugin.Backend            = (*Pool)(nil)
+	_ deviceplugin.PreferredAllocator = (*Pool)(nil)
+)
+
+// ErrUnknownNIC marks an allocation naming a NIC that is not in the pool.
+var ErrUnknownNIC = errors.New("unknown NIC")
+
+// Options shape the pools' allocation answers.
+type Options struct {
+	// DevRoot is the host's /dev as both this process and the container
+	// runtime see it; default "/dev".
+	DevRoot string
+	// Strategies are the device-list strategies (envvar, cdi-cri,
+	// cdi-annotations); empty means envvar.
+	Strategies []string
+	Log        *slog.Logger
+}
+
+// Pools are every configured NIC pool. They decide which pool owns each
+// NIC: the first, in config order, that selects it when it first appears.
+// Ownership then sticks for the life of the process, so a NIC whose netdev
+// a pod moved away (and which a netdevs, linkTypes or rdma selector no
+// longer matches) stays in its pool, and a NIC never moves to another
+// pool while a pod may hold it.
+type Pools struct {
+	log *slog.Logger
+
+	// mu serialises Rescan; the pools' own state is read lock-free.
+	mu    sync.Mutex
+	pools []*Pool
+	owner map[string]*Pool
+}
+
+// Pool is one NIC resource. It is the deviceplugin.Backend (and
+// PreferredAllocator) for that resource's server.
+type Pool struct {
+	resource string
+	env      string
+	sel      config.NICSelectors
+	devRoot  string
+
+	// How Allocate names devices: device nodes (envvar) and CDI names.
+	nodes, cdiCRI, cdiAnnotations bool
+
+	state atomic.Pointer[poolState]
+}
+
+// poolState is an immutable view of a pool after one rescan.
+type poolState struct {
+	members []string             // PCI addresses, sorted
+	nics    map[string]sysfs.NIC // latest facts; a removed NIC keeps its last
+	devices []deviceplugin.Device
+	graph   *allocator.Graph
+}
+
+// Update is one pool's device list after a rescan.
+type Update struct {
+	Pool    *Pool
+	Devices []deviceplugin.Device
+	// Changed is false when Devices equal the previous list, so the
+	// caller can skip waking the kubelet's ListAndWatch streams.
+	Changed bool
+}
+
+// NewPools builds empty pools, one per configured resource, in config
+// order. The resources must have passed config validation; NewPools only
+// refuses what would collide at run time.
+func NewPools(res []config.NICResource, o Options) (*Pools, error) {
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	ps := &Pools{log: o.Log, owner: map[string]*Pool{}}
+	envs := map[string]string{}
+	for i, r := range res {
+		if r.Name == "" || r.Selectors.IsEmpty() {
+			return nil, fmt.Errorf("nicResources[%d]: a pool needs a name and at least one selector", i)
+		}
+		env := EnvName(r.Name)
+		if prev, dup := envs[env]; dup {
+			return nil, fmt.Errorf("nicResources[%d]: %s and %s both give the environment variable %s; rename one", i, prev, r.Name, env)
+		}
+		envs[env] = r.Name
+		p := &Pool{resource: r.Name, env: env, sel: r.Selectors, devRoot: o.DevRoot}
+		if len(o.Strategies) == 0 {
+			p.nodes = true
+		}
+		for _, st := range o.Strategies {
+			switch st {
+			case "envvar":
+				p.nodes = true
+			case "cdi-cri":
+				p.cdiCRI = true
+			case "cdi-annotations":
+				p.cdiAnnotations = true
+			default:
+				return nil, fmt.Errorf("device-list strategy %q: want envvar, cdi-cri or cdi-annotations", st)
+			}
+		}
+		p.state.Store(&poolState{nics: map[string]sysfs.NIC{}, graph: allocator.NewGraph(nil, nil, nil)})
+		ps.pools = append(ps.pools, p)
+	}
+	return ps, nil
+}
+
+// All returns the pools in config order.
+func (ps *Pools) All() []*Pool { return slices.Clone(ps.pools) }
+
+// Rescan folds a fresh scan into every pool: NICs seen for the first time
+// join the first pool that selects them, every member's health is judged
+// again, and a member missing from the scan stays listed as unhealthy
+// (the kubelet keeps its allocation; it comes back healthy if the NIC
+// returns at the same address). It returns one Update per pool, in config
+// order. Call it at start and then at an interval; it is safe to call from
+// any goroutine.
+func (ps *Pools) Rescan(scan []sysfs.NIC) []Update {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	byAddr := make(map[string]sysfs.NIC, len(scan))
+	for _, n := range scan {
+		byAddr[n.Address] = n
+		if _, owned := ps.owner[n.Address]; owned {
+			continue
+		}
+		for _, p := range ps.pools {
+			if Selects(p.sel, n) {
+				ps.owner[n.Address] = p
+				ps.log.Info("NIC joined pool", "resource", p.resource, "device", n.Address,
+					"vendor", n.Vendor, "product", n.Device, "driver", n.Driver, "numa", n.NUMANode, "netdevs", n.Netdevs)
+				break
+			}
+		}
+	}
+	updates := make([]Update, len(ps.pools))
+	for i, p := range ps.pools {
+		var members []string
+		for addr, owner := range ps.owner {
+			if owner == p {
+				members = append(members, addr)
+			}
+		}
+		slices.Sort(members)
+		updates[i] = p.update(members, byAddr, ps.log)
+	}
+	return updates
+}
+
+// update installs the pool's next state and logs every health change.
+func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.Logger) Update {
+	prev := p.state.Load()
+	next := &poolState{
+		members: members,
+		nics:    make(map[string]sysfs.NIC, len(members)),
+		devices: make([]deviceplugin.Device, len(members)),
+	}
+	ids := make([]string, len(members))
+	numa := make([]int, len(members))
+	for k, addr := range members {
+		n, present := byAddr[addr]
+		if !present {
+			n = prev.nics[addr]
+		}
+		next.nics[addr] = n
+		h := p.check(n, present)
+		node := n.NUMANode
+		if node < 0 {
+			node = deviceplugin.NoNUMANode
+		}
+		next.devices[k] = deviceplugin.Device{ID: addr, NUMANode: node, Healthy: h.Healthy, Reason: h.Reason}
+		ids[k], numa[k] = addr, n.NUMANode
+
+		before, known := prev.device(addr)
+		if known && (before.Healthy != h.Healthy || before.Reason != h.Reason) {
+			log.Warn("NIC health changed", "resource", p.resource, "device", addr,
+				"from", healthWord(before.Healthy), "to", healthWord(h.Healthy), "reason", h.Reason)
+		} else if !known && !h.Healthy {
+			log.Warn("NIC joined unhealthy", "resource", p.resource, "device", addr, "reason", h.Reason)
+		}
+	}
+	next.graph = allocator.NewGraph(ids, numa, func(i, j int) int {
+		if numa[i] >= 0 && numa[i] == numa[j] {
+			return 1
+		}
+		return 0
+	})
+	p.state.Store(next)
+	return Update{Pool: p, Devices: slices.Clone(next.devices), Changed: !slices.Equal(prev.devices, next.devices)}
+}
+
+// check is Check plus what only the pool knows: its selectors and the
+// default-route rule.
+func (p *Pool) check(n sysfs.NIC, present bool) Health {
+	if h := Check(n, present); !h.Healthy || !present {
+		return h
+	}
+	if why := mismatch(p.sel, n, true); why != "" {
+		return Health{Reason: "no longer matches the pool's selectors: " + why}
+	}
+	if n.DefaultRoute && !namesAddress(p.sel, n.Address) {
+		// It took over the default route after it joined.
+		return Health{Reason: "carries the node's default route"}
+	}
+	return Health{Healthy: true}
+}
+
+func healthWord(ok bool) string {
+	if ok {
+		return "healthy"
+	}
+	return "unhealthy"
+}
+
+func (s *poolState) device(id string) (deviceplugin.Device, bool) {
+	i, ok := slices.BinarySearch(s.members, id)
+	if !ok {
+		return deviceplugin.Device{}, false
+	}
+	return s.devices[i], true
+}
+
+// Resource is the pool's extended-resource name.
+func (p *Pool) Resource() string { return p.resource }
+
+// EnvName is the environment variable Allocate sets.
+func (p *Pool) EnvName() string { return p.env }
+
+// Devices returns the pool's current device list: one per NIC, the PCI
+// address as ID, sorted.
+func (p *Pool) Devices() []deviceplugin.Device {
+	return slices.Clone(p.state.Load().devices)
+}
+
+// NICs returns the latest facts of the pool's NICs, sorted by address.
+func (p *Pool) NICs() []sysfs.NIC {
+	st := p.state.Load()
+	out := make([]sysfs.NIC, len(st.members))
+	for i, a := range st.members {
+		out[i] = st.nics[a]
+	}
+	return out
+}
+
+// Allocate answers for one container: the PCI addresses, sorted, in
+// EnvName(); each RDMA NIC's /dev/infiniband/uverbsN and, once,
+// rdma_cm when the host has it; for NICs bound to vfio-pci, /dev/vfio/vfio
+// and each one's IOMMU group node.
+func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	st := p.state.Load()
+	addrs := slices.Clone(ids)
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	perNIC, shared, err := p.deviceNodes(st, addrs)
+	if err != nil {
+		return nil, err
+	}
+	// The address list is useful to the workload whatever the strategy.
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{p.env: strings.Join(addrs, ",")}}
+	if p.nodes {
+		seen := map[string]bool{}
+		for _, n := range append(slices.Concat(perNIC...), shared...) {
+			if !seen[n.Path] {
+				seen[n.Path] = true
+				resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: n.Permissions})
+			}
+		}
+	}
+	// A NIC without device nodes has nothing for a runtime to inject, so
+	// it has no CDI device either (see CDISpec).
+	var names []string
+	for i, a := range addrs {
+		if len(perNIC[i]) > 0 {
+			names = append(names, cdi.QualifiedName(p.resource, a))
+		}
+	}
+	if len(names) > 0 {
+		if p.cdiCRI {
+			for _, n := range names {
+				resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: n})
+			}
+		}
+		if p.cdiAnnotations {
+			ann, err := cdi.Annotations(cdi.DefaultOwner, strings.ReplaceAll(p.resource, "/", "_"), names)
+			if err != nil {
+				return nil, fmt.Errorf("building CDI annotations for %s: %w", p.resource, err)
+			}
+			resp.Annotations = ann
+		}
+	}
+	return resp, nil
+}
+
+// deviceNodes lists the character devices each NIC needs, and the ones
+// every NIC of a kind shares (rdma_cm, the vfio container).
+func (p *Pool) deviceNodes(st *poolState, addrs []string) (perNIC [][]cdi.DeviceNode, shared []cdi.DeviceNode, err error) {
+	node := func(containerPath, hostPath string) cdi.DeviceNode {
+		return cdi.DeviceNode{Path: containerPath, HostPath: hostPath, Permissions: "rw"}
+	}
+	rdma, vfio := false, false
+	for _, a := range addrs {
+		n, ok := st.nics[a]
+		if !ok {
+			return nil, nil, fmt.Errorf("%w %q in %s", ErrUnknownNIC, a, p.resource)
+		}
+		var own []cdi.DeviceNode
+		for _, uv := range n.RDMADevices {
+			rdma = true
+			own = append(own, node("/dev/infiniband/"+uv, filepath.Join(p.devRoot, "infiniband", uv)))
+		}
+		if n.Driver == sysfs.DriverVFIO {
+			if n.IOMMUGroup == "" {
+				return nil, nil, fmt.Errorf("NIC %s is bound to vfio-pci but has no IOMMU group", a)
+			}
+			vfio = true
+			group := n.IOMMUGroup
+			if !exists(filepath.Join(p.devRoot, "vfio", group)) && exists(filepath.Join(p.devRoot, "vfio", "noiommu-"+group)) {
+				// vfio's no-IOMMU mode names the group node differently.
+				group = "noiommu-" + group
+			}
+			own = append(own, node("/dev/vfio/"+group, filepath.Join(p.devRoot, "vfio", group)))
+		}
+		perNIC = append(perNIC, own)
+	}
+	if rdma && exists(filepath.Join(p.devRoot, "infiniband", "rdma_cm")) {
+		shared = append(shared, node("/dev/infiniband/rdma_cm", filepath.Join(p.devRoot, "infiniband", "rdma_cm")))
+	}
+	if vfio {
+		shared = append(shared, node("/dev/vfio/vfio", filepath.Join(p.devRoot, "vfio", "vfio")))
+	}
+	return perNIC, shared, nil
+}
+
+// CDISpec describes the pool's present NICs for container runtimes: one
+// CDI device per NIC that has device nodes (RDMA or vfio), named by PCI
+// address. It returns nil when no NIC has any.
+func (p *Pool) CDISpec() (*specs.Spec, error) {
+	st := p.state.Load()
+	var addrs []string
+	for _, a := range st.members {
+		if _, ok := st.nics[a]; ok {
+			addrs = append(addrs, a)
+		}
+	}
+	perNIC, shared, err := p.deviceNodes(st, addrs)
+	if err != nil {
+		return nil, err
+	}
+	var devs []cdi.Device
+	for i, a := range addrs {
+		if len(perNIC[i]) > 0 {
+			devs = append(devs, cdi.Device{Name: a, Edits: cdi.Edits{Nodes: perNIC[i]}})
+		}
+	}
+	if len(devs) == 0 {
+		return nil, nil
+	}
+	return cdi.Spec(p.resource, devs, cdi.Edits{Nodes: shared})
+}
+
+// Preferred picks size NICs from available with mustInclude among them,
+// packing them onto one NUMA node when one has room.
+func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	return p.state.Load().graph.Preferred(available, mustInclude, size)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
