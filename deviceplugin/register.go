@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +26,25 @@ const (
 type serving struct {
 	gen   uint64
 	epoch uint64
+}
+
+// fileID tells a re-created file from the one it replaced: a new inode, or
+// the same inode number reused at another time.
+type fileID struct {
+	ino   uint64
+	ctime int64
+}
+
+func statID(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("stat %s: no inode", path)
+	}
+	return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}, nil
 }
 
 // registerLoop registers once per serving, retrying until it succeeds. It
@@ -57,6 +77,11 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 			start := time.Now()
 			if err = s.register(ctx); err == nil {
 				done = cur
+				// The socket that answered: a kubelet.sock created before
+				// this point is the kubelet that has us already.
+				s.regMu.Lock()
+				s.registeredWith, _ = statID(s.kubelet)
+				s.regMu.Unlock()
 				s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
 				break
 			}

@@ -65,6 +65,10 @@ type Server struct {
 	// creates a socket and names its serving.
 	regMu  sync.Mutex
 	served serving
+	// servedWith is the kubelet socket present when the current serving
+	// began (zero if none); registeredWith the one that answered the last
+	// registration.
+	servedWith, registeredWith fileID
 }
 
 // New checks the options and returns a Server with no devices yet.
@@ -193,15 +197,12 @@ func (s *Server) Run(ctx context.Context) error {
 		srv, served, err := s.serve()
 		if err == nil {
 			s.served.gen++
+			s.servedWith, _ = statID(s.kubelet)
 		}
 		s.regMu.Unlock()
 		if err != nil {
 			return err
 		}
-		// A starting kubelet wipes our socket and then creates its own, so
-		// the next kubelet.sock creation belongs to the restart that made
-		// us serve again: this serving's registration covers it.
-		fresh := true
 		s.log.Info("serving", "socket", s.socketPath)
 		poke(kick)
 		restart := false
@@ -222,14 +223,18 @@ func (s *Server) Run(ctx context.Context) error {
 					s.log.Info("socket removed; serving again", "socket", s.socketPath)
 					restart = true
 				case ev.Name == s.kubelet && ev.Has(fsnotify.Create):
-					if !fresh {
-						// A kubelet that left our socket alone: announce it again.
-						s.regMu.Lock()
+					// A starting kubelet wipes our socket before it listens,
+					// so serving again covers most restarts. Only a kubelet
+					// socket newer than this serving, that we have not
+					// registered with, needs announcing again.
+					s.regMu.Lock()
+					id, err := statID(s.kubelet)
+					if err == nil && id != s.servedWith && id != s.registeredWith {
+						s.servedWith = id
 						s.served.epoch++
-						s.regMu.Unlock()
 						s.log.Info("kubelet socket created; registering again", "kubelet", s.kubelet)
 					}
-					fresh = false
+					s.regMu.Unlock()
 					poke(kick)
 				}
 			case err := <-watcher.Errors:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	srv  *grpc.Server
 	reqs chan *pluginapi.RegisterRequest
+	ln   *net.UnixListener
 }
 
 func startKubelet(t *testing.T, dir string) *fakeKubelet {
@@ -34,7 +36,32 @@ func startKubelet(t *testing.T, dir string) *fakeKubelet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &fakeKubelet{srv: grpc.NewServer(), reqs: make(chan *pluginapi.RegisterRequest, 16)}
+	k := &fakeKubelet{srv: grpc.NewServer(), reqs: make(chan *pluginapi.RegisterRequest, 16), ln: ln.(*net.UnixListener)}
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go k.srv.Serve(ln)
+	t.Cleanup(k.srv.Stop)
+	return k
+}
+
+// replaceKubelet starts a kubelet whose socket replaces old's in one
+// rename, as a kubelet that does not wipe the directory would. The new
+// socket is made while the old one still exists, so it cannot reuse the
+// old inode, which a fast restart on a coarse-clock file system could
+// make indistinguishable.
+func replaceKubelet(t *testing.T, dir string, old *fakeKubelet) *fakeKubelet {
+	t.Helper()
+	tmp := filepath.Join(dir, "kubelet.sock.new")
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	old.ln.SetUnlinkOnClose(false)
+	if err := os.Rename(tmp, filepath.Join(dir, "kubelet.sock")); err != nil {
+		t.Fatal(err)
+	}
+	old.srv.Stop()
+	k := &fakeKubelet{srv: grpc.NewServer(), reqs: make(chan *pluginapi.RegisterRequest, 16), ln: ln.(*net.UnixListener)}
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	go k.srv.Serve(ln)
 	t.Cleanup(k.srv.Stop)
@@ -382,17 +409,31 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // A kubelet that restarts without wiping the directory still gets a
 // registration; one that wipes it gets exactly one.
 func TestRegistersOncePerKubeletStart(t *testing.T) {
-	_, dir, _ := startServer(t, recordingBackend{})
+	dir := t.TempDir()
+	logs := &messages{ch: make(chan string, 64)}
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: recordingBackend{}, Log: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	k := startKubelet(t, dir)
 	k.next(t)
+	// The plugin notes which kubelet answered once Register returns; a
+	// kubelet restarting before then could not be told from this one.
+	logs.wait(t, "registered with kubelet")
 
-	k.srv.Stop() // unlinks kubelet.sock, leaves our socket alone
-	k = startKubelet(t, dir)
+	k = replaceKubelet(t, dir, k) // leaves our socket alone
 	k.next(t)
 
+	// A kubelet that wipes the directory, as real ones do.
 	k.srv.Stop()
-	if err := os.Remove(filepath.Join(dir, "example.com_gpu.sock")); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"kubelet.sock", "example.com_gpu.sock"} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	k = startKubelet(t, dir)
 	k.next(t)
@@ -406,5 +447,34 @@ func TestRegistersOncePerKubeletStart(t *testing.T) {
 	case r := <-k.reqs:
 		t.Fatalf("extra registration %+v", r)
 	default:
+	}
+}
+
+// messages is a slog handler that passes each record's message on.
+type messages struct{ ch chan string }
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case m.ch <- r.Message:
+	default:
+	}
+	return nil
+}
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *messages) WithGroup(string) slog.Handler      { return m }
+
+func (m *messages) wait(t *testing.T, msg string) {
+	t.Helper()
+	timeout := time.After(waitFor)
+	for {
+		select {
+		case got := <-m.ch:
+			if got == msg {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no log %q", msg)
+		}
 	}
 }
