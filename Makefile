@@ -59,3 +59,42 @@ demo:
 
 clean:
 	rm -rf $(BIN)
+
+# Shipping: the container image and the node OS packages. The build tools
+# are a module of their own (tools/), so the product's go.mod stays lean;
+# `go run` fetches their dependencies through the Go module proxy.
+#   make image [BASE=base.tar|oci-dir] [PCI_IDS=/path/pci.ids|none]  → $(BIN)/gpu-device-plugin-image.tar
+#   make packages                                                      → $(BIN)/*.deb, $(BIN)/*.rpm
+# Both stamp VERSION and COMMIT, and take file times from the last commit
+# (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
+.PHONY: image packages tools-test deploy-test
+
+LICENSE           ?= Apache-2.0
+IMAGE_REPO        ?= ghcr.io/gpu-device-plugin/gpu-device-plugin
+BASE              ?=
+PCI_IDS           ?=
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+image: $(BIN)/gpu-device-plugin
+	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild \
+		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
+		$(if $(BASE),-base $(abspath $(BASE))) \
+		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
+		-o $(abspath $(BIN))/gpu-device-plugin-image.tar
+
+packages: $(BIN)/gpu-device-plugin
+	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \
+		-root .. -config ../packaging/nfpm.yaml \
+		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-version '$(VERSION)' -license '$(LICENSE)' -o $(abspath $(BIN))
+
+# The tools' own unit tests; the image, chart, manifests and packages are
+# tested end to end in e2e/deploy (part of conformance).
+tools-test:
+	cd tools && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+test: tools-test
+
+deploy-test:
+	cd e2e && $(GO) test -count=1 -v ./deploy/

@@ -1,0 +1,299 @@
+package deploy
+
+import (
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	releaseName      = "gpu-device-plugin"
+	releaseNamespace = "kube-system"
+)
+
+func chartDir(t *testing.T) string { return repoPath(t, "deploy", "helm", "gpu-device-plugin") }
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func readValues(t *testing.T, file string) chartutil.Values {
+	t.Helper()
+	if file == "" {
+		return chartutil.Values{}
+	}
+	v, err := chartutil.ReadValuesFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// render renders the chart as `helm template gpu-device-plugin -n
+// kube-system [-f values]` would, in strict mode (a missing value is an
+// error), and decodes the result strictly.
+func render(t *testing.T, valuesFile string) (objects, string) {
+	t.Helper()
+	c := loadChart(t)
+	vals, err := chartutil.ToRenderValues(c, readValues(t, valuesFile),
+		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
+		chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Engine{Strict: true}.Render(c, vals)
+	if err != nil {
+		t.Fatalf("rendering the chart with %q: %v", valuesFile, err)
+	}
+	names := make([]string, 0, len(out))
+	for name := range out {
+		base := filepath.Base(name)
+		if strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var stream strings.Builder
+	for _, name := range names {
+		stream.WriteString("---\n# Source: " + name + "\n" + out[name] + "\n")
+	}
+	objs, err := decodeStrict("chart with "+valuesFile, []byte(stream.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, out[filepath.Join(c.Name(), "templates", "NOTES.txt")]
+}
+
+func TestHelmLint(t *testing.T) {
+	for _, values := range []string{"", filepath.Join("testdata", "values-all.yaml")} {
+		t.Run("values="+values, func(t *testing.T) {
+			l := lint.AllWithKubeVersion(chartDir(t), readValues(t, values), releaseNamespace, nil)
+			for _, m := range l.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+}
+
+// With its defaults, the chart renders what the static manifest holds:
+// the same DaemonSet spec and the same config, give or take Helm's own
+// labels and the config checksum.
+func TestHelmDefaultsMatchManifest(t *testing.T) {
+	objs, _ := render(t, "")
+	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 0 {
+		t.Fatalf("want one ConfigMap and one DaemonSet, got %d ConfigMaps, %d DaemonSets, %d Services",
+			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
+	}
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	static := readManifest(t)
+	ds, want := objs.DaemonSets[0], static.DaemonSets[0]
+
+	if ds.Name != want.Name || ds.Namespace != want.Namespace {
+		t.Errorf("DaemonSet %s/%s, manifest has %s/%s", ds.Namespace, ds.Name, want.Namespace, want.Name)
+	}
+	for k, v := range want.Labels {
+		if ds.Labels[k] != v {
+			t.Errorf("DaemonSet label %s=%q, manifest has %q", k, ds.Labels[k], v)
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(ds.Spec.Selector, want.Spec.Selector) {
+		t.Errorf("selector %v, manifest has %v", ds.Spec.Selector, want.Spec.Selector)
+	}
+	if !apiequality.Semantic.DeepEqual(ds.Spec.UpdateStrategy, want.Spec.UpdateStrategy) {
+		t.Errorf("updateStrategy %+v, manifest has %+v", ds.Spec.UpdateStrategy, want.Spec.UpdateStrategy)
+	}
+	if !apiequality.Semantic.DeepEqual(ds.Spec.Template.Labels, want.Spec.Template.Labels) {
+		t.Errorf("pod labels %v, manifest has %v", ds.Spec.Template.Labels, want.Spec.Template.Labels)
+	}
+	if ds.Spec.Template.Annotations["checksum/config"] == "" {
+		t.Error("no checksum/config annotation: a config change would not roll the pods")
+	}
+	if got, exp := ds.Spec.Template.Spec, want.Spec.Template.Spec; !apiequality.Semantic.DeepEqual(got, exp) {
+		a, _ := yaml.Marshal(got)
+		b, _ := yaml.Marshal(exp)
+		t.Errorf("pod spec differs from the manifest's\nchart:\n%s\nmanifest:\n%s", a, b)
+	}
+
+	cm, wantCM := objs.ConfigMaps[0], static.ConfigMaps[0]
+	if cm.Name != wantCM.Name || cm.Namespace != wantCM.Namespace {
+		t.Errorf("ConfigMap %s/%s, manifest has %s/%s", cm.Namespace, cm.Name, wantCM.Namespace, wantCM.Name)
+	}
+	var got, exp map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(wantCM.Data["config.yaml"]), &exp); err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(got, exp) {
+		t.Errorf("config.yaml %v, manifest has %v", got, exp)
+	}
+
+	checkDaemonSet(t, ds, cm, wantDaemonSet{
+		namespace: releaseNamespace, hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
+		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+	})
+	checkAcceptedByPlugin(t, ds, cm)
+}
+
+// Every option reaches the object it is for.
+func TestHelmEveryOption(t *testing.T) {
+	objs, notes := render(t, filepath.Join("testdata", "values-all.yaml"))
+	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 1 {
+		t.Fatalf("want a ConfigMap, a DaemonSet and the metrics Service, got %d, %d, %d",
+			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
+	}
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	ds, cm, svc := objs.DaemonSets[0], objs.ConfigMaps[0], objs.Services[0]
+	checkDaemonSet(t, ds, cm, wantDaemonSet{
+		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver",
+		devicePluginDir: "/var/lib/k0s/kubelet/device-plugins", cdiSpecDir: "/etc/cdi",
+		image: "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
+	})
+	checkAcceptedByPlugin(t, ds, cm)
+
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	check := func(what string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s: not rendered as set", what)
+		}
+	}
+	check("fullnameOverride", ds.Name == "gpu-plugin-all" && cm.Name == "gpu-plugin-all" && svc.Name == "gpu-plugin-all-metrics")
+	check("nameOverride", ds.Spec.Selector.MatchLabels["app.kubernetes.io/name"] == "gpuplugin")
+	check("image", c.Image == "registry.example.com/gpu/gpu-device-plugin:v9.9.9" && c.ImagePullPolicy == corev1.PullAlways)
+	check("imagePullSecrets", len(spec.ImagePullSecrets) == 1 && spec.ImagePullSecrets[0].Name == "regcred")
+
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	check("config", cfg["deviceIDStrategy"] == "index" && cfg["logLevel"] == "debug" && cfg["healthPollInterval"] == "2s")
+	check("deviceListStrategy", strings.Join(toStrings(cfg["deviceListStrategy"]), ",") == "envvar,cdi-cri")
+
+	check("metrics flag", hasArg(c.Args, "--metrics-address=:9500"))
+	check("metrics port", len(c.Ports) == 1 && c.Ports[0].Name == "metrics" && c.Ports[0].ContainerPort == 9500)
+	check("metrics service", len(svc.Spec.Ports) == 1 && svc.Spec.Ports[0].Port == 9500 &&
+		svc.Spec.Ports[0].TargetPort == intstr.FromString("metrics") && svc.Annotations["prometheus.io/scrape"] == "true")
+	for k, v := range svc.Spec.Selector {
+		check("metrics service selects the pods ("+k+")", ds.Spec.Template.Labels[k] == v)
+	}
+
+	check("nodeSelector", spec.NodeSelector["node-role.kubernetes.io/gpu"] == "" && len(spec.NodeSelector) == 2)
+	check("affinity", spec.Affinity != nil && spec.Affinity.NodeAffinity != nil)
+	check("tolerations", tolerates(spec.Tolerations, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}))
+	check("updateStrategy", ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() == "10%")
+	check("resources", c.Resources.Requests.Cpu().Cmp(resource.MustParse("50m")) == 0 && c.Resources.Limits.Memory().Cmp(resource.MustParse("256Mi")) == 0)
+	sc := c.SecurityContext
+	check("securityContext", sc.Privileged != nil && !*sc.Privileged && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation &&
+		sc.Capabilities != nil && len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL")
+	check("runtimeClassName", spec.RuntimeClassName != nil && *spec.RuntimeClassName == "nvidia")
+	check("extraArgs", hasArg(c.Args, "--nvml-retry-interval=10s"))
+	check("env", envValue(c.Env, "NVIDIA_VISIBLE_DEVICES") == "all" && envValue(c.Env, "GPU_DEVICE_PLUGIN_THERMAL_MARGIN") == "7")
+	check("extraVolumes", hasVolume(spec.Volumes, "plugins-registry"))
+	check("extraVolumeMounts", hasMount(c.VolumeMounts, "/var/lib/kubelet/plugins_registry"))
+	check("hostNetwork", spec.HostNetwork && spec.DNSPolicy == corev1.DNSClusterFirstWithHostNet)
+	check("podAnnotations", ds.Spec.Template.Annotations["example.com/team"] == "ml-platform")
+	check("podLabels", ds.Spec.Template.Labels["example.com/tier"] == "node-agent")
+	check("priorityClassName", spec.PriorityClassName == "system-node-critical")
+	check("NOTES.txt", strings.Contains(notes, "gpu-plugin-all-metrics"))
+}
+
+// values-all.yaml must set every key values.yaml has, down to the leaves
+// (a map or list value counts as one option), so a new option cannot slip
+// past TestHelmEveryOption.
+func TestHelmValuesFileCoversEveryOption(t *testing.T) {
+	defaults := readValues(t, filepath.Join(chartDir(t), "values.yaml"))
+	all := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	var walk func(path string, def, got map[string]any)
+	walk = func(path string, def, got map[string]any) {
+		for k, dv := range def {
+			gv, ok := got[k]
+			if !ok {
+				t.Errorf("testdata/values-all.yaml does not set %s%s", path, k)
+				continue
+			}
+			dm, isMap := dv.(map[string]any)
+			gm, gotMap := gv.(map[string]any)
+			if isMap && gotMap && len(dm) > 0 && k != "config" && k != "nodeSelector" && k != "requests" && k != "limits" && k != "securityContext" {
+				walk(path+k+".", dm, gm)
+			}
+		}
+	}
+	walk("", defaults, all)
+}
+
+func toStrings(v any) []string {
+	var out []string
+	if xs, ok := v.([]any); ok {
+		for _, x := range xs {
+			s, _ := x.(string)
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func hasArg(args []string, arg string) bool {
+	for _, a := range args {
+		if a == arg {
+			return true
+		}
+	}
+	return false
+}
+
+func envValue(env []corev1.EnvVar, name string) string {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func hasVolume(vs []corev1.Volume, name string) bool {
+	for _, v := range vs {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func hasMount(ms []corev1.VolumeMount, path string) bool {
+	for _, m := range ms {
+		if m.MountPath == path {
+			return true
+		}
+	}
+	return false
+}

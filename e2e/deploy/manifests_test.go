@@ -1,0 +1,250 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+)
+
+// measuredPeakRSS is the plugin's peak RSS in the scenario report (make
+// bench-scenario, hgx-16: 25.2 MiB). The memory request must cover it.
+var measuredPeakRSS = resource.MustParse("26Mi")
+
+const defaultImage = "ghcr.io/gpu-device-plugin/gpu-device-plugin"
+
+func readManifest(t *testing.T) objects {
+	t.Helper()
+	p := repoPath(t, "deploy", "manifests", "gpu-device-plugin.yaml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeStrict(p, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func TestManifestDecodesStrictlyAndValidates(t *testing.T) {
+	objs := readManifest(t)
+	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 0 {
+		t.Fatalf("want one ConfigMap and one DaemonSet, got %d ConfigMaps, %d DaemonSets, %d Services",
+			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
+	}
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the manifest:\n%v", errs.ToAggregate())
+	}
+}
+
+func TestManifestDaemonSet(t *testing.T) {
+	objs := readManifest(t)
+	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], wantDaemonSet{
+		namespace: "kube-system", hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
+		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+	})
+}
+
+// TestManifestAcceptedByPlugin runs the real binary with the DaemonSet's
+// arguments, environment and ConfigMap: every flag must exist and every
+// value pass the plugin's own validation.
+func TestManifestAcceptedByPlugin(t *testing.T) {
+	objs := readManifest(t)
+	checkAcceptedByPlugin(t, objs.DaemonSets[0], objs.ConfigMaps[0])
+}
+
+type wantDaemonSet struct {
+	namespace       string
+	hostDriverRoot  string
+	devicePluginDir string
+	cdiSpecDir      string
+	privileged      bool
+	image           string // repository
+	maxUnavailable  intstr.IntOrString
+}
+
+// checkDaemonSet pins what the static manifest and the chart both promise.
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, want wantDaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if ds.Namespace != want.namespace {
+		t.Errorf("namespace %q, want %q", ds.Namespace, want.namespace)
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName %q, want system-node-critical", spec.PriorityClassName)
+	}
+	if !tolerates(spec.Tolerations, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("tolerations %v do not tolerate the nvidia.com/gpu:NoSchedule taint", spec.Tolerations)
+	}
+	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
+		t.Errorf("nodeSelector %v, want nvidia.com/gpu.present=true (the label README.md names)", spec.NodeSelector)
+	}
+	if us := ds.Spec.UpdateStrategy; us.Type != appsv1.RollingUpdateDaemonSetStrategyType || us.RollingUpdate == nil ||
+		us.RollingUpdate.MaxUnavailable == nil || *us.RollingUpdate.MaxUnavailable != want.maxUnavailable {
+		t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable %s", us, want.maxUnavailable.String())
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken is not false: the plugin never talks to the API server")
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if !strings.HasPrefix(c.Image, want.image+":") {
+		t.Errorf("image %q, want %s:TAG", c.Image, want.image)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Errorf("args %q do not start with serve", c.Args)
+	}
+
+	// Each path flag points into a mount of the matching host path.
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	hostPathOf := func(mountPath string) (string, corev1.VolumeMount) {
+		m, ok := mounts[mountPath]
+		if !ok {
+			t.Errorf("nothing is mounted at %s", mountPath)
+			return "", m
+		}
+		v := volumes[m.Name]
+		if v.HostPath == nil {
+			t.Errorf("%s is not a hostPath mount", mountPath)
+			return "", m
+		}
+		return v.HostPath.Path, m
+	}
+	for _, f := range []struct {
+		flag, hostPath string
+		readOnly       bool
+	}{
+		{"device-plugin-dir", want.devicePluginDir, false},
+		{"driver-root", want.hostDriverRoot, true},
+		{"dev-root", "/dev", false},
+		{"sysfs-root", "/sys", true},
+		{"cdi-spec-dir", want.cdiSpecDir, false},
+	} {
+		mountPath, ok := flagValue(c.Args, f.flag)
+		if !ok {
+			t.Errorf("no --%s in args %q", f.flag, c.Args)
+			continue
+		}
+		hp, m := hostPathOf(mountPath)
+		if hp != f.hostPath {
+			t.Errorf("--%s=%s is host path %q, want %q", f.flag, mountPath, hp, f.hostPath)
+		}
+		if m.ReadOnly != f.readOnly {
+			t.Errorf("mount %s readOnly=%v, want %v", mountPath, m.ReadOnly, f.readOnly)
+		}
+	}
+	if hdr, _ := flagValue(c.Args, "host-driver-root"); hdr != want.hostDriverRoot {
+		t.Errorf("--host-driver-root=%q, want the driver root's host path %q (CDI specs name host paths)", hdr, want.hostDriverRoot)
+	}
+	if dr, _ := flagValue(c.Args, "driver-root"); mounts[dr].MountPropagation == nil || *mounts[dr].MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("driver root mount has no HostToContainer propagation: a driver container's later mount would not show")
+	}
+	cfgPath, ok := flagValue(c.Args, "config")
+	if !ok {
+		t.Fatalf("no --config in args %q", c.Args)
+	}
+	m, ok := mounts[filepath.Dir(cfgPath)]
+	if v := volumes[m.Name]; !ok || v.ConfigMap == nil || v.ConfigMap.Name != cm.Name {
+		t.Errorf("--config=%s is not in a mount of ConfigMap %s", cfgPath, cm.Name)
+	}
+	if _, ok := cm.Data[filepath.Base(cfgPath)]; !ok {
+		t.Errorf("ConfigMap %s has no key %s", cm.Name, filepath.Base(cfgPath))
+	}
+
+	// Sized from measurement, no CPU limit, a memory limit above the request.
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	if req.Cpu().IsZero() || req.Memory().Cmp(measuredPeakRSS) < 0 {
+		t.Errorf("requests %v: want a CPU request and memory of at least the measured peak RSS %s", req, measuredPeakRSS.String())
+	}
+	if _, ok := lim[corev1.ResourceCPU]; ok {
+		t.Errorf("limits %v: a CPU limit would throttle Allocate", lim)
+	}
+	if lim.Memory().Cmp(*req.Memory()) <= 0 {
+		t.Errorf("memory limit %s not above the request %s", lim.Memory(), req.Memory())
+	}
+	var gomemlimit bool
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
+			gomemlimit = true
+		}
+	}
+	if !gomemlimit {
+		t.Error("GOMEMLIMIT does not follow limits.memory")
+	}
+
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("root filesystem is not read-only")
+	}
+	if want.privileged && (sc == nil || sc.Privileged == nil || !*sc.Privileged) {
+		t.Error("not privileged: without the NVIDIA runtime, NVML cannot open /dev/nvidia*")
+	}
+}
+
+func tolerates(ts []corev1.Toleration, taint corev1.Taint) bool {
+	for _, tol := range ts {
+		if tol.ToleratesTaint(logr.Discard(), &taint, false) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAcceptedByPlugin runs `gpu-device-plugin version` with the
+// container's arguments, literal environment and config file. version
+// parses and validates the whole configuration, as serve does, and needs
+// no GPU.
+func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap) {
+	t.Helper()
+	c := ds.Spec.Template.Spec.Containers[0]
+	dir := t.TempDir()
+	var args []string
+	for _, a := range c.Args[1:] {
+		if p, ok := strings.CutPrefix(a, "--config="); ok {
+			local := filepath.Join(dir, filepath.Base(p))
+			if err := os.WriteFile(local, []byte(cm.Data[filepath.Base(p)]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// config.Load is what the plugin reads it with; check it alone
+			// too, for a clearer message.
+			if _, err := config.Load(local); err != nil {
+				t.Fatalf("ConfigMap %s: %v", cm.Name, err)
+			}
+			a = "--config=" + local
+		}
+		args = append(args, a)
+	}
+	cmd := exec.Command(plugin(t), append([]string{"version"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gpu-device-plugin version %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if !strings.HasPrefix(string(out), "gpu-device-plugin ") {
+		t.Fatalf("gpu-device-plugin version printed:\n%s", out)
+	}
+}

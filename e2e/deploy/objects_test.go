@@ -1,0 +1,149 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/apis/apps"
+	_ "k8s.io/kubernetes/pkg/apis/apps/install"
+	appsvalidation "k8s.io/kubernetes/pkg/apis/apps/validation"
+	"k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/core/install"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	"k8s.io/kubernetes/pkg/capabilities"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
+)
+
+// objects are the Kubernetes objects of one manifest stream, by kind.
+type objects struct {
+	ConfigMaps []*corev1.ConfigMap
+	DaemonSets []*appsv1.DaemonSet
+	Services   []*corev1.Service
+}
+
+// decodeStrict splits a YAML stream into documents and decodes each into
+// its k8s.io/api type, failing on unknown fields, duplicate keys, trailing
+// data and kinds this project does not ship.
+func decodeStrict(source string, stream []byte) (objects, error) {
+	var out objects
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: document %d: %w", source, i, err)
+		}
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			return out, fmt.Errorf("%s: document %d: %w", source, i, err)
+		}
+		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+			continue // only comments
+		}
+		var tm struct{ APIVersion, Kind string }
+		if err := json.Unmarshal(js, &tm); err != nil {
+			return out, fmt.Errorf("%s: document %d: %w", source, i, err)
+		}
+		var target any
+		switch tm.APIVersion + "/" + tm.Kind {
+		case "v1/ConfigMap":
+			o := &corev1.ConfigMap{}
+			out.ConfigMaps, target = append(out.ConfigMaps, o), o
+		case "apps/v1/DaemonSet":
+			o := &appsv1.DaemonSet{}
+			out.DaemonSets, target = append(out.DaemonSets, o), o
+		case "v1/Service":
+			o := &corev1.Service{}
+			out.Services, target = append(out.Services, o), o
+		default:
+			return out, fmt.Errorf("%s: document %d: unexpected %s %s", source, i, tm.APIVersion, tm.Kind)
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(target); err != nil {
+			return out, fmt.Errorf("%s: document %d (%s): %w", source, i, tm.Kind, err)
+		}
+		if dec.More() {
+			return out, fmt.Errorf("%s: document %d (%s): trailing data", source, i, tm.Kind)
+		}
+	}
+}
+
+// validate runs the API server's validation on every object, after the
+// API server's defaulting, as `kubectl apply` would have it done. The API
+// server is taken to run with --allow-privileged=true, as kubeadm and
+// every managed Kubernetes set it.
+func (o objects) validate() field.ErrorList {
+	capabilities.Setup(true, 0)
+	var errs field.ErrorList
+	for _, cm := range o.ConfigMaps {
+		var in core.ConfigMap
+		errs = append(errs, convert(cm.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ConfigMap "+cm.Name, corevalidation.ValidateConfigMap(&in))...)
+	}
+	for _, ds := range o.DaemonSets {
+		var in apps.DaemonSet
+		errs = append(errs, convert(ds.DeepCopy(), &in)...)
+		errs = append(errs, prefix("DaemonSet "+ds.Name, appsvalidation.ValidateDaemonSet(&in, corevalidation.PodValidationOptions{}))...)
+	}
+	for _, svc := range o.Services {
+		var in core.Service
+		errs = append(errs, convert(svc.DeepCopy(), &in)...)
+		errs = append(errs, prefix("Service "+svc.Name, corevalidation.ValidateServiceCreate(&in))...)
+	}
+	return errs
+}
+
+// convert defaults a copy of a versioned object and converts it to the
+// internal type the validation takes.
+func convert(versioned runtime.Object, internal any) field.ErrorList {
+	legacyscheme.Scheme.Default(versioned)
+	if err := legacyscheme.Scheme.Convert(versioned, internal, nil); err != nil {
+		return field.ErrorList{field.InternalError(nil, err)}
+	}
+	return nil
+}
+
+func prefix(what string, errs field.ErrorList) field.ErrorList {
+	for _, e := range errs {
+		e.Field = what + ": " + e.Field
+	}
+	return errs
+}
+
+// repoPath is a path inside the repository.
+func repoPath(t *testing.T, parts ...string) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+// flagValue is the value of --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}

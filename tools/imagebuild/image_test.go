@@ -1,0 +1,132 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func TestTagFor(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"release", "v1.2.3", "v1.2.3"},
+		{"describe", "v1.2.3-4-gabc1234-dirty", "v1.2.3-4-gabc1234-dirty"},
+		{"build metadata", "1.2.3+meta", "1.2.3-meta"},
+		{"leading dot", ".x", "x"},
+		{"empty", "", "dev"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := TagFor(tc.in)
+			if got != tc.want {
+				t.Errorf("TagFor(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if _, err := name.NewTag("example.com/plugin:" + got); err != nil {
+				t.Errorf("TagFor(%q) = %q is not a valid tag: %v", tc.in, got, err)
+			}
+		})
+	}
+}
+
+func TestCreationTime(t *testing.T) {
+	for _, tc := range []struct {
+		name, flag, env string
+		want            time.Time
+		wantErr         bool
+	}{
+		{"nothing: the epoch, for reproducible builds", "", "", time.Unix(0, 0).UTC(), false},
+		{"SOURCE_DATE_EPOCH", "", "1700000000", time.Unix(1700000000, 0).UTC(), false},
+		{"flag wins over the environment", "2024-01-02T03:04:05Z", "1700000000", time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), false},
+		{"garbage", "yesterday", "", time.Time{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := creationTime(tc.flag, tc.env)
+			if (err != nil) != tc.wantErr || !got.Equal(tc.want) {
+				t.Errorf("creationTime(%q, %q) = %v, %v; want %v, error %v", tc.flag, tc.env, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A base image given as an OCI layout directory, an OCI layout tarball or
+// a docker-archive gets one layer on top and keeps its own settings.
+func TestBuildOnBase(t *testing.T) {
+	dir := t.TempDir()
+	base, err := random.Image(256, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := base.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.Config.Env = []string{"PATH=/usr/bin", "TZ=UTC"}
+	cf.Config.Labels = map[string]string{"base.example/os": "debian12"}
+	if base, err = mutate.ConfigFile(base, cf); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable() // any ELF binary will do on a base
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := archOf(t, self)
+	base, _ = mutate.ConfigFile(base, withPlatform(t, base, arch))
+
+	ociDir := filepath.Join(dir, "oci")
+	p, err := layout.Write(ociDir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendImage(base, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: arch})); err != nil {
+		t.Fatal(err)
+	}
+	dockerTar := filepath.Join(dir, "base.tar")
+	if err := tarball.WriteToFile(dockerTar, name.MustParseReference("base:1"), base); err != nil {
+		t.Fatal(err)
+	}
+	ociTar := filepath.Join(dir, "oci.tar")
+	if err := tarDir(ociDir, ociTar); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, b := range []string{ociDir, ociTar, dockerTar} {
+		t.Run(filepath.Base(b), func(t *testing.T) {
+			img, err := Image(Options{Binary: self, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers, _ := img.Layers()
+			if len(layers) != 3 {
+				t.Errorf("%d layers, want the base's 2 and one more", len(layers))
+			}
+			cf, _ := img.ConfigFile()
+			if !slices.Equal(cf.Config.Entrypoint, Entrypoint) || !slices.Equal(cf.Config.Cmd, Cmd) || cf.Config.User != User {
+				t.Errorf("entrypoint %q cmd %q user %q", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User)
+			}
+			if !slices.Equal(cf.Config.Env, []string{"PATH=/usr/bin", "TZ=UTC"}) {
+				t.Errorf("env %q, want the base's", cf.Config.Env)
+			}
+			if cf.Config.Labels["base.example/os"] != "debian12" || cf.Config.Labels["org.opencontainers.image.version"] != "v1.0.0" {
+				t.Errorf("labels %v: want the base's and ours", cf.Config.Labels)
+			}
+		})
+	}
+}
+
+func TestBaseWithoutMatchingPlatform(t *testing.T) {
+	dir := t.TempDir()
+	base, _ := random.Image(16, 1)
+	p, _ := layout.Write(dir, empty.Index)
+	if err := p.AppendImage(base, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: "s390x"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadBase(dir, "amd64", t.TempDir()); err == nil {
+		t.Fatal("an s390x-only base was accepted for amd64")
+	}
+}

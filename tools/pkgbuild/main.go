@@ -1,0 +1,254 @@
+// Command pkgbuild builds the gpu-device-plugin node OS packages (.deb and
+// .rpm) with nfpm from packaging/nfpm.yaml: the binary in /usr/bin, the
+// systemd unit, the config file and the environment file as conffiles.
+//
+//	pkgbuild -binary bin/gpu-device-plugin -version v0.1.0 -o bin
+package main
+
+import (
+	"debug/elf"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/goreleaser/nfpm/v2"
+	_ "github.com/goreleaser/nfpm/v2/deb"
+	_ "github.com/goreleaser/nfpm/v2/rpm"
+)
+
+func main() {
+	var (
+		config  = flag.String("config", "packaging/nfpm.yaml", "nfpm configuration; its relative paths are read from -root")
+		root    = flag.String("root", ".", "repository root")
+		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
+		version = flag.String("version", "dev", "version, as `git describe` prints it; made into a package version")
+		license = flag.String("license", "", "SPDX license, overriding the configuration's")
+		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
+		out     = flag.String("o", "bin", "output directory")
+	)
+	flag.Parse()
+	files, err := Build(Options{
+		Config: *config, Root: *root, Binary: *binary, Version: *version,
+		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pkgbuild:", err)
+		os.Exit(1)
+	}
+	for _, f := range files {
+		fmt.Println("pkgbuild:", f)
+	}
+}
+
+// Options say what to package.
+type Options struct {
+	Config, Root, Binary, Version, License, OutDir string
+	Formats                                        []string
+}
+
+// Build writes one package per format into OutDir and returns their paths.
+func Build(o Options) ([]string, error) {
+	abs := func(p string) (string, error) {
+		if filepath.IsAbs(p) {
+			return p, nil
+		}
+		return filepath.Abs(p)
+	}
+	var err error
+	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.OutDir} {
+		if *p, err = abs(*p); err != nil {
+			return nil, err
+		}
+	}
+	arch, glibc, err := binaryFacts(o.Binary)
+	if err != nil {
+		return nil, err
+	}
+	vars := map[string]string{
+		"VERSION": PackageVersion(o.Version),
+		"ARCH":    arch,
+		"BINARY":  o.Binary,
+		"GLIBC":   glibc,
+	}
+	mapping := func(k string) string {
+		if v, ok := vars[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	// nfpm reads the contents' relative sources from the working directory,
+	// when it validates them and when it packages them.
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chdir(o.Root); err != nil {
+		return nil, err
+	}
+	defer os.Chdir(wd)
+	cfg, err := nfpm.ParseFileWithEnvMapping(o.Config, mapping)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Config, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Config, err)
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+
+	var written []string
+	for _, format := range o.Formats {
+		format = strings.TrimSpace(format)
+		pkg, err := nfpm.Get(format)
+		if err != nil {
+			return written, err
+		}
+		info, err := cfg.Get(format)
+		if err != nil {
+			return written, err
+		}
+		info = nfpm.WithDefaults(info)
+		if o.License != "" {
+			info.License = o.License
+		}
+		target := filepath.Join(o.OutDir, pkg.ConventionalFileName(info))
+		info.Target = target
+		if err := write(target, func(f *os.File) error { return pkg.Package(info, f) }); err != nil {
+			return written, fmt.Errorf("%s package: %w", format, err)
+		}
+		written = append(written, target)
+	}
+	return written, nil
+}
+
+func write(target string, fill func(*os.File) error) error {
+	f, err := os.Create(target + ".tmp")
+	if err != nil {
+		return err
+	}
+	err = fill(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(target+".tmp", target)
+	}
+	if err != nil {
+		os.Remove(target + ".tmp")
+	}
+	return err
+}
+
+var (
+	describe  = regexp.MustCompile(`^v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)([-+].*)?$`)
+	sinceTag  = regexp.MustCompile(`^[0-9]+-g[0-9a-f]+`)
+	notInVers = regexp.MustCompile(`[^A-Za-z0-9.~+]+`)
+)
+
+// PackageVersion turns `git describe --tags --always --dirty` output into a
+// version dpkg and rpm both accept and order: v1.2.3 → 1.2.3,
+// v1.2.3-4-gabc1234-dirty → 1.2.3+4.gabc1234.dirty (after 1.2.3),
+// v1.3.0-rc.1 → 1.3.0~rc.1 (before 1.3.0), and a bare commit such as
+// abc1234-dirty → 0.0.0+git.abc1234.dirty.
+func PackageVersion(v string) string {
+	m := describe.FindStringSubmatch(v)
+	if m == nil {
+		return "0.0.0+git." + clean(v)
+	}
+	base, rest := m[1], strings.TrimLeft(m[2], "-.+")
+	if rest == "" {
+		return base
+	}
+	// A describe suffix (-N-gHASH) is newer than the tag; anything else
+	// after a dash is a pre-release, older than it.
+	if sinceTag.MatchString(rest) || strings.HasPrefix(m[2], "+") {
+		return base + "+" + clean(rest)
+	}
+	if rest == "dirty" {
+		return base + "+dirty"
+	}
+	return base + "~" + clean(rest)
+}
+
+func clean(s string) string {
+	s = notInVers.ReplaceAllString(s, ".")
+	s = strings.Trim(s, ".")
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+var goarchOf = map[elf.Machine]string{
+	elf.EM_X86_64:  "amd64",
+	elf.EM_AARCH64: "arm64",
+	elf.EM_PPC64:   "ppc64le",
+}
+
+// binaryFacts reads the binary's architecture and the newest glibc symbol
+// version it needs ("" for a static binary).
+func binaryFacts(binary string) (arch, glibc string, err error) {
+	f, err := elf.Open(binary)
+	if err != nil {
+		return "", "", fmt.Errorf("reading the plugin binary (run make build first): %w", err)
+	}
+	defer f.Close()
+	arch, ok := goarchOf[f.Machine]
+	if !ok {
+		return "", "", fmt.Errorf("%s: unsupported machine %s", binary, f.Machine)
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil && err != elf.ErrNoSymbols {
+		return "", "", fmt.Errorf("%s: %w", binary, err)
+	}
+	var versions []string
+	for _, s := range syms {
+		versions = append(versions, s.Version)
+	}
+	glibc = NewestGLIBC(versions)
+	if glibc == "" {
+		glibc = "2.17" // static or versionless: any glibc of the last decade
+	}
+	return arch, glibc, nil
+}
+
+// NewestGLIBC is the highest GLIBC_x.y among symbol versions.
+func NewestGLIBC(versions []string) string {
+	best, bestParts := "", []int(nil)
+	for _, v := range versions {
+		num, ok := strings.CutPrefix(v, "GLIBC_")
+		if !ok {
+			continue
+		}
+		var parts []int
+		for _, p := range strings.Split(num, ".") {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				parts = nil
+				break
+			}
+			parts = append(parts, n)
+		}
+		if parts == nil {
+			continue // GLIBC_PRIVATE
+		}
+		if bestParts == nil || less(bestParts, parts) {
+			best, bestParts = num, parts
+		}
+	}
+	return best
+}
+
+func less(a, b []int) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
+}
