@@ -42,15 +42,16 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, log *sl
 			if !u.Changed && !first {
 				continue
 			}
-			servers[u.Pool].SetDevices(u.Devices)
+			// The spec first: the kubelet may hand out a CDI name as soon
+			// as it sees the device.
 			if specs != nil {
-				spec, err := u.Pool.CDISpec()
-				if err != nil {
+				if spec, err := u.Pool.CDISpec(); err != nil {
 					log.Error("building CDI spec", "resource", u.Pool.Resource(), "err", err)
-					continue
+				} else {
+					specs.publish(u.Pool.Resource(), spec)
 				}
-				specs.publish(u.Pool.Resource(), spec)
 			}
+			servers[u.Pool].SetDevices(u.Devices)
 			if first {
 				log.Info("NIC pool", "resource", u.Pool.Resource(), "devices", len(u.Devices))
 			}

@@ -73,6 +73,7 @@ type Pool struct {
 type poolState struct {
 	members []string             // PCI addresses, sorted
 	nics    map[string]sysfs.NIC // latest facts; a removed NIC keeps its last
+	present map[string]bool      // in the latest scan
 	devices []deviceplugin.Device
 	graph   *allocator.Graph
 }
@@ -177,6 +178,7 @@ func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.L
 	next := &poolState{
 		members: members,
 		nics:    make(map[string]sysfs.NIC, len(members)),
+		present: make(map[string]bool, len(members)),
 		devices: make([]deviceplugin.Device, len(members)),
 	}
 	ids := make([]string, len(members))
@@ -187,6 +189,7 @@ func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.L
 			n = prev.nics[addr]
 		}
 		next.nics[addr] = n
+		next.present[addr] = present
 		h := p.check(n, present)
 		node := n.NUMANode
 		if node < 0 {
@@ -362,7 +365,8 @@ func (p *Pool) CDISpec() (*specs.Spec, error) {
 	st := p.state.Load()
 	var addrs []string
 	for _, a := range st.members {
-		if _, ok := st.nics[a]; ok {
+		// A removed NIC stays listed, unhealthy, but its nodes are gone.
+		if st.present[a] {
 			addrs = append(addrs, a)
 		}
 	}

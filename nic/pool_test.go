@@ -579,6 +579,12 @@ func TestCDI(t *testing.T) {
 			t.Errorf("device %s edits %+v", d.Name, d.ContainerEdits)
 		}
 	}
+	// A removed NIC stays listed, unhealthy, but leaves the spec.
+	f.apply(t, "rm sys/bus/pci/devices/0000:18:00.0\nrm sys/devices/pci0000:00/0000:18:00.0")
+	ps.Rescan(f.scan(t))
+	if spec, err = p.CDISpec(); err != nil || len(spec.Devices) != 3 {
+		t.Fatalf("after removal: spec %v, %v; want 3 devices", spec, err)
+	}
 	if _, err := NewPools(examplePools(t), Options{Strategies: []string{"magic"}}); err == nil {
 		t.Error("unknown strategy accepted")
 	}

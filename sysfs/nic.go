@@ -227,7 +227,12 @@ func (s *NICScanner) Scan() ([]NIC, error) {
 			// ghw drops a driver link whose target it cannot stat.
 			d.driver = linkBase(filepath.Join(dir, addr, "driver"))
 		}
-		nics = append(nics, s.readNIC(addr, d))
+		n := s.readNIC(addr, d)
+		if _, err := os.Stat(filepath.Join(dir, addr)); err != nil {
+			// Removed while being read: half-read facts would outlive it.
+			continue
+		}
+		nics = append(nics, n)
 	}
 	if len(inv) == 0 && missed > 0 {
 		// Loud on purpose: the inventory seeing nothing on a node with
