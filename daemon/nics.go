@@ -31,12 +31,21 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, log *sl
 		}
 		servers[p] = srv
 	}
+	failing := false
 	rescan := func(first bool) {
 		scan, err := scanner.Scan()
 		if err != nil {
-			// Keep what is served: a failed scan says nothing about the NICs.
-			log.Warn("scanning NICs", "err", err)
+			// Keep what is served: a failed scan says nothing about the
+			// NICs. Said once per run of failures, not every interval.
+			if !failing {
+				log.Warn("scanning NICs failed; keeping the last state and retrying", "err", err, "every", cfg.NICRescanInterval.String())
+			}
+			failing = true
 			return
+		}
+		if failing {
+			log.Info("scanning NICs works again")
+			failing = false
 		}
 		for _, u := range pools.Rescan(scan) {
 			if !u.Changed && !first {
