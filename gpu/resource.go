@@ -106,8 +106,6 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 			return nil, fmt.Errorf("device-list strategy %q: want %s, %s or %s", st, StrategyEnvvar, StrategyCDICRI, StrategyCDIAnnotations)
 		}
 	}
-	ids := make([]string, len(gpus))
-	numa := make([]int, len(gpus))
 	for i, g := range gpus {
 		if _, dup := r.byUUID[g.UUID]; dup {
 			return nil, fmt.Errorf("GPU UUID %s appears twice", g.UUID)
@@ -119,15 +117,26 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 		name := "nvidia" + strconv.Itoa(g.Minor)
 		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, visible), node: devSpec(o.DevRoot, name)})
 		r.byUUID[g.UUID] = i
-		ids[i], numa[i] = g.UUID, g.NUMANode
 	}
 	for _, name := range controlNodes {
 		if _, err := os.Stat(filepath.Join(o.DevRoot, name)); err == nil {
 			r.control = append(r.control, devSpec(o.DevRoot, name))
 		}
 	}
-	r.graph = allocator.NewGraph(ids, numa, func(i, j int) int { return LinkWeight(topo.Between(i, j)) })
+	r.graph = NewGraph(gpus, topo)
 	return r, nil
+}
+
+// NewGraph builds the allocation graph of gpus: UUIDs as IDs, their NUMA
+// nodes, and LinkWeight of each pair. topo must describe gpus in the same
+// order.
+func NewGraph(gpus []nvml.GPU, topo nvml.Topology) *allocator.Graph {
+	ids := make([]string, len(gpus))
+	numa := make([]int, len(gpus))
+	for i, g := range gpus {
+		ids[i], numa[i] = g.UUID, g.NUMANode
+	}
+	return allocator.NewGraph(ids, numa, func(i, j int) int { return LinkWeight(topo.Between(i, j)) })
 }
 
 func devSpec(devRoot, name string) *pluginapi.DeviceSpec {
@@ -136,7 +145,10 @@ func devSpec(devRoot, name string) *pluginapi.DeviceSpec {
 
 // LinkWeight ranks a GPU pair's connection: any NVLink beats any PCIe
 // path, more NVLinks beat fewer, and a nearer PCIe ancestor beats a
-// farther one.
+// farther one. It is 1000 per NVLink (an NVSwitch fabric counts as the
+// links each GPU has into it) plus the PCIe proximity: 51 same board, 41
+// one switch, 31 several switches, 21 one host bridge, 11 same NUMA node,
+// 1 across CPUs, 0 unknown. The allocator sums it over the pairs of a set.
 func LinkWeight(l nvml.Link) int {
 	w := l.NVLinks * 1000
 	if l.PCIe <= nvml.LinkCrossCPU {
@@ -204,7 +216,8 @@ func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse,
 	return resp, nil
 }
 
-// Preferred picks size GPUs from available, with mustInclude among them.
+// Preferred picks size GPUs from available, with mustInclude among them:
+// the set allocator.Graph.Choose scores best.
 func (r *Resource) Preferred(available, mustInclude []string, size int) ([]string, error) {
 	return r.graph.Preferred(available, mustInclude, size)
 }

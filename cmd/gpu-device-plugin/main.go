@@ -77,6 +77,7 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 				}),
 				Action: func(c *cli.Context) error { return list(c, open, stdout, stderr) },
 			},
+			allocateCommand(open, stdout, stderr),
 			cdiCommand(open, stdout, stderr),
 			{
 				Name:   "version",
