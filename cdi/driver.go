@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
 // ErrNoDriver means no NVML library was found under the driver root.
@@ -117,7 +119,7 @@ func findDriver(driverRoot, goarch string) (Driver, error) {
 	}
 	t := tree{root: root}
 
-	dirs := libraryDirs(goarch)
+	dirs := nvml.LibraryDirs(goarch)
 	var libDirs []libDir
 	for _, at := range dirs {
 		resolved, err := t.resolve(at)
@@ -160,30 +162,6 @@ func findDriver(driverRoot, goarch string) (Driver, error) {
 		}
 	}
 	return d, nil
-}
-
-// libraryDirs lists where distributions install the driver's libraries,
-// relative to a root, for goarch. It matches the nvml package's search.
-func libraryDirs(goarch string) []string {
-	triplets := map[string]string{
-		"amd64":   "x86_64-linux-gnu",
-		"arm64":   "aarch64-linux-gnu",
-		"ppc64le": "powerpc64le-linux-gnu",
-	}
-	t, ok := triplets[goarch]
-	if !ok {
-		return []string{"usr/lib64", "usr/lib", "lib64", "lib"}
-	}
-	return []string{
-		path.Join("usr/lib", t),
-		"usr/lib64",
-		"usr/lib",
-		path.Join("lib", t),
-		"lib64",
-		"lib",
-		// Debian's packaged driver sits behind an alternatives directory.
-		path.Join("usr/lib", t, "nvidia/current"),
-	}
 }
 
 // tree reads a directory tree as if root were "/". Paths are slash-separated

@@ -49,7 +49,7 @@ func LibraryPath(driverRoot, explicit string) string {
 	if driverRoot == "" || filepath.Clean(driverRoot) == "/" {
 		return libraryName
 	}
-	for _, dir := range libraryDirs(runtime.GOARCH) {
+	for _, dir := range LibraryDirs(runtime.GOARCH) {
 		p := filepath.Join(driverRoot, dir, libraryName)
 		// Stat follows the soname symlink, so a dangling link is skipped.
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
@@ -59,10 +59,10 @@ func LibraryPath(driverRoot, explicit string) string {
 	return libraryName
 }
 
-// libraryDirs lists where distributions install the driver's libraries,
-// relative to a root. Only the running architecture's multiarch directories
-// are searched: a library for another architecture would not load anyway.
-func libraryDirs(goarch string) []string {
+// LibraryDirs lists where distributions install the driver's libraries,
+// relative to a root, slash-separated. Only goarch's multiarch directories
+// are listed: a library for another architecture would not load anyway.
+func LibraryDirs(goarch string) []string {
 	triplets := map[string]string{
 		"amd64":   "x86_64-linux-gnu",
 		"arm64":   "aarch64-linux-gnu",
@@ -73,14 +73,14 @@ func libraryDirs(goarch string) []string {
 		return []string{"usr/lib64", "usr/lib", "lib64", "lib"}
 	}
 	return []string{
-		filepath.Join("usr/lib", t),
+		"usr/lib/" + t,
 		"usr/lib64",
 		"usr/lib",
-		filepath.Join("lib", t),
+		"lib/" + t,
 		"lib64",
 		"lib",
 		// Debian's packaged driver sits behind an alternatives directory.
-		filepath.Join("usr/lib", t, "nvidia/current"),
+		"usr/lib/" + t + "/nvidia/current",
 	}
 }
 

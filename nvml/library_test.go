@@ -105,7 +105,7 @@ func TestLibraryDirsFollowArchitecture(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.goarch, func(t *testing.T) {
-			dirs := libraryDirs(tt.goarch)
+			dirs := LibraryDirs(tt.goarch)
 			if dirs[0] != tt.want {
 				t.Errorf("first directory = %q, want %q", dirs[0], tt.want)
 			}

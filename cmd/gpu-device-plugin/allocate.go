@@ -77,15 +77,11 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		return fmt.Errorf("--size is required: how many GPUs to choose")
 	}
 	log := newLogger(cfg, stderr)
-	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	lib, inv, err := discover(cfg, open, log)
 	if err != nil {
 		return err
 	}
 	defer lib.Shutdown()
-	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
 
 	available, err := gpuIDs(inv.GPUs, "available", c.StringSlice("available"))
 	if err != nil {

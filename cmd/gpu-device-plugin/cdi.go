@@ -11,7 +11,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
@@ -37,15 +36,11 @@ func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer)
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	lib, inv, err := discover(cfg, open, log)
 	if err != nil {
 		return err
 	}
 	defer lib.Shutdown()
-	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
 	gpuSpec, err := daemon.GPUSpec(cfg, inv.GPUs, log)
 	if err != nil {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)

@@ -79,15 +79,11 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
 	}
 	log := newLogger(cfg, stderr)
-	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	lib, inv, err := discover(cfg, open, log)
 	if err != nil {
 		return err
 	}
 	defer lib.Shutdown()
-	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
 	// One poll through the same policy serve uses; events need a watch
 	// over time, so list reports what the polled state says now.
 	ids := make([]string, len(inv.GPUs))

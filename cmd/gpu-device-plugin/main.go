@@ -138,3 +138,18 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
+
+// discover loads NVML and walks the GPUs, for the commands that look at
+// the node once. The caller shuts the library down.
+func discover(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
+	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	if err != nil {
+		return nil, nil, err
+	}
+	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
+	if err != nil {
+		lib.Shutdown()
+		return nil, nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	return lib, inv, nil
+}
