@@ -17,10 +17,12 @@ import (
 // name, so a runtime request reads the same as the pod's.
 const GPUKind = "nvidia.com/gpu"
 
-// controlNodes are shared by every GPU; each is in a spec only if present
-// under the /dev root, since nvidia-uvm and nvidia-modeset load on demand.
-// The same list as the gpu package's Allocate answer.
-var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
+// ControlNodes are the /dev entries every GPU shares. Each is passed only
+// if present under the /dev root, since nvidia-uvm and nvidia-modeset are
+// loaded on demand. The gpu package's Allocate answer uses the same list.
+func ControlNodes() []string {
+	return []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
+}
 
 // GPUSpec builds the nvidia.com/gpu spec: two devices per GPU, one named by
 // UUID ("GPU-…") and one by index ("0"), each carrying the GPU's
@@ -41,7 +43,7 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, devRoot string) (*specs.Spec, error
 		}
 	}
 	var common Edits
-	for _, name := range controlNodes {
+	for _, name := range ControlNodes() {
 		if _, err := os.Stat(filepath.Join(devRoot, name)); err == nil {
 			common.Nodes = append(common.Nodes, devNode(devRoot, name))
 		}

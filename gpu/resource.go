@@ -29,9 +29,6 @@ const (
 	IDStrategyIndex = "index"
 )
 
-// controlNodes are shared by every GPU; each is passed only if present,
-// since nvidia-uvm and nvidia-modeset are loaded on demand.
-var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 
 // Device-list strategies: how Allocate tells the runtime which GPUs to
 // give the container. Several may be combined.
@@ -118,7 +115,7 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, visible), node: devSpec(o.DevRoot, name)})
 		r.byUUID[g.UUID] = i
 	}
-	for _, name := range controlNodes {
+	for _, name := range cdi.ControlNodes() {
 		if _, err := os.Stat(filepath.Join(o.DevRoot, name)); err == nil {
 			r.control = append(r.control, devSpec(o.DevRoot, name))
 		}
