@@ -98,3 +98,27 @@ test: tools-test
 
 deploy-test:
 	cd e2e && $(GO) test -count=1 -v ./deploy/
+
+# End to end on a real Kubernetes node (e2e/cluster/README.md).
+#   make e2e-cluster       a local single-node cluster on 127.0.0.1 (Kubernetes, etcd and
+#                          containerd built from the Go module proxy into e2e/cluster/.cache,
+#                          once per version), the plugin's chart on the mock NVML library,
+#                          and the suite; the cluster stays up for kubectl until
+#   make e2e-cluster-down  which stops it and removes everything it made.
+#   make e2e-kind          the same suite on kind (needs docker; kind is built if missing).
+.PHONY: e2e-cluster e2e-cluster-down e2e-kind e2e-kind-down
+
+e2e-cluster:
+	e2e/cluster/build.sh
+	e2e/cluster/cluster.sh up
+	e2e/cluster/suite.sh e2e/cluster/.run/suite.env
+
+e2e-cluster-down:
+	e2e/cluster/cluster.sh down
+
+e2e-kind:
+	e2e/kind/kind.sh up
+	e2e/cluster/suite.sh e2e/kind/.run/suite.env
+
+e2e-kind-down:
+	e2e/kind/kind.sh down

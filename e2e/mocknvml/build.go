@@ -96,20 +96,34 @@ func Build(dir string) (string, error) {
 // headerDir finds go-nvml's pkg/nvml directory, which holds nvml.h, at the
 // version the e2e module requires.
 func headerDir() (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml")
+	const mod = "github.com/NVIDIA/go-nvml"
 	// Run from this package's source directory when it exists, so the
 	// answer is the e2e module's whatever the caller's working directory.
-	if _, file, _, ok := runtime.Caller(0); ok {
-		if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
-			cmd.Dir = filepath.Dir(file)
+	goCmd := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("go", args...)
+		if _, file, _, ok := runtime.Caller(0); ok {
+			if fi, err := os.Stat(filepath.Dir(file)); err == nil && fi.IsDir() {
+				cmd.Dir = filepath.Dir(file)
+			}
+		}
+		return cmd
+	}
+	var dir string
+	for attempt := 0; attempt < 2; attempt++ {
+		cmd := goCmd("list", "-m", "-f", "{{.Dir}}", mod)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("locating go-nvml's nvml.h with go list (run from inside the e2e module): %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		if dir = strings.TrimSpace(string(out)); dir != "" {
+			return filepath.Join(dir, "pkg", "nvml"), nil
+		}
+		// go list names no directory for a module not downloaded yet.
+		if out, err := goCmd("mod", "download", mod).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("downloading %s for nvml.h: %w: %s", mod, err, bytes.TrimSpace(out))
 		}
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		return "", fmt.Errorf("locating go-nvml's nvml.h with go list (run from inside the e2e module, with github.com/NVIDIA/go-nvml in the module cache: go mod download): %v %s", err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return filepath.Join(dir, "pkg", "nvml"), nil
+	return "", fmt.Errorf("locating go-nvml's nvml.h: %s is not in the module cache after go mod download", mod)
 }

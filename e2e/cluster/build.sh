@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds the cluster's binaries from the Go module proxy, once per version:
+#   kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
+#   etcd:       etcd (server)
+#   containerd: containerd, containerd-shim-runc-v2, ctr (CDI on by default in 2.x)
+# Each goes to .cache/bin/<component>-<version>/, written only when the whole
+# build succeeded, so an existing directory means "done" and is never rebuilt.
+# Kubernetes is built from a scratch module that requires k8s.io/kubernetes
+# and replaces every staging module with its published v0.x (the repository
+# itself replaces them with ./staging paths, which a dependency cannot use).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+export GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
+
+# scratch_module DIR MODULE: an empty module to build dependencies' commands in.
+scratch_module() {
+	rm -rf "$1" && mkdir -p "$1"
+	printf 'module %s\n\ngo 1.24.0\n' "$2" >"$1/go.mod"
+}
+
+# finish TMP DEST: publish a completed build directory atomically.
+finish() {
+	rm -rf "$2" && mv "$1" "$2"
+}
+
+build_kubernetes() {
+	[ -x "$K8S_BIN/kubelet" ] && return
+	local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+	local staging=v0.${K8S_VERSION#v1.}
+	local src=$CACHE_DIR/src/kubernetes-$K8S_VERSION out=$CACHE_DIR/bin/.kubernetes-$K8S_VERSION.tmp
+	log "building kubernetes $K8S_VERSION (cold: ~15 min on 2 cores)"
+	scratch_module "$src" e2e-cluster/kubernetes
+	local mod
+	mod=$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod") ||
+		die "fetching k8s.io/kubernetes@$K8S_VERSION's go.mod from the proxy"
+	{
+		echo 'godebug default=go1.24'
+		echo "require k8s.io/kubernetes $K8S_VERSION"
+		echo 'replace ('
+		# Every "k8s.io/x => ./staging/src/k8s.io/x" becomes "k8s.io/x => k8s.io/x v0.N.P".
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' <<<"$mod"
+		echo ')'
+	} >>"$src/go.mod"
+	local n; n=$(grep -c " => k8s.io/" "$src/go.mod")
+	[ "$n" -ge 30 ] || die "only $n staging modules found in k8s.io/kubernetes@$K8S_VERSION's go.mod"
+	local pkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version ldflags="-s -w"
+	for p in $pkg $cpkg; do
+		ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+		ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+	done
+	rm -rf "$out" && mkdir -p "$out"
+	(cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler \
+		k8s.io/kubernetes/cmd/kubelet \
+		k8s.io/kubernetes/cmd/kubectl)
+	finish "$out" "$K8S_BIN"
+}
+
+build_etcd() {
+	[ -x "$ETCD_BIN/etcd" ] && return
+	local src=$CACHE_DIR/src/etcd-$ETCD_VERSION out=$CACHE_DIR/bin/.etcd-$ETCD_VERSION.tmp
+	log "building etcd $ETCD_VERSION"
+	scratch_module "$src" e2e-cluster/etcd
+	echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>"$src/go.mod"
+	rm -rf "$out" && mkdir -p "$out"
+	# The server module's root package is etcd's main.
+	(cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+	finish "$out" "$ETCD_BIN"
+}
+
+build_containerd() {
+	[ -x "$CONTAINERD_BIN/containerd" ] && return
+	local src=$CACHE_DIR/src/containerd-$CONTAINERD_VERSION out=$CACHE_DIR/bin/.containerd-$CONTAINERD_VERSION.tmp
+	log "building containerd $CONTAINERD_VERSION"
+	scratch_module "$src" e2e-cluster/containerd
+	echo "require github.com/containerd/containerd/v2 $CONTAINERD_VERSION" >>"$src/go.mod"
+	local m=github.com/containerd/containerd/v2
+	rm -rf "$out" && mkdir -p "$out"
+	# No cgo: the btrfs and devmapper snapshotters (cgo, extra headers) drop out.
+	(cd "$src" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" \
+		-ldflags "-s -w -X $m/version.Version=$CONTAINERD_VERSION" -o "$out/" \
+		$m/cmd/containerd $m/cmd/containerd-shim-runc-v2 $m/cmd/ctr)
+	finish "$out" "$CONTAINERD_BIN"
+}
+
+mkdir -p "$CACHE_DIR/bin"
+case "${1:-all}" in
+kubernetes) build_kubernetes ;;
+etcd) build_etcd ;;
+containerd) build_containerd ;;
+all) build_etcd; build_containerd; build_kubernetes ;;
+*) die "usage: $0 [all|kubernetes|etcd|containerd]" ;;
+esac

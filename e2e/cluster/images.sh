@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the three image tarballs a test node needs, for cluster.sh and
+# kind.sh alike:
+#   OUT/plugin/gpu-device-plugin-image.tar  the plugin (make image), localhost/gpu-device-plugin:e2e
+#   OUT/probe.tar                           the test container, $PROBE_IMAGE
+#   OUT/pause.tar                           the pod sandbox, $PAUSE_IMAGE
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+out=${1:?usage: images.sh OUTDIR}
+mkdir -p "$out"
+(cd "$REPO_ROOT/e2e" && go run ./cluster/images -o "$out" -pause "$PAUSE_IMAGE" -probe "$PROBE_IMAGE")
+# PCI_IDS=none: the fake sysfs has no NICs to name, and a CI machine may
+# have no pci.ids.
+make -C "$REPO_ROOT" --no-print-directory image VERSION="$PLUGIN_TAG" IMAGE_REPO="$PLUGIN_REPO" \
+	PCI_IDS=none BIN="$out/plugin" >&2

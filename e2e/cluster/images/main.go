@@ -1,0 +1,165 @@
+// Command images builds the two images the local cluster needs and cannot
+// pull: the pod sandbox (pause) and the test container (probe), each one
+// static Go binary in an otherwise empty image, written as docker-archive
+// tarballs that `ctr images import` and `kind load image-archive` read.
+//
+//	go run ./cluster/images -o DIR [-pause localhost/e2e/pause:v1] [-probe localhost/e2e/probe:v1]
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+func main() {
+	out := flag.String("o", "", "output directory (pause.tar, probe.tar)")
+	pause := flag.String("pause", "localhost/e2e/pause:v1", "the sandbox image's name")
+	probe := flag.String("probe", "localhost/e2e/probe:v1", "the test image's name")
+	flag.Parse()
+	if *out == "" {
+		fail(fmt.Errorf("-o is required"))
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err)
+	}
+	src, err := sourceDir()
+	if err != nil {
+		fail(err)
+	}
+	for _, img := range []struct{ name, ref string }{{"pause", *pause}, {"probe", *probe}} {
+		bin := filepath.Join(*out, img.name)
+		if err := build(filepath.Join(src, img.name), bin); err != nil {
+			fail(err)
+		}
+		tarball := filepath.Join(*out, img.name+".tar")
+		if err := writeImage(tarball, img.ref, bin, "/"+img.name); err != nil {
+			fail(err)
+		}
+		os.Remove(bin)
+		fmt.Printf("images: %s: %s\n", tarball, img.ref)
+	}
+}
+
+// sourceDir is this command's directory, which holds pause/ and probe/.
+func sourceDir() (string, error) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/gpu-device-plugin/gpu-device-plugin/e2e/cluster/images").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the images source: %w", err)
+	}
+	return string(bytes.TrimSpace(out)), nil
+}
+
+// build compiles a static binary: no cgo, so the image needs no libc.
+func build(pkg, out string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = pkg
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// writeImage writes a one-layer docker-archive: the binary at path, as the
+// entrypoint, and the empty directories runc mounts over. File times are
+// the epoch, so the same binary gives the same image ID.
+func writeImage(tarball, ref, bin, path string) error {
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	var layer bytes.Buffer
+	lw := tar.NewWriter(&layer)
+	epoch := time.Unix(0, 0)
+	for _, d := range []string{"dev", "etc", "proc", "sys", "tmp"} {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode, ModTime: epoch}); err != nil {
+			return err
+		}
+	}
+	if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(exe)), ModTime: epoch}); err != nil {
+		return err
+	}
+	if _, err := lw.Write(exe); err != nil {
+		return err
+	}
+	if err := lw.Close(); err != nil {
+		return err
+	}
+	layerDigest := digest(layer.Bytes())
+
+	config, err := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"created":      epoch.UTC().Format(time.RFC3339),
+		"config": map[string]any{
+			"Entrypoint": []string{path},
+			"Env":        []string{"PATH=/"},
+		},
+		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerDigest}},
+		"history": []map[string]string{{"created": epoch.UTC().Format(time.RFC3339), "created_by": "e2e/cluster/images"}},
+	})
+	if err != nil {
+		return err
+	}
+	configName := digest(config) + ".json"
+	layerName := layerDigest + "/layer.tar"
+	manifest, err := json.Marshal([]map[string]any{{
+		"Config":   configName,
+		"RepoTags": []string{ref},
+		"Layers":   []string{layerName},
+	}})
+	if err != nil {
+		return err
+	}
+
+	f, err := os.Create(tarball)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{configName, config}, {layerName, layer.Bytes()}, {"manifest.json", manifest}} {
+		if dir := filepath.Dir(e.name); dir != "." {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755, ModTime: epoch}); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "images:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,47 @@
+# Shared settings for the local-cluster scripts (sourced, not run).
+# Everything lives under the work tree: binaries under .cache (kept between
+# runs, keyed by version), the running cluster under .run (removed by cluster.sh down).
+
+set -euo pipefail
+
+E2E_CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$E2E_CLUSTER_DIR/../.." && pwd)
+
+K8S_VERSION=${K8S_VERSION:-v1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.1.4}
+
+CACHE_DIR=${E2E_CLUSTER_CACHE:-$E2E_CLUSTER_DIR/.cache}
+RUN_DIR=${E2E_CLUSTER_RUN:-$E2E_CLUSTER_DIR/.run}
+
+K8S_BIN=$CACHE_DIR/bin/kubernetes-$K8S_VERSION
+ETCD_BIN=$CACHE_DIR/bin/etcd-$ETCD_VERSION
+CONTAINERD_BIN=$CACHE_DIR/bin/containerd-$CONTAINERD_VERSION
+
+# Loopback ports. Kubernetes' own defaults, except etcd's, so an etcd
+# already on the machine does not clash.
+APISERVER_PORT=${APISERVER_PORT:-6443}
+ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT:-23790}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
+KUBELET_PORT=${KUBELET_PORT:-10250}
+KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-10248}
+
+NODE_NAME=${NODE_NAME:-e2e-node}
+
+# Images the node has; nothing is ever pulled.
+PAUSE_IMAGE=localhost/e2e/pause:v1
+PROBE_IMAGE=localhost/e2e/probe:v1
+
+log() { printf '%s e2e-cluster: %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The plugin's image as `make image` tags it: IMAGE_REPO:VERSION.
+PLUGIN_REPO=localhost/gpu-device-plugin
+PLUGIN_TAG=e2e
+PLUGIN_IMAGE=$PLUGIN_REPO:$PLUGIN_TAG
+
+# suite_env KEY=VALUE...: the settings file suite.sh reads, values quoted.
+suite_env() {
+	local kv
+	for kv in "$@"; do printf '%s=%q\n' "${kv%%=*}" "${kv#*=}"; done
+}

@@ -1,0 +1,232 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+)
+
+// The release, as `helm install gpu-device-plugin deploy/helm/gpu-device-plugin -n kube-system`.
+const (
+	releaseName      = "gpu-device-plugin"
+	releaseNamespace = "kube-system"
+	fieldManager     = "gpu-device-plugin-e2e"
+)
+
+// release is the chart rendered with one set of values, applied to the
+// cluster with server-side apply: what `helm template | kubectl apply
+// --server-side` does, without a Helm binary or its cluster client.
+type release struct {
+	objects []*unstructured.Unstructured
+}
+
+// chartValues are the values that put the plugin on the fixture: the mock
+// library as the driver root's NVML, its profile and control FIFO in the
+// environment, the fake sysfs and /dev, all through one hostPath mounted
+// at the same path, so the host paths in Allocate answers and CDI specs
+// are right for the runtime too.
+func chartValues(strategies ...string) (chartutil.Values, error) {
+	fixture := env.Fixture
+	repo, tag := env.PluginImage, "latest"
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo, tag = repo[:i], repo[i+1:]
+	}
+	v := chartutil.Values{
+		"image":              map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"hostNetwork":        true,
+		"driverRoot":         env.driverRoot(),
+		"cdiSpecDir":         env.CDISpecDir,
+		"deviceListStrategy": strategies,
+		"config": map[string]any{
+			"deviceIDStrategy": "uuid",
+			// Fast polls, so a cooled GPU is healthy again within seconds.
+			"healthPollInterval": "1s",
+			"xidRecoveryPeriod":  "10m",
+			"logFormat":          "json",
+		},
+		"extraArgs": []any{
+			"--nvml-library=" + env.nvmlLibrary(),
+			"--sysfs-root=" + filepath.Join(fixture, "sys"),
+			"--dev-root=" + filepath.Join(fixture, "dev"),
+		},
+		"env": []any{
+			map[string]any{"name": "MOCK_NVML_PROFILE", "value": env.profilePath()},
+			map[string]any{"name": "MOCK_NVML_CONTROL", "value": env.controlFIFO()},
+		},
+		"extraVolumes": []any{
+			map[string]any{"name": "fixture", "hostPath": map[string]any{"path": fixture, "type": "Directory"}},
+		},
+		"extraVolumeMounts": []any{
+			map[string]any{"name": "fixture", "mountPath": fixture},
+		},
+	}
+	if env.hasNICs() {
+		// The README's pools for this node: config/testdata/example-nics.yaml.
+		root, err := repoRoot()
+		if err != nil {
+			return nil, err
+		}
+		pools, err := chartutil.ReadValuesFile(filepath.Join(root, "config", "testdata", "example-nics.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		v["config"].(map[string]any)["nicResources"] = pools["nicResources"]
+		v["extraArgs"] = append(v["extraArgs"].([]any), "--proc-root="+env.procRoot())
+	}
+	return v, nil
+}
+
+// renderChart renders deploy/helm/gpu-device-plugin with chartValues.
+func renderChart(strategies ...string) (*release, error) {
+	values, err := chartValues(strategies...)
+	if err != nil {
+		return nil, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	c, err := loader.Load(filepath.Join(root, "deploy", "helm", "gpu-device-plugin"))
+	if err != nil {
+		return nil, fmt.Errorf("loading the chart: %w", err)
+	}
+	vals, err := chartutil.ToRenderValues(c, values,
+		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
+		chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, fmt.Errorf("chart values: %w", err)
+	}
+	out, err := engine.Engine{Strict: true}.Render(c, vals)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the chart: %w", err)
+	}
+	names := make([]string, 0, len(out))
+	for name := range out {
+		if base := filepath.Base(name); !strings.HasPrefix(base, "_") && base != "NOTES.txt" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	r := &release{}
+	for _, name := range names {
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out[name]), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if u.GetNamespace() == "" {
+				u.SetNamespace(releaseNamespace)
+			}
+			r.objects = append(r.objects, &u)
+		}
+	}
+	return r, nil
+}
+
+// repoRoot is the plugin's repository: go test runs in this package's
+// directory, e2e/cluster/suite. (Not harness.RepoRoot, which brings the
+// kubelet's code into the build.)
+func repoRoot() (string, error) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "deploy", "helm", "gpu-device-plugin", "Chart.yaml")); err != nil {
+		return "", fmt.Errorf("finding the repository from the test's directory: %w", err)
+	}
+	return dir, nil
+}
+
+func restMapper() meta.RESTMapper {
+	return restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(k8s.kube.Discovery()))
+}
+
+// apply creates or updates every object of the release.
+func (r *release) apply(ctx context.Context) error {
+	mapper := restMapper()
+	for _, u := range r.objects {
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s: %w", gvk.Kind, err)
+		}
+		_, err = k8s.dynamic.Resource(m.Resource).Namespace(u.GetNamespace()).
+			Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		if err != nil {
+			return fmt.Errorf("applying %s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// uninstall deletes every object of the release, DaemonSet pods first
+// gone (foreground deletion), as `helm uninstall --wait` does.
+func (r *release) uninstall(ctx context.Context) error {
+	mapper := restMapper()
+	fg := metav1.DeletePropagationForeground
+	for _, u := range slices.Backward(r.objects) {
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s: %w", gvk.Kind, err)
+		}
+		res := k8s.dynamic.Resource(m.Resource).Namespace(u.GetNamespace())
+		if err := res.Delete(ctx, u.GetName(), metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := res.Get(ctx, u.GetName(), metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s still there: %w", gvk.Kind, u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// daemonSetName is the name of the release's DaemonSet.
+func (r *release) daemonSetName() string {
+	for _, u := range r.objects {
+		if u.GetKind() == "DaemonSet" {
+			return u.GetName()
+		}
+	}
+	return ""
+}
+
+// manifest is the release as YAML-ish text, for logs.
+func (r *release) String() string {
+	var b bytes.Buffer
+	for _, u := range r.objects {
+		fmt.Fprintf(&b, "%s/%s ", u.GetKind(), u.GetName())
+	}
+	return strings.TrimSpace(b.String())
+}
