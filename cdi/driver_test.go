@@ -1,6 +1,8 @@
 package cdi
 
 import (
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
+
 	"errors"
 	"path/filepath"
 	"slices"
@@ -36,7 +38,7 @@ func TestFindDriver(t *testing.T) {
 	}{
 		{
 			name:     "ubuntu host after an upgrade mounts the running version only",
-			manifest: readManifest(t),
+			manifest: cditest.Manifest(t),
 			goarch:   "amd64",
 			version:  "550.54.15",
 			libs: []string{
@@ -146,7 +148,7 @@ link usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 ../../../../../../usr/lib/x86_64
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root, _ := fakeTree(t, tt.manifest)
+			root, _ := cditest.Tree(t, tt.manifest)
 			d, err := findDriver(root, tt.goarch)
 			if err != nil {
 				t.Fatal(err)
@@ -175,7 +177,7 @@ link usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 ../../../../../../usr/lib/x86_64
 
 func TestFindDriverWithoutNVML(t *testing.T) {
 	t.Run("empty root says which directories were searched", func(t *testing.T) {
-		root, _ := fakeTree(t, "file usr/bin/nvidia-smi\nfile usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n")
+		root, _ := cditest.Tree(t, "file usr/bin/nvidia-smi\nfile usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n")
 		d, err := findDriver(root, "amd64")
 		if !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("error %v, want ErrNoDriver", err)
@@ -185,7 +187,7 @@ func TestFindDriverWithoutNVML(t *testing.T) {
 		}
 	})
 	t.Run("dangling soname link is no library", func(t *testing.T) {
-		root, _ := fakeTree(t, "link usr/lib64/libnvidia-ml.so.1 libnvidia-ml.so.550.54.15\n")
+		root, _ := cditest.Tree(t, "link usr/lib64/libnvidia-ml.so.1 libnvidia-ml.so.550.54.15\n")
 		if _, err := findDriver(root, "amd64"); !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("error %v, want ErrNoDriver", err)
 		}

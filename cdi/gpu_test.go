@@ -1,6 +1,8 @@
 package cdi
 
 import (
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
+
 	"bytes"
 	"flag"
 	"fmt"
@@ -80,7 +82,7 @@ type dgxHost struct {
 
 func newDGXHost(t *testing.T) dgxHost {
 	t.Helper()
-	root, chars := fakeTree(t, readManifest(t))
+	root, chars := cditest.Tree(t, cditest.Manifest(t))
 	d, err := findDriver(root, "amd64")
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,6 @@ const (
 	IDStrategyIndex = "index"
 )
 
-
 // Device-list strategies: how Allocate tells the runtime which GPUs to
 // give the container. Several may be combined.
 const (

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
+
 	"fmt"
 	"log/slog"
 	"maps"
@@ -48,7 +50,7 @@ type devNum struct {
 // NIC's device nodes and the driver's read-only mounts.
 func TestCDIRoundTrip(t *testing.T) {
 	nicRoot := sysfstest.Load(t, "dgx-h100")
-	driverRoot, chars := driverTree(t, driverManifest(t)+rdmaNodes())
+	driverRoot, chars := cditest.Tree(t, cditest.Manifest(t)+rdmaNodes())
 	dir := shortPluginDir(t, gpu.ResourceName, rdmaNUMA0, rdmaNUMA1)
 	k, _ := startKubelet(t, dir)
 

@@ -1,9 +1,12 @@
-package cdi
+// Package cditest materialises fake driver-root trees for tests of CDI
+// spec generation, here and in the e2e module.
+package cditest
 
 import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,10 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeTree materialises a manifest (see testdata/driver-root/manifest.txt)
-// in a new temporary directory and returns its root. Character devices are
-// real where mknod is allowed (root) and FIFOs elsewhere; chars says which.
-func fakeTree(t *testing.T, manifest string) (root string, chars bool) {
+// Tree materialises a manifest (see cdi/testdata/driver-root/manifest.txt:
+// file, dir, link and char lines) in a new temporary directory and returns
+// its root. Character devices are real where mknod is allowed (root) and
+// FIFOs elsewhere; chars says which.
+func Tree(t testing.TB, manifest string) (root string, chars bool) {
 	t.Helper()
 	root = t.TempDir()
 	realRoot, err := filepath.EvalSymlinks(root)
@@ -73,9 +77,15 @@ func fakeTree(t *testing.T, manifest string) (root string, chars bool) {
 	return root, chars
 }
 
-func readManifest(t *testing.T) string {
+// Manifest returns the fake driver root kept in cdi/testdata: driver
+// 550.54.15 on Ubuntu x86_64 with leftovers, and the /dev of a DGX A100.
+func Manifest(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/driver-root/manifest.txt")
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cditest: cannot locate its own source")
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "testdata", "driver-root", "manifest.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
