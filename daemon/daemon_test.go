@@ -75,16 +75,8 @@ func TestServesGPUsOnceDriverArrives(t *testing.T) {
 	if r.ResourceName != "nvidia.com/gpu" || attempts.Load() < 3 {
 		t.Fatalf("registered %q after %d NVML attempts", r.ResourceName, attempts.Load())
 	}
-	conn, err := grpc.NewClient("passthrough:///"+filepath.Join(cfg.DevicePluginDir, r.Endpoint),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+	client := dialPlugin(t, filepath.Join(cfg.DevicePluginDir, r.Endpoint))
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,16 +103,8 @@ func TestXIDReachesListAndWatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, func(string) (nvml.Library, error) { return lib, nil }, nil) }()
 
-	conn, err := grpc.NewClient("passthrough:///"+filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	client := dialPlugin(t, filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.sock"))
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,4 +159,20 @@ func TestStopsWhileWaitingForDriver(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not stop")
 	}
+}
+
+// dialPlugin connects to a plugin socket as the kubelet does; the
+// connection closes when the test ends.
+func dialPlugin(t *testing.T, path string) pluginapi.DevicePluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
 }

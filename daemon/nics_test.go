@@ -2,15 +2,12 @@ package daemon
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
@@ -61,16 +58,8 @@ func TestServesNICPoolsAndCDISpecs(t *testing.T) {
 		}
 	}
 
-	conn, err := grpc.NewClient("passthrough:///"+filepath.Join(cfg.DevicePluginDir, registered["example.com/rdma_numa0"]),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pluginapi.NewDevicePluginClient(conn)
+	client := dialPlugin(t, filepath.Join(cfg.DevicePluginDir, registered["example.com/rdma_numa0"]))
+	c := client
 	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
