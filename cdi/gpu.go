@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,9 +14,22 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
-// GPUKind is the CDI kind of whole GPUs. It is also the extended resource
-// name, so a runtime request reads the same as the pod's.
-const GPUKind = "nvidia.com/gpu"
+// GPUKind is the CDI kind of whole GPUs. It is ours alone, not the
+// resource name: the NVIDIA Container Toolkit (1.18+) regenerates
+// /var/run/cdi/nvidia.yaml with kind nvidia.com/gpu and the same device
+// names (index and UUID) at every boot, and a CDI cache drops every name
+// two specs of equal priority both define, so sharing that kind would
+// break our containers and the toolkit's alike.
+const GPUKind = "gpu-device-plugin.github.io/gpu"
+
+// HookName is the file name of our OCI hook program, and its Args[0].
+const HookName = "gpu-device-plugin-cdi-hook"
+
+// VisibleDevicesVoid is set in every GPU container: nvidia/cuda images
+// carry NVIDIA_VISIBLE_DEVICES=all, which the NVIDIA runtime's legacy
+// hook, where it is the node's default runtime, would honour by injecting
+// every GPU on top of the ones CDI gave the container.
+const VisibleDevicesVoid = "NVIDIA_VISIBLE_DEVICES=void"
 
 // ControlNodes are the /dev entries every GPU shares. Each is passed only
 // if present under the /dev root, since nvidia-uvm and nvidia-modeset are
@@ -24,13 +38,46 @@ func ControlNodes() []string {
 	return []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 }
 
-// GPUSpec builds the nvidia.com/gpu spec: two devices per GPU, one named by
-// UUID ("GPU-…") and one by index ("0"), each carrying the GPU's
-// /dev/nvidia<minor>; and common edits with the control nodes present under
-// devRoot ("" means /dev) and the driver's mounts. GPUs are listed in index
-// order. Host paths are under devRoot and driver.Root; container paths are
+// PresentControlNodes returns the ControlNodes that exist under devRoot
+// ("" means /dev) now, in ControlNodes' order. nvidia-uvm often appears
+// only at the first CUDA call after boot, so callers ask again later.
+func PresentControlNodes(devRoot string) []string {
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+	var out []string
+	for _, name := range ControlNodes() {
+		if _, err := os.Stat(filepath.Join(devRoot, name)); err == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// GPUSpecOptions shape GPUSpec.
+type GPUSpecOptions struct {
+	// DevRoot is the host's /dev; "" means /dev.
+	DevRoot string
+	// ControlNodes are the control node names to pass (see
+	// PresentControlNodes); nil looks them up under DevRoot.
+	ControlNodes []string
+	// HookPath is where the runtime finds our hook program on the host.
+	// Empty leaves the hook out: no libcuda.so link and no ld cache
+	// update in the container.
+	HookPath string
+}
+
+// GPUSpec builds the GPUKind spec: two devices per GPU, one named by UUID
+// ("GPU-…", the name Allocate hands out) and one by index ("0", for people
+// running containers by hand), each carrying the GPU's /dev/nvidia<minor>.
+// Its common edits hold the control nodes, the driver's mounts,
+// NVIDIA_VISIBLE_DEVICES=void, and, with a hook path and libcuda among the
+// driver's libraries, the createContainer hook that links libcuda.so and
+// updates the container's ld cache (HookArgs). GPUs are listed in index
+// order. Host paths are under DevRoot and driver.Root; container paths are
 // the usual ones.
-func GPUSpec(gpus []nvml.GPU, driver Driver, devRoot string) (*specs.Spec, error) {
+func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, error) {
+	devRoot := o.DevRoot
 	if devRoot == "" {
 		devRoot = "/dev"
 	}
@@ -42,18 +89,49 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, devRoot string) (*specs.Spec, error
 			devices = append(devices, Device{Name: name, Edits: Edits{Nodes: []DeviceNode{node}}})
 		}
 	}
-	var common Edits
-	for _, name := range ControlNodes() {
-		if _, err := os.Stat(filepath.Join(devRoot, name)); err == nil {
-			common.Nodes = append(common.Nodes, devNode(devRoot, name))
-		}
+	controls := o.ControlNodes
+	if controls == nil {
+		controls = PresentControlNodes(devRoot)
+	}
+	common := Edits{Env: []string{VisibleDevicesVoid}}
+	for _, name := range controls {
+		common.Nodes = append(common.Nodes, devNode(devRoot, name))
 	}
 	common.Mounts = driver.Mounts()
+	if args := HookArgs(driver); o.HookPath != "" && args != nil {
+		common.Hooks = []Hook{{Name: "createContainer", Path: o.HookPath, Args: args}}
+	}
 	s, err := Spec(GPUKind, devices, common)
 	if err != nil {
 		return nil, fmt.Errorf("GPU spec: %w", err)
 	}
 	return s, nil
+}
+
+// HookArgs returns our hook's arguments (Args[0] included) for a container
+// that gets driver's libraries: the libcuda.so -> libcuda.so.1 link
+// next to libcuda.so.1, and every directory the libraries are mounted in
+// for the ld cache. It is nil when the driver has no libcuda.so.1.
+func HookArgs(driver Driver) []string {
+	var cudaDir string
+	var dirs []string
+	for _, m := range driver.Libraries {
+		dir := path.Dir(m.ContainerPath)
+		if !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+		if path.Base(m.ContainerPath) == "libcuda.so.1" {
+			cudaDir = dir
+		}
+	}
+	if cudaDir == "" {
+		return nil
+	}
+	args := []string{HookName, "create-container", "--link", "libcuda.so.1::" + path.Join(cudaDir, "libcuda.so")}
+	for _, d := range dirs {
+		args = append(args, "--folder", d)
+	}
+	return args
 }
 
 func devNode(devRoot, name string) DeviceNode {

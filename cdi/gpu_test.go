@@ -97,7 +97,7 @@ func TestGPUSpecGolden(t *testing.T) {
 	// Discovery order must not matter: the spec lists GPUs by index.
 	gpus := slices.Clone(h.gpus)
 	slices.Reverse(gpus)
-	s, err := GPUSpec(gpus, h.driver, h.devRoot())
+	s, err := GPUSpec(gpus, h.driver, GPUSpecOptions{DevRoot: h.devRoot(), HookPath: "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi-hook"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestGPUSpecDevices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := GPUSpec(tt.gpus, tt.driver, tt.devRoot)
+			s, err := GPUSpec(tt.gpus, tt.driver, GPUSpecOptions{DevRoot: tt.devRoot})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -199,7 +199,7 @@ func TestGPUSpecDevices(t *testing.T) {
 // empty OCI spec.
 func TestGPUSpecThroughCDICache(t *testing.T) {
 	h := newDGXHost(t)
-	s, err := GPUSpec(h.gpus, h.driver, h.devRoot())
+	s, err := GPUSpec(h.gpus, h.driver, GPUSpecOptions{DevRoot: h.devRoot()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,8 +288,8 @@ func TestGPUSpecThroughCDICache(t *testing.T) {
 				t.Errorf("mount source %s is not in the driver root: %v", m.Source, err)
 			}
 		}
-		if spec.Process != nil && len(spec.Process.Env) > 0 {
-			t.Errorf("env %v, want none", spec.Process.Env)
+		if spec.Process == nil || !slices.Equal(spec.Process.Env, []string{VisibleDevicesVoid}) {
+			t.Errorf("env %v, want only %s", spec.Process, VisibleDevicesVoid)
 		}
 	}
 	for _, g := range h.gpus {
@@ -302,8 +302,126 @@ func TestGPUSpecThroughCDICache(t *testing.T) {
 	})
 	t.Run("unknown GPU is unresolved", func(t *testing.T) {
 		unresolved, err := cache.InjectDevices(&oci.Spec{}, QualifiedName(GPUKind, "8"))
-		if err == nil || !slices.Equal(unresolved, []string{"nvidia.com/gpu=8"}) {
+		if err == nil || !slices.Equal(unresolved, []string{QualifiedName(GPUKind, "8")}) {
 			t.Fatalf("unresolved %v, error %v", unresolved, err)
 		}
 	})
+}
+
+// toolkitSpec is a spec shaped like the one the NVIDIA Container Toolkit's
+// nvidia-cdi-refresh service writes to /var/run/cdi/nvidia.yaml: kind
+// nvidia.com/gpu, each GPU by index and by UUID, and "all".
+func toolkitSpec(gpus []nvml.GPU, devRoot string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: [NVIDIA_VISIBLE_DEVICES=void]\n  deviceNodes:\n  - {path: /dev/nvidiactl, hostPath: %s/nvidiactl}\ndevices:\n", devRoot)
+	for _, g := range gpus {
+		for _, name := range []string{strconv.Itoa(g.Index), g.UUID} {
+			fmt.Fprintf(&b, "- name: %q\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia%d, hostPath: %s/nvidia%d}\n", name, g.Minor, devRoot, g.Minor)
+		}
+	}
+	fmt.Fprintf(&b, "- name: all\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia0, hostPath: %s/nvidia0}\n", devRoot)
+	return b.String()
+}
+
+// TestGPUSpecBesideToolkitSpec puts our spec and the toolkit's in one
+// directory, as on a node with the NVIDIA Container Toolkit: the CDI
+// cache must report no conflict and resolve every name of both.
+func TestGPUSpecBesideToolkitSpec(t *testing.T) {
+	h := newDGXHost(t)
+	s, err := GPUSpec(h.gpus, h.driver, GPUSpecOptions{DevRoot: h.devRoot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := (Writer{Dir: dir}).Write(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(toolkitSpec(h.gpus, h.devRoot())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI cache errors with both specs: %v", errs)
+	}
+	var ours, theirs []string
+	for _, g := range h.gpus {
+		ours = append(ours, QualifiedName(GPUKind, g.UUID))
+		theirs = append(theirs, QualifiedName("nvidia.com/gpu", g.UUID), QualifiedName("nvidia.com/gpu", strconv.Itoa(g.Index)))
+	}
+	for _, names := range [][]string{ours, theirs, {"nvidia.com/gpu=all"}} {
+		if unresolved, err := cache.InjectDevices(&oci.Spec{}, names...); err != nil {
+			t.Errorf("%d names unresolvable beside the toolkit's spec: %v (%v)", len(unresolved), unresolved, err)
+		}
+	}
+	if got := (Writer{Dir: dir}).Conflicts(GPUKind, dir); len(got) != 0 {
+		t.Errorf("Conflicts(%s) = %v, want none: the toolkit's kind is not ours", GPUKind, got)
+	}
+	if got := (Writer{Dir: dir}).Conflicts("nvidia.com/gpu", dir); !slices.Equal(got, []string{filepath.Join(dir, "nvidia.yaml")}) {
+		t.Errorf("Conflicts(nvidia.com/gpu) = %v, want the toolkit's file", got)
+	}
+}
+
+func TestGPUSpecHook(t *testing.T) {
+	h := newDGXHost(t)
+	const hook = "/usr/libexec/gpu-device-plugin/" + HookName
+	var cudaDir string
+	for _, m := range h.driver.Libraries {
+		if filepath.Base(m.ContainerPath) == "libcuda.so.1" {
+			cudaDir = filepath.Dir(m.ContainerPath)
+		}
+	}
+	if cudaDir == "" {
+		t.Fatal("the test driver root has no libcuda.so.1")
+	}
+	noCUDA := h.driver
+	noCUDA.Libraries = slices.DeleteFunc(slices.Clone(noCUDA.Libraries), func(m Mount) bool {
+		return strings.HasPrefix(filepath.Base(m.ContainerPath), "libcuda.so")
+	})
+	tests := []struct {
+		name     string
+		driver   Driver
+		hookPath string
+		want     []string
+	}{
+		{"link and ld cache", h.driver, hook, []string{HookName, "create-container", "--link", "libcuda.so.1::" + cudaDir + "/libcuda.so", "--folder", cudaDir}},
+		{"no hook path, no hook", h.driver, "", nil},
+		{"no libcuda, no hook", noCUDA, hook, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := GPUSpec(h.gpus, tt.driver, GPUSpecOptions{DevRoot: h.devRoot(), HookPath: tt.hookPath})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooks := s.ContainerEdits.Hooks
+			if tt.want == nil {
+				if len(hooks) != 0 {
+					t.Fatalf("hooks %+v, want none", hooks)
+				}
+				return
+			}
+			if len(hooks) != 1 || hooks[0].HookName != "createContainer" || hooks[0].Path != tt.hookPath || !slices.Equal(hooks[0].Args, tt.want) {
+				t.Fatalf("hooks %+v, want one createContainer hook %s %v", hooks, tt.hookPath, tt.want)
+			}
+			// The CDI library puts it into the OCI spec.
+			dir := t.TempDir()
+			if _, err := (Writer{Dir: dir}).Write(s); err != nil {
+				t.Fatal(err)
+			}
+			cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := &oci.Spec{}
+			if _, err := cache.InjectDevices(spec, QualifiedName(GPUKind, h.gpus[0].UUID)); err != nil {
+				t.Fatal(err)
+			}
+			if spec.Hooks == nil || len(spec.Hooks.CreateContainer) != 1 || !slices.Equal(spec.Hooks.CreateContainer[0].Args, tt.want) {
+				t.Fatalf("OCI hooks %+v, want the createContainer hook", spec.Hooks)
+			}
+		})
+	}
 }

@@ -39,6 +39,16 @@ type NetDevice struct {
 	Name              string
 }
 
+// Hook is an OCI hook the runtime runs on the host for the container.
+type Hook struct {
+	// Name is the OCI hook point, such as "createContainer".
+	Name string
+	// Path is the program's absolute path on the host.
+	Path string
+	// Args are the program's arguments, Args[0] being its name.
+	Args []string
+}
+
 // Edits are the changes a runtime makes to a container, for one device or
 // for every container that gets at least one device of a spec.
 type Edits struct {
@@ -47,6 +57,7 @@ type Edits struct {
 	Nodes      []DeviceNode
 	Mounts     []Mount
 	NetDevices []NetDevice
+	Hooks      []Hook
 }
 
 // Device is one named CDI device. A device must carry at least one edit.
@@ -114,6 +125,9 @@ func (e Edits) spec() specs.ContainerEdits {
 	}
 	for _, d := range e.NetDevices {
 		out.NetDevices = append(out.NetDevices, &specs.LinuxNetDevice{HostInterfaceName: d.HostInterfaceName, Name: d.Name})
+	}
+	for _, h := range e.Hooks {
+		out.Hooks = append(out.Hooks, &specs.Hook{HookName: h.Name, Path: h.Path, Args: append([]string(nil), h.Args...)})
 	}
 	return out
 }

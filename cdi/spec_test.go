@@ -143,8 +143,9 @@ func TestValidateVersion(t *testing.T) {
 
 func TestQualifiedName(t *testing.T) {
 	for _, tt := range []struct{ kind, device, want string }{
-		{GPUKind, "GPU-01b2c3d4-5e6f-7a8b-9c0d-e1f2a3b4c5d0", "nvidia.com/gpu=GPU-01b2c3d4-5e6f-7a8b-9c0d-e1f2a3b4c5d0"},
-		{GPUKind, "0", "nvidia.com/gpu=0"},
+		{GPUKind, "GPU-01b2c3d4-5e6f-7a8b-9c0d-e1f2a3b4c5d0", "gpu-device-plugin.github.io/gpu=GPU-01b2c3d4-5e6f-7a8b-9c0d-e1f2a3b4c5d0"},
+		{GPUKind, "0", "gpu-device-plugin.github.io/gpu=0"},
+		{"nvidia.com/gpu", "0", "nvidia.com/gpu=0"},
 		{"example.com/nic", "mlx5_0", "example.com/nic=mlx5_0"},
 	} {
 		got := QualifiedName(tt.kind, tt.device)
@@ -164,7 +165,7 @@ func TestAnnotations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const key = "cdi.k8s.io/gpu-device-plugin_nvidia.com_gpu"
+		const key = "cdi.k8s.io/gpu-device-plugin_gpu-device-plugin.github.io_gpu"
 		if len(got) != 1 || got[key] != strings.Join(names, ",") {
 			t.Fatalf("annotations %v, want %s=%s", got, key, strings.Join(names, ","))
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"sigs.k8s.io/yaml"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -163,8 +164,9 @@ func (w Writer) RemoveStale(keep []string) error {
 	return w.remove(func(name string) bool { return !slices.Contains(kept, name) })
 }
 
-// RemoveAll removes every spec file of this owner, for a clean shutdown:
-// runtimes then stop resolving devices that are no longer served.
+// RemoveAll removes every spec file of this owner, for uninstalling or for
+// a configuration that no longer uses CDI. The plugin never calls it on
+// shutdown: the kubelet restarts containers with the CDI names it kept.
 func (w Writer) RemoveAll() error {
 	return w.remove(func(string) bool { return true })
 }
@@ -206,4 +208,41 @@ func (w Writer) owns(owner, name string) bool {
 		return strings.Contains(name, ".json.tmp")
 	}
 	return false
+}
+
+// Conflicts returns the spec files in dirs, other than this owner's own,
+// that define kind: a CDI cache drops every device name two specs of the
+// same priority both define, so each such file breaks our names. Missing
+// dirs and unreadable files are skipped; this is a diagnosis, not a gate.
+func (w Writer) Conflicts(kind string, dirs ...string) []string {
+	owner, err := w.owner()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			name := e.Name()
+			ext := filepath.Ext(name)
+			if e.IsDir() || (ext != ".json" && ext != ".yaml") || w.owns(owner, name) {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			var head struct {
+				Kind string `json:"kind"`
+			}
+			if yaml.Unmarshal(data, &head) == nil && head.Kind == kind {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

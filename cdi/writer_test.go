@@ -96,7 +96,7 @@ func TestWriterWrite(t *testing.T) {
 	})
 	t.Run("defaults", func(t *testing.T) {
 		p, err := Writer{}.Path(GPUKind)
-		if err != nil || p != "/var/run/cdi/gpu-device-plugin_nvidia.com-gpu.json" {
+		if err != nil || p != "/var/run/cdi/gpu-device-plugin_gpu-device-plugin.github.io-gpu.json" {
 			t.Errorf("default path %q, %v", p, err)
 		}
 	})

@@ -40,6 +40,7 @@ type Config struct {
 	DeviceListStrategy []string `json:"deviceListStrategy"`
 	CDISpecDir         string   `json:"cdiSpecDir"`
 	HostDriverRoot     string   `json:"hostDriverRoot"`
+	CDIHookPath        string   `json:"cdiHookPath"`
 	ProcRoot           string   `json:"procRoot"`
 	NICRescanInterval  Duration `json:"nicRescanInterval"`
 
@@ -114,6 +115,7 @@ func Settings() []Setting {
 		{Key: "deviceListStrategy", Flag: "device-list-strategy", Default: strings.Join(d.DeviceListStrategy, ","), Usage: "comma-separated: envvar, cdi-cri, cdi-annotations"},
 		{Key: "cdiSpecDir", Flag: "cdi-spec-dir", Default: d.CDISpecDir, Usage: "where CDI specs are written when a cdi-* strategy is on"},
 		{Key: "hostDriverRoot", Flag: "host-driver-root", Default: d.HostDriverRoot, Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same"},
+		{Key: "cdiHookPath", Flag: "cdi-hook-path", Default: d.CDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out"},
 		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
 	}
@@ -150,10 +152,14 @@ func Default() Config {
 
 		DeviceListStrategy: []string{"envvar"},
 		CDISpecDir:         "/var/run/cdi",
+		CDIHookPath:        DefaultCDIHookPath,
 		ProcRoot:           "/proc",
 		NICRescanInterval:  Duration{10 * time.Second},
 	}
 }
+
+// DefaultCDIHookPath is where the node package installs the CDI hook.
+const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi-hook"
 
 // deviceListStrategies are the values deviceListStrategy takes.
 func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
@@ -295,6 +301,8 @@ func (c *Config) Set(key, value string) error {
 		c.CDISpecDir = value
 	case "hostDriverRoot":
 		c.HostDriverRoot = value
+	case "cdiHookPath":
+		c.CDIHookPath = value
 	case "procRoot":
 		c.ProcRoot = value
 	case "nicRescanInterval":
@@ -368,6 +376,9 @@ func (c Config) Validate() error {
 	absolute("cdiSpecDir", c.CDISpecDir)
 	if c.HostDriverRoot != "" {
 		absolute("hostDriverRoot", c.HostDriverRoot)
+	}
+	if c.CDIHookPath != "" {
+		absolute("cdiHookPath", c.CDIHookPath)
 	}
 	absolute("procRoot", c.ProcRoot)
 	if c.NICRescanInterval.Duration < 100*time.Millisecond {

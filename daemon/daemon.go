@@ -38,12 +38,12 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithCancel(ctx)
-	// Specs go last, once nothing can publish one any more.
+	// Spec files stay on shutdown (specStore says why).
 	defer func() {
 		cancel()
 		wg.Wait()
-		specs.close()
 	}()
+	wg.Go(func() { specs.run(ctx) })
 	var metrics *health.Metrics
 	if cfg.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
@@ -103,16 +103,19 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode)
 	}
-	res, err := gpu.New(inv.GPUs, inv.Topology, gpu.Options{IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot})
+	opts := gpu.Options{IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot}
+	// The spec first: the kubelet may hand out a CDI name as soon as the
+	// resource registers.
+	var gspecs *gpuSpecs
+	if specs != nil {
+		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, log); err != nil {
+			return err
+		}
+		opts.Specs = gspecs
+	}
+	res, err := gpu.New(inv.GPUs, inv.Topology, opts)
 	if err != nil {
 		return fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
-	}
-	if specs != nil {
-		spec, err := GPUSpec(cfg, inv.GPUs, log)
-		if err != nil {
-			return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
-		}
-		specs.publish(gpu.ResourceName, spec)
 	}
 	srv, err := deviceplugin.New(deviceplugin.Options{
 		ResourceName: gpu.ResourceName,
@@ -152,6 +155,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		}
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
+	if gspecs != nil {
+		wg.Go(func() { gspecs.watch(ctx, log) })
+	}
 	return srv.Run(ctx)
 }
 

@@ -27,6 +27,11 @@ type Backend interface {
 	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
 }
 
+// ErrNotReady, wrapped in a Backend's Allocate error, says the devices
+// cannot be handed out yet (their CDI spec is not written, say): the
+// kubelet gets Unavailable rather than Internal.
+var ErrNotReady = errors.New("not ready")
+
 // PreferredAllocator is implemented by backends that can choose devices.
 // The server advertises GetPreferredAllocation only when it is.
 type PreferredAllocator interface {

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -71,7 +72,11 @@ func (v *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*
 		}
 		cresp, err := v.s.backend.Allocate(creq.DevicesIds)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: allocating %v: %v", v.s.resource, creq.DevicesIds, err)
+			code := codes.Internal
+			if errors.Is(err, ErrNotReady) {
+				code = codes.Unavailable
+			}
+			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.DevicesIds, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}

@@ -3,7 +3,6 @@ package gpu
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -44,11 +43,22 @@ const (
 // AnnotationOwner names this plugin in CDI annotation keys.
 const AnnotationOwner = "gpu-device-plugin"
 
+// CDISpecs is asked before Allocate hands out CDI names: nil when the spec
+// that defines them is on disk and current, else why not (wrapping
+// deviceplugin.ErrNotReady). The daemon implements it.
+type CDISpecs interface {
+	Ensure() error
+}
+
 // Options shape allocation answers.
 type Options struct {
 	// IDStrategy is IDStrategyUUID (default) or IDStrategyIndex. It names
-	// GPUs in NVIDIA_VISIBLE_DEVICES and in CDI device names alike.
+	// GPUs in NVIDIA_VISIBLE_DEVICES. CDI names are always by UUID: the
+	// kubelet restarts a container with the names it checkpointed, and
+	// after a reboot that renumbers GPUs an index would name another GPU.
 	IDStrategy string
+	// Specs, with a cdi-* strategy, gates every Allocate; nil skips it.
+	Specs CDISpecs
 	// Strategies lists the device-list strategies; empty means envvar.
 	Strategies []string
 	// DevRoot is the host's /dev as both this process and the container
@@ -68,7 +78,8 @@ type gpuEntry struct {
 type Resource struct {
 	gpus    []gpuEntry
 	byUUID  map[string]int
-	control []*pluginapi.DeviceSpec
+	devRoot string
+	specs   CDISpecs
 	graph   *allocator.Graph
 
 	envvar, cdiCRI, cdiAnnotations bool
@@ -86,7 +97,7 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 	if o.DevRoot == "" {
 		o.DevRoot = "/dev"
 	}
-	r := &Resource{byUUID: make(map[string]int, len(gpus))}
+	r := &Resource{byUUID: make(map[string]int, len(gpus)), devRoot: o.DevRoot, specs: o.Specs}
 	if len(o.Strategies) == 0 {
 		o.Strategies = []string{StrategyEnvvar}
 	}
@@ -111,13 +122,8 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 			visible = strconv.Itoa(g.Index)
 		}
 		name := "nvidia" + strconv.Itoa(g.Minor)
-		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, visible), node: devSpec(o.DevRoot, name)})
+		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, g.UUID), node: devSpec(o.DevRoot, name)})
 		r.byUUID[g.UUID] = i
-	}
-	for _, name := range cdi.ControlNodes() {
-		if _, err := os.Stat(filepath.Join(o.DevRoot, name)); err == nil {
-			r.control = append(r.control, devSpec(o.DevRoot, name))
-		}
 	}
 	r.graph = NewGraph(gpus, topo)
 	return r, nil
@@ -168,7 +174,8 @@ func (r *Resource) Devices() []deviceplugin.Device {
 
 // Allocate answers for one container. The GPUs are listed in index order
 // whatever order the kubelet used, so CUDA's numbering inside the
-// container follows the host's.
+// container follows the host's. Control nodes are looked up each time:
+// nvidia-uvm often appears only at the first CUDA call after boot.
 func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	sel := make([]*gpuEntry, 0, len(ids))
 	for _, id := range ids {
@@ -178,16 +185,24 @@ func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse,
 		}
 		sel = append(sel, &r.gpus[i])
 	}
+	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {
+		if err := r.specs.Ensure(); err != nil {
+			return nil, err
+		}
+	}
 	slices.SortFunc(sel, func(a, b *gpuEntry) int { return cmp.Compare(a.gpu.Index, b.gpu.Index) })
 	resp := &pluginapi.ContainerAllocateResponse{}
 	if r.envvar {
 		visible := make([]string, len(sel))
-		resp.Devices = make([]*pluginapi.DeviceSpec, 0, len(sel)+len(r.control))
+		controls := cdi.PresentControlNodes(r.devRoot)
+		resp.Devices = make([]*pluginapi.DeviceSpec, 0, len(sel)+len(controls))
 		for k, e := range sel {
 			visible[k] = e.visible
 			resp.Devices = append(resp.Devices, e.node)
 		}
-		resp.Devices = append(resp.Devices, r.control...)
+		for _, name := range controls {
+			resp.Devices = append(resp.Devices, devSpec(r.devRoot, name))
+		}
 		resp.Envs = map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")}
 	}
 	if r.cdiCRI || r.cdiAnnotations {

@@ -1,14 +1,18 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
@@ -161,6 +165,7 @@ func TestDeviceListStrategies(t *testing.T) {
 	gpus, topo := eightGPUs()
 	root := devRoot(t, "nvidiactl")
 	ids := []string{"GPU-00000003", "GPU-00000001"}
+	byUUID := []string{cdi.QualifiedName(cdi.GPUKind, "GPU-00000001"), cdi.QualifiedName(cdi.GPUKind, "GPU-00000003")}
 	tests := []struct {
 		name        string
 		strategies  []string
@@ -170,11 +175,13 @@ func TestDeviceListStrategies(t *testing.T) {
 		annotations bool
 	}{
 		{name: "envvar only", strategies: []string{StrategyEnvvar}, env: true},
-		{name: "cdi-cri only", strategies: []string{StrategyCDICRI}, cdi: []string{"nvidia.com/gpu=GPU-00000001", "nvidia.com/gpu=GPU-00000003"}},
-		{name: "cdi-cri by index", strategies: []string{StrategyCDICRI}, idStrategy: IDStrategyIndex, cdi: []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}},
+		{name: "cdi-cri only", strategies: []string{StrategyCDICRI}, cdi: byUUID},
+		// An index names another GPU after a reboot that renumbers them,
+		// and the kubelet restarts containers with the names it kept.
+		{name: "cdi-cri by index still names GPUs by UUID", strategies: []string{StrategyCDICRI}, idStrategy: IDStrategyIndex, cdi: byUUID},
 		{name: "annotations only", strategies: []string{StrategyCDIAnnotations}, annotations: true},
 		{name: "all three", strategies: []string{StrategyEnvvar, StrategyCDICRI, StrategyCDIAnnotations}, env: true,
-			cdi: []string{"nvidia.com/gpu=GPU-00000001", "nvidia.com/gpu=GPU-00000003"}, annotations: true},
+			cdi: byUUID, annotations: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,8 +204,8 @@ func TestDeviceListStrategies(t *testing.T) {
 				t.Errorf("CDI devices = %v, want %v", names, tt.cdi)
 			}
 			if tt.annotations {
-				v := resp.Annotations["cdi.k8s.io/gpu-device-plugin_nvidia.com_gpu"]
-				if v != "nvidia.com/gpu=GPU-00000001,nvidia.com/gpu=GPU-00000003" {
+				v := resp.Annotations["cdi.k8s.io/gpu-device-plugin_gpu-device-plugin.github.io_gpu"]
+				if v != strings.Join(byUUID, ",") {
 					t.Errorf("annotations = %v", resp.Annotations)
 				}
 			} else if len(resp.Annotations) != 0 {
@@ -208,5 +215,81 @@ func TestDeviceListStrategies(t *testing.T) {
 	}
 	if _, err := New(gpus, topo, Options{Strategies: []string{"volume-mounts"}}); err == nil {
 		t.Error("unknown strategy accepted")
+	}
+}
+
+// nvidia-uvm is often created by the first CUDA call after boot, after
+// the plugin started: the next Allocate must pass it.
+func TestAllocateFindsControlNodesThatAppearLater(t *testing.T) {
+	gpus, topo := eightGPUs()
+	root := devRoot(t, "nvidiactl")
+	r, err := New(gpus, topo, Options{DevRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := r.Allocate([]string{"GPU-00000000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(resp.Devices); !slices.Equal(got, []string{"/dev/nvidia0", "/dev/nvidiactl"}) {
+		t.Fatalf("devices %v before nvidia-uvm exists", got)
+	}
+	for _, n := range []string{"nvidia-uvm", "nvidia-uvm-tools"} {
+		if err := os.WriteFile(filepath.Join(root, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err = r.Allocate([]string{"GPU-00000000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := paths(resp.Devices), []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !slices.Equal(got, want) {
+		t.Fatalf("devices %v after nvidia-uvm appeared, want %v", got, want)
+	}
+}
+
+type fakeSpecs struct {
+	err   error
+	calls int
+}
+
+func (f *fakeSpecs) Ensure() error { f.calls++; return f.err }
+
+// A CDI name is handed out only once the spec that defines it is on disk.
+func TestAllocateWaitsForCDISpec(t *testing.T) {
+	gpus, topo := eightGPUs()
+	notReady := fmt.Errorf("%w: spec dir read-only", deviceplugin.ErrNotReady)
+	tests := []struct {
+		name       string
+		strategies []string
+		err        error
+		wantCalls  int
+	}{
+		{"cdi-cri, spec unwritten: refused", []string{StrategyCDICRI}, notReady, 1},
+		{"cdi-annotations, spec unwritten: refused", []string{StrategyCDIAnnotations}, notReady, 1},
+		{"cdi-cri, spec written: served", []string{StrategyCDICRI}, nil, 1},
+		{"envvar alone never asks", []string{StrategyEnvvar}, notReady, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			specs := &fakeSpecs{err: tt.err}
+			r, err := New(gpus, topo, Options{Strategies: tt.strategies, DevRoot: devRoot(t), Specs: specs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := r.Allocate([]string{"GPU-00000002"})
+			if specs.calls != tt.wantCalls {
+				t.Errorf("Ensure called %d times, want %d", specs.calls, tt.wantCalls)
+			}
+			if tt.err != nil && tt.wantCalls > 0 {
+				if !errors.Is(err, deviceplugin.ErrNotReady) || resp != nil {
+					t.Fatalf("Allocate = %v, %v; want an error wrapping ErrNotReady", resp, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

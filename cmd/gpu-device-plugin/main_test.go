@@ -13,6 +13,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
@@ -163,8 +164,8 @@ func TestCDIGenerate(t *testing.T) {
 	if err := json.NewDecoder(strings.NewReader(out)).Decode(&spec); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if spec.Kind != "nvidia.com/gpu" || len(spec.Devices) != 16 {
-		t.Errorf("spec kind %q with %d devices, want nvidia.com/gpu with 16 (by UUID and index)", spec.Kind, len(spec.Devices))
+	if spec.Kind != cdi.GPUKind || len(spec.Devices) != 16 {
+		t.Errorf("spec kind %q with %d devices, want %s with 16 (by UUID and index)", spec.Kind, len(spec.Devices), cdi.GPUKind)
 	}
 
 	dir := t.TempDir()
@@ -172,7 +173,7 @@ func TestCDIGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "gpu-device-plugin_nvidia.com-gpu.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json")); err != nil {
 		t.Fatalf("%v; output: %s", err, out)
 	}
 }
