@@ -1,7 +1,9 @@
 // Command probe is the end-to-end test container: it prints, as one JSON
 // line, what a GPU workload would look for (the NVIDIA_* and PCIDEVICE_*
-// environment, the /dev/nvidia* nodes with their numbers, and any files
-// named by -look-for), then waits for SIGTERM.
+// environment, the /dev/nvidia* nodes with their numbers, any files named
+// by -look-for, the targets of links named by -links, and the libraries
+// the image's own `ldconfig -p` lists, as Triton reads them), then waits
+// for SIGTERM, or exits with -exit.
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -21,6 +24,12 @@ type Report struct {
 	Env     map[string]string `json:"env"`
 	Devices []Device          `json:"devices"`
 	Files   map[string]bool   `json:"files,omitempty"`
+	// Links maps each -links path to its target ("" when not a link).
+	Links map[string]string `json:"links,omitempty"`
+	// LDCache is `ldconfig -p` of the image's ldconfig, line by line,
+	// when -ldconfig names one; LDCacheError says why it failed.
+	LDCache      []string `json:"ldCache,omitempty"`
+	LDCacheError string   `json:"ldCacheError,omitempty"`
 }
 
 // Device is one device node the container has.
@@ -33,6 +42,9 @@ type Device struct {
 
 func main() {
 	lookFor := flag.String("look-for", "", "comma-separated paths whose presence to report")
+	links := flag.String("links", "", "comma-separated paths whose symlink targets to report")
+	ldconfig := flag.String("ldconfig", "", "the image's ldconfig, to report `ldconfig -p`")
+	exit := flag.Bool("exit", false, "exit after the report instead of waiting for SIGTERM")
 	flag.Parse()
 
 	r := Report{Env: map[string]string{}, Files: map[string]bool{}}
@@ -65,8 +77,30 @@ func main() {
 			r.Files[p] = err == nil
 		}
 	}
+	for _, p := range strings.Split(*links, ",") {
+		if p != "" {
+			if r.Links == nil {
+				r.Links = map[string]string{}
+			}
+			r.Links[p], _ = os.Readlink(p)
+		}
+	}
+	if *ldconfig != "" {
+		out, err := exec.Command(*ldconfig, "-p").CombinedOutput()
+		if err != nil {
+			r.LDCacheError = fmt.Sprintf("%v: %s", err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				r.LDCache = append(r.LDCache, l)
+			}
+		}
+	}
 	b, _ := json.Marshal(r)
 	fmt.Printf("probe: %s\n", b)
+	if *exit {
+		return
+	}
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
