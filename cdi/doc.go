@@ -1,7 +1,7 @@
 // Package cdi writes Container Device Interface specs
 // (https://github.com/cncf-tags/container-device-interface) for the devices
 // this plugin serves, so a CDI-enabled runtime (containerd, CRI-O) can inject
-// them by name (nvidia.com/gpu=GPU-…) instead of from the device-plugin
+// them by name (gpu-device-plugin.github.io/gpu=GPU-…) instead of from the device-plugin
 // Allocate answer alone.
 //
 // It takes plain values (nvml.GPU, a Driver found under a driver root, a

@@ -308,19 +308,13 @@ func TestGPUSpecThroughCDICache(t *testing.T) {
 	})
 }
 
-// toolkitSpec is a spec shaped like the one the NVIDIA Container Toolkit's
-// nvidia-cdi-refresh service writes to /var/run/cdi/nvidia.yaml: kind
-// nvidia.com/gpu, each GPU by index and by UUID, and "all".
+// toolkitSpec is cditest.ToolkitSpec of gpus.
 func toolkitSpec(gpus []nvml.GPU, devRoot string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: [NVIDIA_VISIBLE_DEVICES=void]\n  deviceNodes:\n  - {path: /dev/nvidiactl, hostPath: %s/nvidiactl}\ndevices:\n", devRoot)
+	var tg []cditest.GPU
 	for _, g := range gpus {
-		for _, name := range []string{strconv.Itoa(g.Index), g.UUID} {
-			fmt.Fprintf(&b, "- name: %q\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia%d, hostPath: %s/nvidia%d}\n", name, g.Minor, devRoot, g.Minor)
-		}
+		tg = append(tg, cditest.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
 	}
-	fmt.Fprintf(&b, "- name: all\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia0, hostPath: %s/nvidia0}\n", devRoot)
-	return b.String()
+	return cditest.ToolkitSpec(tg, devRoot)
 }
 
 // TestGPUSpecBesideToolkitSpec puts our spec and the toolkit's in one

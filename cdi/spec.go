@@ -194,7 +194,7 @@ func Marshal(s *specs.Spec) ([]byte, error) {
 }
 
 // QualifiedName is the name a runtime is asked for: kind "=" device, e.g.
-// "nvidia.com/gpu=GPU-8c3a…" or "nvidia.com/gpu=0".
+// "gpu-device-plugin.github.io/gpu=GPU-8c3a…" or "example.com/nic=0000:4f:00.0".
 func QualifiedName(kind, device string) string {
 	return kind + "=" + device
 }

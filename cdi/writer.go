@@ -25,7 +25,7 @@ const (
 )
 
 // Writer writes spec files into Dir, one file per kind, named
-// <Owner>_<vendor>-<class>.json (gpu-device-plugin_nvidia.com-gpu.json).
+// <Owner>_<vendor>-<class>.json (gpu-device-plugin_gpu-device-plugin.github.io-gpu.json).
 // It only ever removes files whose names start with Owner and "_", so other
 // vendors' specs in the same directory are safe.
 //

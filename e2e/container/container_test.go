@@ -25,6 +25,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
@@ -207,14 +208,11 @@ func specDir(t *testing.T, tl tools, driverRoot, devRoot string) string {
 	if _, err := (cdi.Writer{Dir: dir}).Write(spec); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: [NVIDIA_VISIBLE_DEVICES=void]\ndevices:\n")
+	var tg []cditest.GPU
 	for _, g := range gpus {
-		for _, name := range []string{fmt.Sprint(g.Index), g.UUID} {
-			fmt.Fprintf(&b, "- name: %q\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia%d, hostPath: %q}\n", name, g.Minor, filepath.Join(devRoot, fmt.Sprint("nvidia", g.Minor)))
-		}
+		tg = append(tg, cditest.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
 	}
-	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(cditest.ToolkitSpec(tg, devRoot)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
