@@ -42,7 +42,17 @@ func main() {
 			fail(err)
 		}
 		tarball := filepath.Join(*out, img.name+".tar")
-		if err := writeImage(tarball, img.ref, bin, "/"+img.name); err != nil {
+		var extra []file
+		if img.name == "probe" {
+			// The build machine's static ldconfig, so the probe can list
+			// the ld cache the CDI hook updates, as Triton reads it.
+			if _, err := os.Stat(hostLdconfig); err == nil {
+				extra = append(extra, file{path: "/sbin/ldconfig", from: hostLdconfig})
+			} else {
+				fmt.Fprintf(os.Stderr, "images: warning: no %s; the probe image has no ldconfig\n", hostLdconfig)
+			}
+		}
+		if err := writeImage(tarball, img.ref, bin, "/"+img.name, extra...); err != nil {
 			fail(err)
 		}
 		os.Remove(bin)
@@ -70,10 +80,17 @@ func build(pkg, out string) error {
 	return nil
 }
 
+// hostLdconfig is glibc's ldconfig, statically linked on Debian.
+const hostLdconfig = "/sbin/ldconfig"
+
+// file is a host file copied into an image at path.
+type file struct{ path, from string }
+
 // writeImage writes a one-layer docker-archive: the binary at path, as the
-// entrypoint, and the empty directories runc mounts over. File times are
-// the epoch, so the same binary gives the same image ID.
-func writeImage(tarball, ref, bin, path string) error {
+// entrypoint, the extra files, and the empty directories runc mounts over
+// (and /etc/ld.so.conf.d, as distributions have it). File times are the
+// epoch, so the same inputs give the same image ID.
+func writeImage(tarball, ref, bin, path string, extra ...file) error {
 	exe, err := os.ReadFile(bin)
 	if err != nil {
 		return err
@@ -81,7 +98,7 @@ func writeImage(tarball, ref, bin, path string) error {
 	var layer bytes.Buffer
 	lw := tar.NewWriter(&layer)
 	epoch := time.Unix(0, 0)
-	for _, d := range []string{"dev", "etc", "proc", "sys", "tmp"} {
+	for _, d := range []string{"dev", "etc", "etc/ld.so.conf.d", "proc", "sbin", "sys", "tmp"} {
 		mode := int64(0o755)
 		if d == "tmp" {
 			mode = 0o1777
@@ -95,6 +112,18 @@ func writeImage(tarball, ref, bin, path string) error {
 	}
 	if _, err := lw.Write(exe); err != nil {
 		return err
+	}
+	for _, f := range extra {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			return err
+		}
+		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.path[1:], Mode: 0o755, Size: int64(len(b)), ModTime: epoch}); err != nil {
+			return err
+		}
+		if _, err := lw.Write(b); err != nil {
+			return err
+		}
 	}
 	if err := lw.Close(); err != nil {
 		return err

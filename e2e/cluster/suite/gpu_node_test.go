@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func TestGPUNode(t *testing.T) {
 		{"kubelet restart keeps devices and re-registers", s.kubeletRestart},
 		{"plugin restart keeps devices and re-registers", s.pluginRestart},
 		{"pod gets two GPUs through CDI", s.podThroughCDI},
-		{"uninstall leaves nothing behind", s.uninstall},
+		{"GPU container restarts while the plugin is down", s.restartWithoutPlugin},
+		{"uninstall leaves only the CDI specs, which the documented step removes", s.uninstall},
 	}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -355,12 +357,11 @@ func (s *scenario) podThroughCDI(t *testing.T, ctx context.Context) {
 	if err := waitAllocatable(ctx, int64(len(env.Profile.GPUs)), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	spec := filepath.Join(env.CDIDir, "gpu-device-plugin_nvidia.com-gpu.json")
-	if _, err := os.Stat(spec); err != nil {
+	if _, err := os.Stat(gpuSpecFile()); err != nil {
 		t.Fatalf("no CDI spec: %v%s", err, pluginLogs(ctx))
 	}
 
-	pod, err := createPod(ctx, probePod(podCDI, 2), true)
+	pod, err := createPod(ctx, cudaProbePod(podCDI, 2), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,10 +381,69 @@ func (s *scenario) podThroughCDI(t *testing.T, ctx context.Context) {
 	if !rep.Files[libraryInContainer] {
 		t.Errorf("CDI did not mount the driver's %s", libraryInContainer)
 	}
-	if v, ok := rep.Env["NVIDIA_VISIBLE_DEVICES"]; ok {
-		t.Logf("NVIDIA_VISIBLE_DEVICES=%s (from the CDI spec)", v)
+	checkCUDA(t, rep)
+	s.held[podCDI] = got
+	t.Logf("pod %s through CDI: GPUs %v, devices %v, %s mounted, ld cache %q", podCDI, got, rep.devicePaths(), libraryInContainer, rep.cudaCacheLine())
+}
+
+// restartWithoutPlugin takes the plugin off the node, kills the CDI pod's
+// container and waits for the kubelet to restart it: it does so with the
+// CDI names it checkpointed, without asking the plugin, so the spec files
+// must have outlived the plugin. The restarted container gets CUDA too.
+func (s *scenario) restartWithoutPlugin(t *testing.T, ctx context.Context) {
+	if !env.CDI {
+		t.Skip("the container runtime does not inject CDI devices (E2E_CDI=false)")
 	}
-	t.Logf("pod %s through CDI: GPUs %v, devices %v, %s mounted", podCDI, got, rep.devicePaths(), libraryInContainer)
+	if err := s.release.uninstall(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pods, err := pluginPods(ctx); err != nil || len(pods) != 0 {
+		t.Fatalf("plugin pods left: %d (%v)", len(pods), err)
+	}
+	if _, err := os.Stat(gpuSpecFile()); err != nil {
+		t.Fatalf("the GPU spec went with the plugin: %v", err)
+	}
+	before, err := k8s.kube.CoreV1().Pods(testNamespace).Get(ctx, podCDI, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := func(p *corev1.Pod) int32 {
+		if len(p.Status.ContainerStatuses) == 0 {
+			return 0
+		}
+		return p.Status.ContainerStatuses[0].RestartCount
+	}
+	pid, err := probePID(podCDI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the probe (pid %d): %v", pid, err)
+	}
+	_, err = waitPod(ctx, podCDI, 2*time.Minute, "restarted and running", func(p *corev1.Pod) (bool, error) {
+		if len(p.Status.ContainerStatuses) == 0 || restarts(p) <= restarts(before) {
+			return false, nil
+		}
+		return p.Status.ContainerStatuses[0].State.Running != nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := probeOutput(ctx, podCDI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGPUDevices(t, rep, s.held[podCDI])
+	checkCUDA(t, rep)
+	t.Logf("pod %s restarted without the plugin: devices %v, ld cache %q", podCDI, rep.devicePaths(), rep.cudaCacheLine())
+
+	// The plugin comes back for the steps after this one.
+	if err := s.release.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (s *scenario) uninstall(t *testing.T, ctx context.Context) {
@@ -395,6 +455,14 @@ func (s *scenario) uninstall(t *testing.T, ctx context.Context) {
 	}
 	if pods, err := pluginPods(ctx); err != nil || len(pods) != 0 {
 		t.Fatalf("plugin pods left: %d (%v)", len(pods), err)
+	}
+	// The specs stay after uninstall (containers restart with their names);
+	// README's uninstall step removes them.
+	if _, err := os.Stat(gpuSpecFile()); env.CDI && err != nil {
+		t.Errorf("the GPU spec is gone after uninstall: %v", err)
+	}
+	if err := removeSpecs(); err != nil {
+		t.Fatal(err)
 	}
 	left, err := leftovers()
 	if err != nil {

@@ -2,12 +2,14 @@ package suite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +37,21 @@ type probeReport struct {
 		Major uint32 `json:"major"`
 		Minor uint32 `json:"minor"`
 	} `json:"devices"`
-	Files map[string]bool `json:"files"`
+	Files        map[string]bool   `json:"files"`
+	Links        map[string]string `json:"links"`
+	LDCache      []string          `json:"ldCache"`
+	LDCacheError string            `json:"ldCacheError"`
+}
+
+// cudaCacheLine is the `ldconfig -p` line of cudaLibDir's libcuda.so.1,
+// or "".
+func (r probeReport) cudaCacheLine() string {
+	for _, l := range r.LDCache {
+		if strings.HasPrefix(l, "libcuda.so.1 (") && strings.HasSuffix(l, "=> "+cudaLibDir+"/libcuda.so.1") {
+			return l
+		}
+	}
+	return ""
 }
 
 // devicePaths lists the device nodes the probe saw.
@@ -45,6 +61,79 @@ func (r probeReport) devicePaths() []string {
 		p = append(p, d.Path)
 	}
 	return p
+}
+
+// cudaLibDir is where the fixture's driver root keeps libcuda, and so where
+// CDI mounts it in the container.
+var cudaLibDir = filepath.Dir(libraryInContainer)
+
+// gpuSpecFile is the plugin's GPU spec as the node sees it.
+func gpuSpecFile() string {
+	return filepath.Join(env.CDIDir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json")
+}
+
+// removeSpecs is README's uninstall step: the plugin's spec files go.
+func removeSpecs() error {
+	m, err := filepath.Glob(filepath.Join(env.CDIDir, "gpu-device-plugin_*.json"))
+	if err != nil {
+		return err
+	}
+	for _, p := range m {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cudaProbePod is probePod that also reports the image's ld cache and the
+// libcuda.so link, and carries a marker argument probePID finds it by.
+func cudaProbePod(name string, gpus int64) *corev1.Pod {
+	p := probePod(name, gpus)
+	p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args,
+		"-ldconfig=/sbin/ldconfig", "-links="+cudaLibDir+"/libcuda.so", "-look-for="+libraryInContainer+","+markerPath(name))
+	return p
+}
+
+func markerPath(pod string) string { return "/e2e-marker/" + testNamespace + "/" + pod }
+
+// probePID finds the probe process of pod on this node by its marker.
+func probePID(pod string) (int, error) {
+	marker := []byte(markerPath(pod))
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(cmd, []byte("/probe\x00")) && bytes.Contains(cmd, marker) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no probe process of pod %s on this node", pod)
+}
+
+// checkCUDA checks what CUDA and Triton need inside the container: the
+// image's own `ldconfig -p` lists libcuda.so.1, libcuda.so links to it,
+// and NVIDIA_VISIBLE_DEVICES is void so no legacy hook adds GPUs.
+func checkCUDA(t *testing.T, rep probeReport) {
+	t.Helper()
+	if rep.LDCacheError != "" {
+		t.Errorf("ldconfig -p in the container: %s", rep.LDCacheError)
+	}
+	if rep.cudaCacheLine() == "" {
+		t.Errorf("ldconfig -p in the container does not list %s/libcuda.so.1:\n%s", cudaLibDir, strings.Join(rep.LDCache, "\n"))
+	}
+	if got := rep.Links[cudaLibDir+"/libcuda.so"]; got != "libcuda.so.1" {
+		t.Errorf("%s/libcuda.so -> %q, want libcuda.so.1", cudaLibDir, got)
+	}
+	if got := rep.Env["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want void", got)
+	}
 }
 
 // probePod asks for gpus GPUs and reports what it got. It shares the
