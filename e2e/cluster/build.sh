@@ -30,9 +30,13 @@ build_kubernetes() {
 	local src=$CACHE_DIR/src/kubernetes-$K8S_VERSION out=$CACHE_DIR/bin/.kubernetes-$K8S_VERSION.tmp
 	log "building kubernetes $K8S_VERSION (cold: ~15 min on 2 cores)"
 	scratch_module "$src" e2e-cluster/kubernetes
-	local mod
-	mod=$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod") ||
-		die "fetching k8s.io/kubernetes@$K8S_VERSION's go.mod from the proxy"
+	# The go tool fetches it, so the user's GOPROXY, GOFLAGS and GONOSUMDB apply.
+	local info gomod mod
+	info=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION") ||
+		die "go mod download k8s.io/kubernetes@$K8S_VERSION: $info"
+	gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' <<<"$info")
+	[ -n "$gomod" ] && [ -r "$gomod" ] || die "go mod download named no go.mod for k8s.io/kubernetes@$K8S_VERSION: $info"
+	mod=$(<"$gomod")
 	{
 		echo 'godebug default=go1.24'
 		echo "require k8s.io/kubernetes $K8S_VERSION"
