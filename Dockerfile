@@ -4,9 +4,9 @@
 # two in step.
 #
 # Build args:
-#   VERSION      stamped into the binary and org.opencontainers.image.version (default dev)
-#   COMMIT       stamped into the binary and org.opencontainers.image.revision (default unknown)
-#   GO_VERSION   the golang image the binary is built in (default 1.26.8)
+#   VERSION      stamped into the binaries and org.opencontainers.image.version (default dev)
+#   COMMIT       stamped into the binaries and org.opencontainers.image.revision (default unknown)
+#   GO_VERSION   the golang image the binaries are built in (default 1.26.8)
 #   BASE_IMAGE   the runtime base: any glibc >= 2.34 image (default distroless base-debian12)
 #   LICENSE      org.opencontainers.image.licenses (default Apache-2.0)
 #
@@ -32,6 +32,11 @@ ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin ./cmd/gpu-device-plugin
+# The CDI hook, static: the chart's init container copies it onto the host,
+# where the container runtime runs it whatever the host's libc.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/gpu-device-plugin-cdi-hook ./cmd/gpu-device-plugin-cdi-hook
 
 # distroless base has glibc with libm, libpthread, libdl and librt, which
 # the driver's libnvidia-ml.so.1 links against, and nothing else.
@@ -40,6 +45,7 @@ ARG VERSION=dev
 ARG COMMIT=unknown
 ARG LICENSE=Apache-2.0
 COPY --from=build /out/gpu-device-plugin /usr/bin/gpu-device-plugin
+COPY --from=build /out/gpu-device-plugin-cdi-hook /usr/bin/gpu-device-plugin-cdi-hook
 COPY --from=build /usr/share/misc/pci.ids /usr/share/misc/pci.ids
 LABEL org.opencontainers.image.title="gpu-device-plugin" \
       org.opencontainers.image.description="Kubernetes device plugin for NVIDIA GPUs" \

@@ -53,13 +53,7 @@ func readValues(t *testing.T, file string) chartutil.Values {
 func render(t *testing.T, valuesFile string) (objects, string) {
 	t.Helper()
 	c := loadChart(t)
-	vals, err := chartutil.ToRenderValues(c, readValues(t, valuesFile),
-		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
-		chartutil.DefaultCapabilities)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Engine{Strict: true}.Render(c, vals)
+	out, err := renderValues(t, c, readValues(t, valuesFile))
 	if err != nil {
 		t.Fatalf("rendering the chart with %q: %v", valuesFile, err)
 	}
@@ -83,6 +77,27 @@ func render(t *testing.T, valuesFile string) (objects, string) {
 	return objs, out[filepath.Join(c.Name(), "templates", "NOTES.txt")]
 }
 
+// renderValues renders the chart's templates with vals over its defaults.
+func renderValues(t *testing.T, c *chart.Chart, vals chartutil.Values) (map[string]string, error) {
+	t.Helper()
+	rv, err := chartutil.ToRenderValues(c, vals,
+		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
+		chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.Engine{Strict: true}.Render(c, rv)
+}
+
+// The hook's host directory is mounted at the same path in the pod and
+// named in the CDI spec: a relative one is refused with a message.
+func TestHelmCDIHookDirMustBeAbsolute(t *testing.T) {
+	_, err := renderValues(t, loadChart(t), chartutil.Values{"cdiHook": map[string]any{"hostDir": "var/lib/gpu-device-plugin/bin"}})
+	if err == nil || !strings.Contains(err.Error(), "cdiHook.hostDir") || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("rendering with a relative cdiHook.hostDir: %v, want an error naming cdiHook.hostDir", err)
+	}
+}
+
 func TestHelmLint(t *testing.T) {
 	for _, values := range []string{"", filepath.Join("testdata", "values-all.yaml")} {
 		t.Run("values="+values, func(t *testing.T) {
@@ -102,7 +117,11 @@ func TestHelmLint(t *testing.T) {
 // the same DaemonSet spec and the same config, give or take Helm's own
 // labels and the config checksum.
 func TestHelmDefaultsMatchManifest(t *testing.T) {
-	objs, _ := render(t, "")
+	objs, notes := render(t, "")
+	// helm uninstall leaves the CDI specs; NOTES.txt says how to remove them.
+	if !strings.Contains(notes, "rm -f /var/run/cdi/gpu-device-plugin_*.json") {
+		t.Errorf("NOTES.txt does not say how to remove the CDI specs after helm uninstall:\n%s", notes)
+	}
 	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 0 {
 		t.Fatalf("want one ConfigMap and one DaemonSet, got %d ConfigMaps, %d DaemonSets, %d Services",
 			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
@@ -156,7 +175,7 @@ func TestHelmDefaultsMatchManifest(t *testing.T) {
 
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
 	checkAcceptedByPlugin(t, ds, cm)
 }
@@ -175,9 +194,11 @@ func TestHelmEveryOption(t *testing.T) {
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver",
 		devicePluginDir: "/var/lib/k0s/kubelet/device-plugins", cdiSpecDir: "/etc/cdi",
-		image: "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
+		cdiHookDir: "/opt/gpu-device-plugin/bin", // values-all.yaml's, cleaned
+		image:      "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
 	})
 	checkAcceptedByPlugin(t, ds, cm)
+	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, ds) })
 
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
@@ -215,6 +236,9 @@ func TestHelmEveryOption(t *testing.T) {
 	sc := c.SecurityContext
 	check("securityContext", sc.Privileged != nil && !*sc.Privileged && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation &&
 		sc.Capabilities != nil && len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL")
+	isc := spec.InitContainers[0].SecurityContext
+	check("cdiHook.securityContext", isc.Privileged == nil && isc.AllowPrivilegeEscalation != nil && !*isc.AllowPrivilegeEscalation &&
+		isc.Capabilities != nil && len(isc.Capabilities.Drop) == 1)
 	check("runtimeClassName", spec.RuntimeClassName != nil && *spec.RuntimeClassName == "nvidia")
 	check("extraArgs", hasArg(c.Args, "--nvml-retry-interval=10s"))
 	check("env", envValue(c.Env, "NVIDIA_VISIBLE_DEVICES") == "all" && envValue(c.Env, "GPU_DEVICE_PLUGIN_THERMAL_MARGIN") == "7")
@@ -225,6 +249,8 @@ func TestHelmEveryOption(t *testing.T) {
 	check("podLabels", ds.Spec.Template.Labels["example.com/tier"] == "node-agent")
 	check("priorityClassName", spec.PriorityClassName == "system-node-critical")
 	check("NOTES.txt", strings.Contains(notes, "gpu-plugin-all-metrics"))
+	check("NOTES.txt uninstall", strings.Contains(notes, "rm -f /etc/cdi/gpu-device-plugin_*.json") &&
+		strings.Contains(notes, "/opt/gpu-device-plugin/bin/gpu-device-plugin-cdi-hook"))
 }
 
 // values-all.yaml must set every key values.yaml has, down to the leaves

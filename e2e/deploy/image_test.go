@@ -198,6 +198,14 @@ func TestImage(t *testing.T) {
 	if f := files["usr/bin/gpu-device-plugin"]; !bytes.Equal(f.Data, binary) || f.Mode&0o111 == 0 {
 		t.Errorf("usr/bin/gpu-device-plugin is not the built binary, executable (mode %o)", f.Mode)
 	}
+	// The CDI hook, which the chart's init container copies onto the host:
+	// make's static build, executable.
+	hookBinary := mustRead(t, filepath.Join(bin, hookName))
+	if f := files[strings.TrimPrefix(imageHookPath, "/")]; !bytes.Equal(f.Data, hookBinary) || f.Mode&0o111 == 0 {
+		t.Errorf("%s is not the built hook, executable (mode %o)", imageHookPath, f.Mode)
+	} else {
+		checkStatic(t, imageHookPath+" in the image", f.Data)
+	}
 	if f, want := files["usr/share/misc/pci.ids"], mustRead(t, pciIDs); !bytes.Equal(f.Data, want) {
 		t.Errorf("usr/share/misc/pci.ids is not PCI_IDS' file")
 	}
@@ -272,6 +280,35 @@ func testImageRuns(t *testing.T, a *dockerArchive) {
 	if !strings.Contains(out, "gpu-device-plugin "+testVersion+"\n") || !strings.Contains(out, "commit:  "+testCommit+"\n") {
 		t.Errorf("version in the image is not stamped with %s %s:\n%s", testVersion, testCommit, out)
 	}
+
+	// What the chart's init container runs: the hook from the image copies
+	// itself into a host directory, where it runs without the image's libc.
+	// It reads /proc/self/exe, which every container has: a proc mount in a
+	// mount namespace of the command's own, gone when it ends.
+	hookCmd := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("sh", append([]string{"-ec", `root=$1; shift; mount -t proc proc "$root/proc"; exec chroot "$root" "$@"`,
+			"sh", root, imageHookPath}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		return cmd
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"mount", "chroot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: the hook was not run in the image", tool)
+		}
+	}
+	checkHookVersion(t, hookCmd("version"))
+	if out, err := hookCmd("install", "--dir=/host/bin").CombinedOutput(); err != nil {
+		t.Fatalf("%s install in the image: %v\n%s", hookName, err, out)
+	}
+	installed := filepath.Join(root, "host", "bin", hookName)
+	if fi, err := os.Stat(installed); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("%s install --dir=/host/bin: %v (mode %v), want an executable %s", hookName, err, fi, installed)
+	}
+	checkHookVersion(t, exec.Command(installed, "version"))
 
 	lib := buildMockLikeDriver(t, filepath.Join(root, "driver-root", "usr", "lib", triplet(t)))
 	profile := repoPath(t, "e2e", "profiles", "pcie-4gpu.profile")
@@ -375,15 +412,29 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 		}
 	}
 	copies := strings.Join(instr("COPY"), "\n")
-	for _, p := range []string{"/usr/bin/gpu-device-plugin", "/usr/share/misc/pci.ids"} {
+	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageHookPath, "/usr/share/misc/pci.ids"} {
 		if !regexp.MustCompile(`\s` + regexp.QuoteMeta(p) + `(\s|$)`).MatchString(copies) {
 			t.Errorf("Dockerfile copies nothing to %s", p)
 		}
 	}
-	build := strings.Join(instr("RUN"), "\n")
+	var pluginBuild, hookBuild string
+	for _, r := range instr("RUN") {
+		switch {
+		case strings.Contains(r, "./cmd/gpu-device-plugin-cdi-hook"):
+			hookBuild = r
+		case strings.Contains(r, "./cmd/gpu-device-plugin"):
+			pluginBuild = r
+		}
+	}
 	for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "./cmd/gpu-device-plugin"} {
-		if !strings.Contains(build, want) {
-			t.Errorf("Dockerfile's go build lacks %s", want)
+		if !strings.Contains(pluginBuild, want) {
+			t.Errorf("Dockerfile's go build of the plugin lacks %s", want)
+		}
+	}
+	// Static, as make builds it: the runtime runs the hook on the host.
+	for _, want := range []string{"CGO_ENABLED=0 go build", "-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + hookName} {
+		if !strings.Contains(hookBuild, want) {
+			t.Errorf("Dockerfile's go build of the CDI hook lacks %s", want)
 		}
 	}
 }

@@ -18,6 +18,8 @@ var (
 	pluginOnce sync.Once
 	pluginBin  string
 	pluginErr  error
+	hookOnce   sync.Once
+	hookBin    string
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +42,22 @@ func plugin(t *testing.T) string {
 		t.Fatal(pluginErr)
 	}
 	return pluginBin
+}
+
+// hook is the CDI hook as `make build` builds it (static, stamped with
+// testVersion and testCommit), built once for the whole run.
+func hook(t *testing.T) string {
+	t.Helper()
+	hookOnce.Do(func() {
+		bin := filepath.Join(shared, "hook")
+		target := filepath.Join(bin, hookName)
+		runMake(t, "BIN="+bin, "VERSION="+testVersion, "COMMIT="+testCommit, target)
+		hookBin = target
+	})
+	if hookBin == "" {
+		t.Fatal("the CDI hook was not built (see the first test that asked for it)")
+	}
+	return hookBin
 }
 
 // runMake runs a target of the repository's Makefile, as a person would,

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,10 @@ import (
 // bench-scenario, hgx-16: 25.2 MiB). The memory request must cover it.
 var measuredPeakRSS = resource.MustParse("26Mi")
 
-const defaultImage = "ghcr.io/gpu-device-plugin/gpu-device-plugin"
+const (
+	defaultImage      = "ghcr.io/gpu-device-plugin/gpu-device-plugin"
+	defaultCDIHookDir = "/var/lib/gpu-device-plugin/bin"
+)
 
 func readManifest(t *testing.T) objects {
 	t.Helper()
@@ -51,8 +55,9 @@ func TestManifestDaemonSet(t *testing.T) {
 	objs := readManifest(t)
 	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], wantDaemonSet{
 		namespace: "kube-system", hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
+	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, objs.DaemonSets[0]) })
 }
 
 // TestManifestAcceptedByPlugin runs the real binary with the DaemonSet's
@@ -68,6 +73,7 @@ type wantDaemonSet struct {
 	hostDriverRoot  string
 	devicePluginDir string
 	cdiSpecDir      string
+	cdiHookDir      string // host directory the init container installs the CDI hook into
 	privileged      bool
 	image           string // repository
 	maxUnavailable  intstr.IntOrString
@@ -152,6 +158,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 			t.Errorf("mount %s readOnly=%v, want %v", mountPath, m.ReadOnly, f.readOnly)
 		}
 	}
+	checkHookMounts(t, spec.InitContainers, c, volumes, want.cdiHookDir)
 	if hdr, _ := flagValue(c.Args, "host-driver-root"); hdr != want.hostDriverRoot {
 		t.Errorf("--host-driver-root=%q, want the driver root's host path %q (CDI specs name host paths)", hdr, want.hostDriverRoot)
 	}
@@ -197,6 +204,51 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 	}
 	if want.privileged && (sc == nil || sc.Privileged == nil || !*sc.Privileged) {
 		t.Error("not privileged: without the NVIDIA runtime, NVML cannot open /dev/nvidia*")
+	}
+}
+
+// checkHookMounts pins the CDI hook's way to the host: an init container
+// from the plugin's image installs it into a hostPath at the same path in
+// the pod, which the plugin mounts read-only and names in --cdi-hook-path.
+func checkHookMounts(t *testing.T, inits []corev1.Container, c corev1.Container, volumes map[string]corev1.Volume, dir string) {
+	t.Helper()
+	if len(inits) != 1 || inits[0].Name != "install-cdi-hook" {
+		t.Errorf("%d init containers, want one, install-cdi-hook", len(inits))
+		return
+	}
+	ic := inits[0]
+	if ic.Image != c.Image || ic.ImagePullPolicy != c.ImagePullPolicy {
+		t.Errorf("init container image %s (%s), want the plugin's %s (%s)", ic.Image, ic.ImagePullPolicy, c.Image, c.ImagePullPolicy)
+	}
+	argv := append(append([]string{}, ic.Command...), ic.Args...)
+	if want := []string{imageHookPath, "install", "--dir=" + dir}; !slices.Equal(argv, want) {
+		t.Errorf("init container runs %q, want %q", argv, want)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("init container's root filesystem is not read-only")
+	}
+	if hp, ok := flagValue(c.Args, "cdi-hook-path"); !ok || hp != filepath.Join(dir, hookName) {
+		t.Errorf("--cdi-hook-path=%q, want %s", hp, filepath.Join(dir, hookName))
+	}
+	mountOf := func(who string, ms []corev1.VolumeMount, readOnly bool) string {
+		for _, m := range ms {
+			if m.MountPath != dir {
+				continue
+			}
+			v := volumes[m.Name]
+			if v.HostPath == nil || v.HostPath.Path != dir || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+				t.Errorf("%s mounts %s from volume %s, want hostPath %s, DirectoryOrCreate", who, dir, m.Name, dir)
+			}
+			if m.ReadOnly != readOnly {
+				t.Errorf("%s mounts %s readOnly=%v, want %v", who, dir, m.ReadOnly, readOnly)
+			}
+			return m.Name
+		}
+		t.Errorf("%s mounts nothing at %s", who, dir)
+		return ""
+	}
+	if a, b := mountOf("init container", ic.VolumeMounts, false), mountOf("plugin", c.VolumeMounts, true); a != b {
+		t.Errorf("init container and plugin mount %s from different volumes, %s and %s", dir, a, b)
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
@@ -16,13 +18,21 @@ import (
 // pre-release, ordered before 9.8.7 by dpkg and rpm alike.
 const testPackageVersion = "9.8.7~e2e"
 
-// packaged are the files every package installs; the last two are conffiles.
-var packaged = []string{
-	"/usr/bin/gpu-device-plugin",
-	"/usr/lib/systemd/system/gpu-device-plugin.service",
-	"/etc/gpu-device-plugin/config.yaml",
-	"/etc/default/gpu-device-plugin",
-}
+// packaged are the files every package installs, conffiles the ones of
+// them a package upgrade leaves alone once edited.
+var (
+	packaged = []string{
+		"/usr/bin/gpu-device-plugin",
+		packageHookPath,
+		"/usr/lib/systemd/system/gpu-device-plugin.service",
+		"/etc/gpu-device-plugin/config.yaml",
+		"/etc/default/gpu-device-plugin",
+	}
+	conffiles = []string{
+		"/etc/gpu-device-plugin/config.yaml",
+		"/etc/default/gpu-device-plugin",
+	}
+)
 
 func buildPackages(t *testing.T) (deb, rpm string) {
 	t.Helper()
@@ -51,6 +61,53 @@ func TestPackages(t *testing.T) {
 	t.Run("dpkg install and purge", func(t *testing.T) { testDebInstall(t, deb) })
 }
 
+// postremove.sh removes the plugin's CDI specs when the package goes away
+// (deb remove or purge, rpm 0), and keeps them on an upgrade, which
+// restarts a plugin that still serves them. Other vendors' specs stay.
+func TestPostremoveScript(t *testing.T) {
+	if !isRoot() {
+		t.Skip("a private /run needs root")
+	}
+	if _, err := exec.LookPath("mount"); err != nil {
+		t.Skip("mount is not installed")
+	}
+	script := repoPath(t, "packaging", "scripts", "postremove.sh")
+	const all = "gpu-device-plugin_x.json gpu-device-plugin_y.yaml nvidia.yaml"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"deb remove", []string{"remove"}, "nvidia.yaml"},
+		{"deb purge", []string{"purge"}, "nvidia.yaml"},
+		{"rpm erase", []string{"0"}, "nvidia.yaml"},
+		{"deb upgrade keeps them", []string{"upgrade", "1.0.0-1"}, all},
+		{"deb failed upgrade keeps them", []string{"failed-upgrade", "1.0.0-1"}, all},
+		{"rpm upgrade keeps them", []string{"1"}, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := inPrivateRun(t, `
+mkdir -p /var/run/cdi
+touch /var/run/cdi/gpu-device-plugin_x.json /var/run/cdi/gpu-device-plugin_y.yaml /var/run/cdi/nvidia.yaml
+script=$1; shift
+sh "$script" "$@"
+echo "left: $(cd /var/run/cdi && echo *)"
+`, append([]string{script}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("postremove.sh %s: %v\n%s", strings.Join(tc.args, " "), err, out)
+			}
+			if want := "left: " + tc.want + "\n"; !strings.Contains(out, want) {
+				t.Errorf("postremove.sh %s: want %q\n%s", strings.Join(tc.args, " "), want, out)
+			}
+		})
+	}
+	t.Run("no spec directory", func(t *testing.T) {
+		if out, err := inPrivateRun(t, `sh "$1" remove`, script); err != nil {
+			t.Errorf("postremove.sh remove without /var/run/cdi: %v\n%s", err, out)
+		}
+	})
+}
+
 func testDebContents(t *testing.T, deb string) {
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
 		t.Skip("dpkg-deb is not installed")
@@ -77,12 +134,16 @@ func testDebContents(t *testing.T, deb string) {
 			t.Errorf("the .deb has no %s:\n%s", p, out)
 		}
 	}
-	conffiles, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
+	// The hook is executable by all: the container runtime runs it.
+	if !regexp.MustCompile(`(?m)^-rwxr-xr-x .* \.` + regexp.QuoteMeta(packageHookPath) + `$`).Match(out) {
+		t.Errorf("the .deb's %s is not -rwxr-xr-x:\n%s", packageHookPath, out)
+	}
+	confs, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Fields(string(conffiles)); !slices.Equal(sorted(got), sorted(packaged[2:])) {
-		t.Errorf("conffiles %q, want %q", got, packaged[2:])
+	if got := strings.Fields(string(confs)); !slices.Equal(sorted(got), sorted(conffiles)) {
+		t.Errorf("conffiles %q, want %q", got, conffiles)
 	}
 }
 
@@ -104,11 +165,11 @@ func testRPMContents(t *testing.T, rpm string) {
 	if v := q("--queryformat", "%{VERSION}-%{RELEASE}"); v != testPackageVersion+"-1" {
 		t.Errorf("rpm version %q, want %s-1", v, testPackageVersion)
 	}
-	if got := strings.Fields(q("--configfiles")); !slices.Equal(sorted(got), sorted(packaged[2:])) {
-		t.Errorf("rpm config files %q, want %q", got, packaged[2:])
+	if got := strings.Fields(q("--configfiles")); !slices.Equal(sorted(got), sorted(conffiles)) {
+		t.Errorf("rpm config files %q, want %q", got, conffiles)
 	}
 	list := q("-l")
-	for _, p := range packaged {
+	for _, p := range append(packaged, filepath.Dir(packageHookPath)) {
 		if !strings.Contains(list, p+"\n") {
 			t.Errorf("the .rpm has no %s:\n%s", p, list)
 		}
@@ -119,7 +180,9 @@ func testRPMContents(t *testing.T, rpm string) {
 }
 
 // testDebInstall installs the .deb on this machine, runs what it
-// installed, and purges it, leaving nothing behind.
+// installed, and purges it, leaving nothing behind. Every removal runs with
+// a private /run (inPrivateRun): the package's postrm removes the plugin's
+// CDI specs, and this machine's own must not be touched.
 func testDebInstall(t *testing.T, deb string) {
 	if !isRoot() {
 		t.Skip("installing a package needs root")
@@ -127,12 +190,15 @@ func testDebInstall(t *testing.T, deb string) {
 	if _, err := exec.LookPath("dpkg"); err != nil {
 		t.Skip("dpkg is not installed (not a Debian-family machine)")
 	}
+	if _, err := exec.LookPath("mount"); err != nil {
+		t.Skip("mount is not installed: no private /run for removing the package")
+	}
 	if v, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "gpu-device-plugin").Output(); err == nil {
 		if string(v) != testPackageVersion+"-1" {
 			t.Skipf("gpu-device-plugin %s is installed here; not touching it", v)
 		}
 		// Left behind by a run of this test that was killed.
-		if out, err := exec.Command("dpkg", "--purge", "gpu-device-plugin").CombinedOutput(); err != nil {
+		if out, err := inPrivateRun(t, "dpkg --purge gpu-device-plugin"); err != nil {
 			t.Fatalf("purging a left-over test install: %v\n%s", err, out)
 		}
 	}
@@ -151,7 +217,7 @@ func testDebInstall(t *testing.T, deb string) {
 	purged := false
 	t.Cleanup(func() {
 		if !purged {
-			exec.Command("dpkg", "--purge", "gpu-device-plugin").Run()
+			inPrivateRun(t, "dpkg --purge gpu-device-plugin")
 		}
 	})
 
@@ -163,6 +229,10 @@ func testDebInstall(t *testing.T, deb string) {
 		t.Errorf("installed binary is not stamped with %s %s:\n%s", testVersion, testCommit, out)
 	}
 
+	// The hook where the plugin looks for it by default: static, stamped.
+	checkStatic(t, packageHookPath, mustRead(t, packageHookPath))
+	checkHookVersion(t, exec.Command(packageHookPath, "version"))
+
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		t.Log("systemd-analyze is not installed: the unit was not verified")
 	} else {
@@ -172,13 +242,48 @@ func testDebInstall(t *testing.T, deb string) {
 		}
 	}
 
-	dpkg("--purge", "gpu-device-plugin")
-	purged = true
-	for _, p := range append(packaged, "/etc/gpu-device-plugin") {
+	// The plugin leaves its CDI specs behind when it stops. An upgrade (the
+	// same .deb again: postrm upgrade) keeps them; a purge (postrm remove,
+	// then purge) removes them, and only them. In a mount namespace of its
+	// own with a tmpfs on /run, so that this machine's /var/run/cdi is
+	// neither read nor touched.
+	specs, err := inPrivateRun(t, `
+mkdir -p /var/run/cdi
+touch /var/run/cdi/gpu-device-plugin_x.json /var/run/cdi/gpu-device-plugin_y.yaml /var/run/cdi/nvidia.yaml
+dpkg -i "$1"
+echo "after upgrade: $(cd /var/run/cdi && echo *)"
+dpkg --purge gpu-device-plugin
+echo "after purge: $(cd /var/run/cdi && echo *)"
+`, deb)
+	purged = err == nil
+	if err != nil {
+		t.Fatalf("upgrade and purge with CDI specs in /var/run/cdi: %v\n%s", err, specs)
+	}
+	for _, want := range []string{
+		"after upgrade: gpu-device-plugin_x.json gpu-device-plugin_y.yaml nvidia.yaml\n",
+		"after purge: nvidia.yaml\n",
+	} {
+		if !strings.Contains(specs, want) {
+			t.Errorf("want %q in /var/run/cdi: the plugin's specs kept on upgrade, removed on purge, others kept\n%s", want, specs)
+		}
+	}
+	for _, p := range append(packaged, "/etc/gpu-device-plugin", filepath.Dir(packageHookPath)) {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s is still there after dpkg --purge", p)
 		}
 	}
+}
+
+// inPrivateRun runs a shell script as root in a mount namespace of its own
+// with an empty tmpfs on /run (and so /var/run): what it does there is
+// gone when it ends, and the machine's /run is untouched.
+func inPrivateRun(t *testing.T, script string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("sh", append([]string{"-ec", `mount -t tmpfs gpu-device-plugin-test "$(readlink -f /var/run)"` + "\n" + script, "sh"}, args...)...)
+	// CLONE_NEWNS: Go makes every mount private in it, as unshare(1) does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 func sorted(xs []string) []string {

@@ -22,6 +22,9 @@ import (
 // The image's layout, shared with the Dockerfile (a test keeps them equal).
 const (
 	BinaryPath = "/usr/bin/gpu-device-plugin"
+	// HookPath is the CDI hook, static, which the chart's init container
+	// copies onto the host (gpu-device-plugin-cdi-hook install --dir).
+	HookPath   = "/usr/bin/gpu-device-plugin-cdi-hook"
 	PCIIDsPath = "/usr/share/misc/pci.ids"
 	// User is root: the plugin creates its socket in the kubelet's
 	// root-owned device-plugin directory and connects to kubelet.sock
@@ -40,6 +43,7 @@ var pciIDsLocations = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci
 // Options say what goes into the image.
 type Options struct {
 	Binary     string
+	Hook       string // the CDI hook, a static binary for the plugin's architecture
 	PCIIDs     string // "" searches the build machine, "none" skips
 	Base       string
 	ExtraLibs  []string
@@ -136,6 +140,16 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Hook == "" {
+		return nil, errors.New("no CDI hook given (-hook bin/gpu-device-plugin-cdi-hook; make build builds it)")
+	}
+	if err := CheckStatic(o.Hook, rt.Arch); err != nil {
+		return nil, fmt.Errorf("the CDI hook: %w", err)
+	}
+	hook, err := os.ReadFile(o.Hook)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CDI hook: %w", err)
+	}
 
 	var img v1.Image
 	if o.Base != "" {
@@ -165,6 +179,7 @@ func Image(o Options) (v1.Image, error) {
 
 	app := newLayer(o.Created)
 	app.file(BinaryPath, 0o755, binary)
+	app.file(HookPath, 0o755, hook)
 	if ids := o.pciIDs(); ids != "" {
 		b, err := os.ReadFile(ids)
 		if err != nil {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +80,7 @@ func TestBuildOnBase(t *testing.T) {
 	}
 	arch := archOf(t, self)
 	base, _ = mutate.ConfigFile(base, withPlatform(t, base, arch))
+	hook := staticBinary(t)
 
 	ociDir := filepath.Join(dir, "oci")
 	p, err := layout.Write(ociDir, empty.Index)
@@ -97,7 +101,7 @@ func TestBuildOnBase(t *testing.T) {
 
 	for _, b := range []string{ociDir, ociTar, dockerTar} {
 		t.Run(filepath.Base(b), func(t *testing.T) {
-			img, err := Image(Options{Binary: self, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
+			img, err := Image(Options{Binary: self, Hook: hook, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,6 +119,17 @@ func TestBuildOnBase(t *testing.T) {
 			if cf.Config.Labels["base.example/os"] != "debian12" || cf.Config.Labels["org.opencontainers.image.version"] != "v1.0.0" {
 				t.Errorf("labels %v: want the base's and ours", cf.Config.Labels)
 			}
+			top := newestLayerFiles(t, img)
+			for p, want := range map[string]string{BinaryPath: self, HookPath: hook} {
+				f, ok := top[clean(p)]
+				if !ok {
+					t.Errorf("the new layer has no %s", p)
+					continue
+				}
+				if f.mode&0o111 == 0 || !bytes.Equal(f.content, mustRead(t, want)) {
+					t.Errorf("%s: mode %o, want %s, executable", p, f.mode, want)
+				}
+			}
 		})
 	}
 }
@@ -128,5 +143,34 @@ func TestBaseWithoutMatchingPlatform(t *testing.T) {
 	}
 	if _, err := loadBase(dir, "amd64", t.TempDir()); err == nil {
 		t.Fatal("an s390x-only base was accepted for amd64")
+	}
+}
+
+// The hook runs on the host, whatever its libc: the image refuses one that
+// would need a dynamic loader, one for another architecture, or none.
+func TestHookMustBeStatic(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := archOf(t, self)
+	other := "arm64"
+	if arch == other {
+		other = "amd64"
+	}
+	if err := CheckStatic(staticBinary(t), arch); err != nil {
+		t.Errorf("a CGO_ENABLED=0 build refused: %v", err)
+	}
+	if err := CheckStatic(staticBinary(t), other); err == nil || !strings.Contains(err.Error(), "the plugin for "+other) {
+		t.Errorf("a hook for %s accepted for a %s plugin (err %v)", arch, other, err)
+	}
+	dynamic, err := exec.LookPath("true")
+	if err != nil || !hasInterp(t, dynamic) {
+		t.Log("no dynamically linked true(1) here: the dynamic case is not checked")
+	} else if err := CheckStatic(dynamic, archOf(t, dynamic)); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("dynamically linked %s accepted as the hook (err %v)", dynamic, err)
+	}
+	if _, err := Image(Options{Binary: self, Base: "unused", PCIIDs: "none"}); err == nil || !strings.Contains(err.Error(), "-hook") {
+		t.Errorf("an image without the hook: err %v, want one naming -hook", err)
 	}
 }

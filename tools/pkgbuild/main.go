@@ -1,8 +1,9 @@
 // Command pkgbuild builds the gpu-device-plugin node OS packages (.deb and
 // .rpm) with nfpm from packaging/nfpm.yaml: the binary in /usr/bin, the
-// systemd unit, the config file and the environment file as conffiles.
+// CDI hook in /usr/libexec/gpu-device-plugin, the systemd unit, the config
+// file and the environment file as conffiles.
 //
-//	pkgbuild -binary bin/gpu-device-plugin -version v0.1.0 -o bin
+//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -version v0.1.0 -o bin
 package main
 
 import (
@@ -25,6 +26,7 @@ func main() {
 		config  = flag.String("config", "packaging/nfpm.yaml", "nfpm configuration; its relative paths are read from -root")
 		root    = flag.String("root", ".", "repository root")
 		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
+		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
 		version = flag.String("version", "dev", "version, as `git describe` prints it; made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
 		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
@@ -32,7 +34,7 @@ func main() {
 	)
 	flag.Parse()
 	files, err := Build(Options{
-		Config: *config, Root: *root, Binary: *binary, Version: *version,
+		Config: *config, Root: *root, Binary: *binary, Hook: *hook, Version: *version,
 		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
 	})
 	if err != nil {
@@ -46,8 +48,8 @@ func main() {
 
 // Options say what to package.
 type Options struct {
-	Config, Root, Binary, Version, License, OutDir string
-	Formats                                        []string
+	Config, Root, Binary, Hook, Version, License, OutDir string
+	Formats                                              []string
 }
 
 // Build writes one package per format into OutDir and returns their paths.
@@ -59,7 +61,7 @@ func Build(o Options) ([]string, error) {
 		return filepath.Abs(p)
 	}
 	var err error
-	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.OutDir} {
+	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.OutDir} {
 		if *p, err = abs(*p); err != nil {
 			return nil, err
 		}
@@ -68,10 +70,14 @@ func Build(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckStatic(o.Hook, arch); err != nil {
+		return nil, fmt.Errorf("the CDI hook: %w", err)
+	}
 	vars := map[string]string{
 		"VERSION": PackageVersion(o.Version),
 		"ARCH":    arch,
 		"BINARY":  o.Binary,
+		"HOOK":    o.Hook,
 		"GLIBC":   glibc,
 	}
 	mapping := func(k string) string {
@@ -215,6 +221,29 @@ func binaryFacts(binary string) (arch, glibc string, err error) {
 		glibc = "2.17" // static or versionless: any glibc of the last decade
 	}
 	return arch, glibc, nil
+}
+
+// CheckStatic makes sure binary is a static executable for arch. The CDI
+// hook must be: the container runtime runs it on the host, and the
+// package's glibc dependency is worked out from the plugin alone.
+func CheckStatic(binary, arch string) error {
+	f, err := elf.Open(binary)
+	if err != nil {
+		return fmt.Errorf("reading %s (run make build first): %w", binary, err)
+	}
+	defer f.Close()
+	if a := goarchOf[f.Machine]; a != arch {
+		return fmt.Errorf("%s is for %s (%s), the plugin for %s", binary, f.Machine, a, arch)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0 (make build does)", binary)
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
+		return fmt.Errorf("%s needs shared libraries %v; build it with CGO_ENABLED=0 (make build does)", binary, libs)
+	}
+	return nil
 }
 
 // NewestGLIBC is the highest GLIBC_x.y among symbol versions.

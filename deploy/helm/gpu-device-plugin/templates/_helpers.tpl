@@ -39,3 +39,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- $_ := set $cfg "deviceListStrategy" .Values.deviceListStrategy }}
 {{- toYaml $cfg }}
 {{- end }}
+
+{{/* cdiHook.hostDir, checked and cleaned: the same path on the host and in the pod. */}}
+{{- define "gpu-device-plugin.cdiHookDir" -}}
+{{- if not (isAbs .Values.cdiHook.hostDir) }}
+{{- fail (printf "cdiHook.hostDir %q: want an absolute host path, such as /var/lib/gpu-device-plugin/bin" .Values.cdiHook.hostDir) }}
+{{- end }}
+{{- clean .Values.cdiHook.hostDir }}
+{{- end }}
