@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -63,15 +64,20 @@ func (c Config) HealthPolicy() health.Policy {
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration struct{ time.Duration }
 
-// UnmarshalJSON reads a Go duration string.
+// UnmarshalJSON reads a Go duration string. A bare number is refused:
+// YAML reads "5" as five, and five of what is exactly the mistake to catch.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
+		var n json.Number
+		if json.Unmarshal(b, &n) == nil {
+			return fmt.Errorf("%s has no unit; write a duration such as \"%ss\"", b, n)
+		}
 		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("want a duration such as \"30s\": %w", err)
+		return fmt.Errorf("%q is not a duration, or too long (at most about 290 years); example: \"30s\"", s)
 	}
 	d.Duration = v
 	return nil
@@ -194,7 +200,10 @@ func parseList(key, value string) ([]uint64, error) {
 }
 
 // Load reads a YAML file over the defaults. Unknown keys are errors, so a
-// typo cannot silently leave a setting at its default.
+// typo cannot silently leave a setting at its default; so are keys that
+// differ from a known one only in case, which the JSON decoder underneath
+// would otherwise accept, letting one of two spellings win. Each key is
+// decoded on its own so that every error names its key.
 func Load(path string) (Config, error) {
 	c := Default()
 	data, err := os.ReadFile(path)
@@ -207,16 +216,74 @@ func Load(path string) (Config, error) {
 	if err := checkNICResources(path, data); err != nil {
 		return c, err
 	}
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	// Strict, for duplicate keys and syntax; the values are decoded below.
+	var top map[string]json.RawMessage
+	if err := yaml.UnmarshalStrict(data, &top); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) || strings.Contains(err.Error(), "cannot unmarshal") {
+			return c, fmt.Errorf("config: %s: want a map of keys such as \"deviceIDStrategy: uuid\"", path)
+		}
 		return c, fmt.Errorf("config: %s: %s", path, fieldError(err))
 	}
+	known := keys()
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(top)) {
+		if !slices.Contains(known, key) {
+			errs = append(errs, fmt.Errorf("config: %s: %s", path, unknownKey(key, known)))
+			continue
+		}
+		// JSON is YAML: decoding through the YAML package keeps its
+		// conversions (metricsAddress: 9400 is the string "9400").
+		one, err := json.Marshal(map[string]json.RawMessage{key: top[key]})
+		if err == nil {
+			err = yaml.UnmarshalStrict(one, &c)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %s: %s", path, key, valueError(err)))
+		}
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
 	return c, nil
+}
+
+// unknownKey says a key is unknown, and which known key it may mean.
+func unknownKey(key string, known []string) string {
+	for _, k := range known {
+		if strings.EqualFold(k, key) {
+			return fmt.Sprintf("unknown key %q; keys are case-sensitive: did you mean %q?", key, k)
+		}
+	}
+	return fmt.Sprintf("unknown key %q; known keys: %s", key, strings.Join(known, ", "))
+}
+
+// valueError rewords a decoding error of one key's value.
+func valueError(err error) string {
+	msg := fieldError(err)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		te.Field = ""
+		return strings.TrimPrefix(typeError("", te).Error(), ": ")
+	}
+	if i := strings.Index(msg, "json: cannot unmarshal "); i >= 0 {
+		// "json: cannot unmarshal number into Go struct field Config.x of type string"
+		rest := msg[i+len("json: cannot unmarshal "):]
+		if got, want, ok := strings.Cut(rest, " into Go "); ok {
+			if j := strings.LastIndex(want, " of type "); j >= 0 {
+				want = want[j+len(" of type "):]
+			}
+			return fmt.Sprintf("got %s, want %s", article(got), want)
+		}
+	}
+	return msg
 }
 
 // fieldError rewords the YAML decoder's messages so they lead with the key.
 func fieldError(err error) string {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
+	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: ")
 	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return fmt.Sprintf("unknown key %s; known keys: %s", rest, strings.Join(keys(), ", "))
 	}
@@ -361,8 +428,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
 	}
 	if c.MetricsAddress != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+		_, port, err := net.SplitHostPort(c.MetricsAddress)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("config: %s: %q is not host:port (example: \":9400\")", field("metricsAddress"), c.MetricsAddress))
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: port %q of %q is not a number from 0 to 65535 (example: \":9400\")", field("metricsAddress"), port, c.MetricsAddress))
 		}
 	}
 	if len(c.DeviceListStrategy) == 0 {

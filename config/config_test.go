@@ -59,6 +59,14 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "bad strategy", body: "deviceListStrategy: [envvar, cdi]\n", want: []string{"deviceListStrategy", "--device-list-strategy", "cdi-cri"}},
 		{name: "no strategy", body: "deviceListStrategy: []\n", want: []string{"deviceListStrategy", "empty"}},
 		{name: "not yaml", body: "deviceIDStrategy: [\n", want: []string{"config.yaml"}},
+		{name: "duration without unit", body: "healthPollInterval: 5\n", want: []string{"healthPollInterval", `"5s"`}},
+		{name: "duration out of range", body: "nvmlRetryInterval: 9999999999999h\n", want: []string{"nvmlRetryInterval", "9999999999999h"}},
+		{name: "key differing in case", body: "xidFatal: [48]\nXIDFatal: [79]\n", want: []string{`"XIDFatal"`, "case-sensitive", `"xidFatal"`}},
+		{name: "key in another case alone", body: "LogLevel: debug\n", want: []string{`"LogLevel"`, `"logLevel"`}},
+		{name: "wrong type names the key", body: "thermalMarginC: hot\n", want: []string{"thermalMarginC", "whole number"}},
+		{name: "metrics port out of range", body: "metricsAddress: \":99999\"\n", want: []string{"metricsAddress", "99999", "65535"}},
+		{name: "metrics port not a number", body: "metricsAddress: \"localhost:metrics\"\n", want: []string{"metricsAddress", "metrics"}},
+		{name: "not a map", body: "- 1\n", want: []string{"config.yaml", "map of keys"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,18 +21,11 @@ const (
 	registerTimeout  = 10 * time.Second
 )
 
-// serving names what a registration announces: one lifetime of our socket
-// (gen) to one kubelet (epoch). A registration is made once per serving.
-type serving struct {
-	gen   uint64
-	epoch uint64
-}
-
-// fileID tells a re-created file from the one it replaced: a new inode, or
-// the same inode number reused at another time.
+// fileID tells a re-created file from the one it replaced: the device and
+// inode, and the change time in case the inode number was reused.
 type fileID struct {
-	ino   uint64
-	ctime int64
+	dev, ino uint64
+	ctime    int64
 }
 
 func statID(path string) (fileID, error) {
@@ -44,19 +37,39 @@ func statID(path string) (fileID, error) {
 	if !ok {
 		return fileID{}, fmt.Errorf("stat %s: no inode", path)
 	}
-	return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}, nil
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, nil
 }
 
-// registerLoop registers once per serving, retrying until it succeeds. It
-// must not register twice with one kubelet: the kubelet refuses a second
-// registration of a connected resource, and in doing so drops its record
-// of the working connection. Nor may it register while our socket is gone:
-// the kubelet would dial a missing socket and sit out gRPC's reconnect
-// backoff. A kick during the retries restarts them at the shortest pause.
-// Each failed run is logged once, so a node without a kubelet gets one
-// line, not a line every few seconds.
+// serving is one lifetime of our socket: Run makes a new one each time it
+// listens, and ends its ctx when it stops serving it.
+type serving struct {
+	gen    uint64
+	socket fileID // the socket file this serving created
+	ctx    context.Context
+}
+
+// announced is what the register loop last told a kubelet: which serving,
+// to which kubelet.sock.
+type announced struct {
+	gen     uint64
+	kubelet fileID
+}
+
+// registerLoop is the only goroutine that registers, and it registers once
+// per serving and kubelet.sock: it decides from what it sees on disk when
+// kicked, not from the events that kicked it, so the two events of one
+// kubelet start (our socket wiped, kubelet.sock created), in whatever order
+// and however late they are handled, add up to one registration.
+//
+// It must not register twice with one kubelet: the kubelet refuses a second
+// registration of a connected socket, and in doing so drops its record of
+// the working connection. Nor may it register while our socket is gone:
+// the kubelet would dial a missing socket for up to ten seconds. A kick
+// during the retries restarts them at the shortest pause. Each failed run
+// is logged once, so a node without a kubelet gets one line, not a line
+// every few seconds.
 func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
-	var done serving
+	var last announced
 	for {
 		select {
 		case <-ctx.Done():
@@ -65,28 +78,36 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 		}
 		delay := registerRetryMin
 		for attempt := 1; ; attempt++ {
-			s.regMu.Lock()
-			cur := s.served
-			_, err := os.Stat(s.socketPath)
-			s.regMu.Unlock()
-			if cur == done || err != nil {
-				// Announced already; or the kubelet wiped our socket, and
-				// Run will serve again and kick.
+			cur, ok := s.currentServing()
+			if !ok {
+				// The kubelet wiped our socket: Run serves again and kicks.
 				break
 			}
-			start := time.Now()
-			if err = s.register(ctx); err == nil {
-				done = cur
-				// The socket that answered: a kubelet.sock created before
-				// this point is the kubelet that has us already.
-				s.regMu.Lock()
-				s.registeredWith, _ = statID(s.kubelet)
-				s.regMu.Unlock()
-				s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
+			kid, err := statID(s.kubelet)
+			if err == nil && (announced{cur.gen, kid}) == last {
 				break
+			}
+			if err == nil {
+				start := time.Now()
+				if err = s.register(cur.ctx); err == nil {
+					// Which kubelet took it: the one listening now. A
+					// kubelet that started in between wiped our socket,
+					// so a new serving announces itself to it anyway.
+					after, _ := statID(s.kubelet)
+					last = announced{gen: cur.gen, kubelet: after}
+					s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
+					break
+				}
+			} else {
+				err = fmt.Errorf("no kubelet socket: %w", err)
 			}
 			if ctx.Err() != nil {
 				return
+			}
+			if cur.ctx.Err() != nil {
+				// This serving ended while we registered it; the next
+				// one kicks.
+				break
 			}
 			if attempt == 1 {
 				s.log.Warn("kubelet did not accept registration; retrying in the background", "kubelet", s.kubelet, "err", err)
@@ -101,6 +122,19 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// currentServing returns the current serving and whether its socket is
+// still the file it created.
+func (s *Server) currentServing() (serving, bool) {
+	s.regMu.Lock()
+	cur := s.serving
+	s.regMu.Unlock()
+	if cur.ctx == nil || cur.ctx.Err() != nil {
+		return cur, false
+	}
+	id, err := statID(s.socketPath)
+	return cur, err == nil && id == cur.socket
 }
 
 // register makes one registration attempt. It builds its own connection

@@ -22,7 +22,7 @@ import (
 const DefaultSocketDir = pluginapi.DevicePluginPath
 
 // Backend supplies what is specific to a resource. Allocate gets IDs the
-// server has already checked: known and healthy.
+// server has already checked: known, healthy, each once.
 type Backend interface {
 	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
 }
@@ -33,7 +33,9 @@ type Backend interface {
 var ErrNotReady = errors.New("not ready")
 
 // PreferredAllocator is implemented by backends that can choose devices.
-// The server advertises GetPreferredAllocation only when it is.
+// The server advertises GetPreferredAllocation only when it is, and calls
+// Preferred with known IDs, each once, mustInclude among available, and
+// len(mustInclude) < size <= len(available).
 type PreferredAllocator interface {
 	Preferred(available, mustInclude []string, size int) ([]string, error)
 }
@@ -65,15 +67,10 @@ type Server struct {
 	mu   sync.Mutex
 	snap *snapshot
 
-	// regMu makes "which serving is current" and "does its socket exist"
-	// one observation for the register loop; Run holds it while it
-	// creates a socket and names its serving.
-	regMu  sync.Mutex
-	served serving
-	// servedWith is the kubelet socket present when the current serving
-	// began (zero if none); registeredWith the one that answered the last
-	// registration.
-	servedWith, registeredWith fileID
+	// regMu guards serving, which Run replaces each time it listens and
+	// the register loop reads.
+	regMu   sync.Mutex
+	serving serving
 }
 
 // New checks the options and returns a Server with no devices yet.
@@ -198,48 +195,41 @@ func (s *Server) Run(ctx context.Context) error {
 	defer check.Stop()
 
 	for {
-		s.regMu.Lock()
-		srv, served, err := s.serve()
-		if err == nil {
-			s.served.gen++
-			s.servedWith, _ = statID(s.kubelet)
-		}
-		s.regMu.Unlock()
+		srv, served, id, err := s.serve()
 		if err != nil {
 			return err
 		}
+		sctx, stopServing := context.WithCancel(ctx)
+		s.regMu.Lock()
+		s.serving = serving{gen: s.serving.gen + 1, socket: id, ctx: sctx}
+		s.regMu.Unlock()
 		s.log.Info("serving", "socket", s.socketPath)
 		poke(kick)
+		var foreign fileID // a file not ours at our path, reported once
 		restart := false
 		for !restart {
 			select {
 			case <-ctx.Done():
+				stopServing()
 				srv.Stop()
-				if err := os.Remove(s.socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-					s.log.Warn("removing socket", "socket", s.socketPath, "err", err)
-				}
+				s.removeSocket(id)
 				return nil
 			case ev, ok := <-watcher.Events:
 				if !ok {
+					stopServing()
+					srv.Stop()
 					return errors.New("socket directory watcher closed")
 				}
 				switch {
 				case ev.Name == s.socketPath && ev.Has(fsnotify.Remove|fsnotify.Rename):
-					s.log.Info("socket removed; serving again", "socket", s.socketPath)
-					restart = true
+					// Only the loss of the socket this serving created
+					// counts: the event may be for a stale file that serve
+					// removed itself, and re-serving on it would remove our
+					// own socket, and so on without end.
+					restart = s.lost(id, &foreign, "socket removed; serving again")
 				case ev.Name == s.kubelet && ev.Has(fsnotify.Create):
-					// A starting kubelet wipes our socket before it listens,
-					// so serving again covers most restarts. Only a kubelet
-					// socket newer than this serving, that we have not
-					// registered with, needs announcing again.
-					s.regMu.Lock()
-					id, err := statID(s.kubelet)
-					if err == nil && id != s.servedWith && id != s.registeredWith {
-						s.servedWith = id
-						s.served.epoch++
-						s.log.Info("kubelet socket created; registering again", "kubelet", s.kubelet)
-					}
-					s.regMu.Unlock()
+					// The register loop tells a new kubelet from the one it
+					// announced to.
 					poke(kick)
 				}
 			case err := <-watcher.Errors:
@@ -248,29 +238,66 @@ func (s *Server) Run(ctx context.Context) error {
 				s.log.Error("gRPC server stopped; serving again", "err", err)
 				restart = true
 			case <-check.C:
-				if _, err := os.Stat(s.socketPath); err != nil {
-					s.log.Warn("socket missing; serving again", "socket", s.socketPath, "err", err)
-					restart = true
-				}
+				restart = s.lost(id, &foreign, "socket missing; serving again")
+				// A kubelet.sock created while events were lost.
+				poke(kick)
 			}
 		}
+		stopServing()
 		srv.Stop()
 	}
 }
 
-// serve listens on the socket and starts the gRPC server. The returned
-// channel yields Serve's error if it ends on its own.
-func (s *Server) serve() (*grpc.Server, <-chan error, error) {
+// lost reports whether the socket file id is gone from our path, logging
+// why. A file at our path that is not ours (another instance serving the
+// same resource) is reported once and left alone: taking it back would
+// make the two fight over the path.
+func (s *Server) lost(id fileID, foreign *fileID, why string) bool {
+	now, err := statID(s.socketPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		s.log.Info(why, "socket", s.socketPath)
+		return true
+	case err != nil:
+		s.log.Warn(why, "socket", s.socketPath, "err", err)
+		return true
+	case now == id:
+		return false
+	case now != *foreign:
+		*foreign = now
+		s.log.Warn("another file replaced our socket; leaving it to its owner", "socket", s.socketPath)
+	}
+	return false
+}
+
+// removeSocket removes our socket on shutdown, unless it is no longer ours.
+func (s *Server) removeSocket(id fileID) {
+	if now, err := statID(s.socketPath); err != nil || now != id {
+		return
+	}
 	if err := os.Remove(s.socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("removing stale socket %s: %w", s.socketPath, err)
+		s.log.Warn("removing socket", "socket", s.socketPath, "err", err)
+	}
+}
+
+// serve removes a stale socket (a crashed run's, say), listens on a fresh
+// one and starts the gRPC server. It returns the identity of the socket
+// file it created and a channel that yields Serve's error if it ends on
+// its own.
+func (s *Server) serve() (*grpc.Server, <-chan error, fileID, error) {
+	if err := os.Remove(s.socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fileID{}, fmt.Errorf("removing stale socket %s: %w", s.socketPath, err)
 	}
 	ln, err := net.Listen("unix", s.socketPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listening on %s: %w", s.socketPath, err)
+		return nil, nil, fileID{}, fmt.Errorf("listening on %s: %w", s.socketPath, err)
 	}
 	// Closing an old listener must never unlink the socket a newer one
 	// created at the same path.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	// If the kubelet wiped it already, the zero identity matches nothing
+	// and the pending removal event serves again.
+	id, _ := statID(s.socketPath)
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, &service{s: s})
 	served := make(chan error, 1)
@@ -279,7 +306,7 @@ func (s *Server) serve() (*grpc.Server, <-chan error, error) {
 			served <- err
 		}
 	}()
-	return srv, served, nil
+	return srv, served, id, nil
 }
 
 func poke(c chan<- struct{}) {

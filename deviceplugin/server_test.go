@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,6 +109,13 @@ func (preferringBackend) Preferred(available, mustInclude []string, size int) ([
 		return nil, fmt.Errorf("only %d available", len(out))
 	}
 	return out, nil
+}
+
+// failingPreferrer cannot choose.
+type failingPreferrer struct{ recordingBackend }
+
+func (failingPreferrer) Preferred([]string, []string, int) ([]string, error) {
+	return nil, errors.New("no choice")
 }
 
 func testDevices() []Device {
@@ -250,6 +259,8 @@ func TestAllocateValidatesEveryID(t *testing.T) {
 		{name: "unhealthy device", ids: [][]string{{"GPU-b"}}, code: codes.InvalidArgument, mention: "thermal"},
 		{name: "bad second container", ids: [][]string{{"GPU-a"}, {"nope"}}, code: codes.InvalidArgument, mention: "nope"},
 		{name: "empty container request", ids: [][]string{{}}, code: codes.InvalidArgument, mention: "no device"},
+		{name: "repeated device", ids: [][]string{{"GPU-a", "GPU-c", "GPU-a"}}, code: codes.InvalidArgument, mention: `"GPU-a" is requested more than once`},
+		{name: "one device ten thousand times", ids: [][]string{slices.Repeat([]string{"GPU-c"}, 10000)}, code: codes.InvalidArgument, mention: `"GPU-c" is requested more than once`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,15 +283,34 @@ func TestAllocateValidatesEveryID(t *testing.T) {
 }
 
 func TestPreferredAllocation(t *testing.T) {
-	t.Run("unknown ids are refused", func(t *testing.T) {
-		s, _, _ := startServer(t, preferringBackend{})
-		_, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
-			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-a", "bogus"}, AllocationSize: 1}},
-		}, grpc.WaitForReady(true))
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bogus") {
-			t.Fatalf("err = %v", err)
-		}
-	})
+	// A hint never fails the pod: the kubelet gives up on an error.
+	hints := []struct {
+		name            string
+		available, must []string
+		size            int32
+		want            []string
+	}{
+		{name: "unknown ids are dropped", available: []string{"GPU-a", "bogus", "GPU-b"}, must: []string{"nope"}, size: 1, want: []string{"GPU-a"}},
+		{name: "repeated ids count once", available: []string{"GPU-b", "GPU-b", "GPU-a"}, must: []string{"GPU-a", "GPU-a"}, size: 2, want: []string{"GPU-a", "GPU-b"}},
+		{name: "size beyond available is clamped", available: []string{"GPU-a"}, size: 2, want: []string{"GPU-a"}},
+		{name: "negative size gives the must-includes", available: []string{"GPU-a", "GPU-b"}, must: []string{"GPU-b"}, size: -3, want: []string{"GPU-b"}},
+		{name: "must-include not available is dropped", available: []string{"GPU-a"}, must: []string{"GPU-b"}, size: 1, want: []string{"GPU-a"}},
+		{name: "nothing known", available: []string{"x", "y"}, size: 1, want: nil},
+	}
+	for _, tt := range hints {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, _ := startServer(t, preferringBackend{})
+			resp, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+				ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: tt.available, MustIncludeDeviceIDs: tt.must, AllocationSize: tt.size}},
+			}, grpc.WaitForReady(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, tt.want) {
+				t.Errorf("preferred = %v, want %v", got, tt.want)
+			}
+		})
+	}
 	t.Run("backend answer is returned", func(t *testing.T) {
 		s, _, _ := startServer(t, preferringBackend{})
 		resp, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
@@ -293,13 +323,16 @@ func TestPreferredAllocation(t *testing.T) {
 			t.Errorf("preferred = %v", got)
 		}
 	})
-	t.Run("backend error is InvalidArgument", func(t *testing.T) {
-		s, _, _ := startServer(t, preferringBackend{})
-		_, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
-			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-a"}, AllocationSize: 2}},
+	t.Run("backend error falls back to the first available", func(t *testing.T) {
+		s, _, _ := startServer(t, failingPreferrer{})
+		resp, err := dial(t, s.SocketPath()).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-c", "GPU-a", "GPU-b"}, MustIncludeDeviceIDs: []string{"GPU-b"}, AllocationSize: 2}},
 		}, grpc.WaitForReady(true))
-		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("err = %v", err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{"GPU-b", "GPU-c"}) {
+			t.Errorf("preferred = %v", got)
 		}
 	})
 	t.Run("not offered without an allocator", func(t *testing.T) {
@@ -476,5 +509,139 @@ func (m *messages) wait(t *testing.T, msg string) {
 		case <-timeout:
 			t.Fatalf("no log %q", msg)
 		}
+	}
+}
+
+// counter is a slog handler that counts records by message.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newCounter() *counter { return &counter{n: map[string]int{}} }
+
+func (c *counter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *counter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	c.n[r.Message]++
+	c.mu.Unlock()
+	return nil
+}
+func (c *counter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *counter) WithGroup(string) slog.Handler      { return c }
+
+func (c *counter) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[msg]
+}
+
+// A run killed by SIGKILL leaves its socket behind. Removing it must not
+// read as the kubelet wiping ours: the plugin would serve again, remove
+// its own new socket, and so on hundreds of times a second.
+func TestStaleSocketIsReplacedOnce(t *testing.T) {
+	dir := t.TempDir()
+	stale, err := net.Listen("unix", filepath.Join(dir, "example.com_gpu.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	k := startKubelet(t, dir)
+	logs := newCounter()
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: recordingBackend{}, Log: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	k.next(t)
+	first, err := statID(s.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not a wait for an event: a window in which a loop would show.
+	time.Sleep(300 * time.Millisecond)
+	if n := logs.count("serving"); n != 1 {
+		t.Errorf("served %d times, want once", n)
+	}
+	if now, err := statID(s.SocketPath()); err != nil || now != first {
+		t.Errorf("socket re-created: %v, %v; want %v", now, err, first)
+	}
+	select {
+	case r := <-k.reqs:
+		t.Errorf("extra registration %+v", r)
+	default:
+	}
+	if _, err := dial(t, s.SocketPath()).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file another process put at our path is left alone: taking the path
+// back would make two instances fight over it.
+func TestForeignSocketIsLeftAlone(t *testing.T) {
+	logs := newCounter()
+	dir := t.TempDir()
+	s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: dir, Backend: recordingBackend{}, Log: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := startKubelet(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	k.next(t)
+	tmp := filepath.Join(dir, "other.sock")
+	other, err := net.Listen("unix", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.(*net.UnixListener).SetUnlinkOnClose(false)
+	defer other.Close()
+	if err := os.Rename(tmp, s.SocketPath()); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := statID(s.SocketPath())
+	time.Sleep(300 * time.Millisecond) // a window in which a fight would show
+	if got, _ := statID(s.SocketPath()); got != want || logs.count("serving") != 1 {
+		t.Errorf("took the path back: served %d times", logs.count("serving"))
+	}
+}
+
+// Each kubelet start wipes the directory, then listens: exactly one
+// registration reaches each kubelet, however fast they come and go.
+func TestRestartStormRegistersOncePerKubelet(t *testing.T) {
+	_, dir, _ := startServer(t, recordingBackend{})
+	k := startKubelet(t, dir)
+	k.next(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := range 100 {
+		k.srv.Stop()
+		// Registrations that arrived before Stop returned are queued.
+		if len(k.reqs) > 0 {
+			t.Fatalf("round %d: kubelet got %d registrations more than one", round, len(k.reqs))
+		}
+		if d := time.Duration(rng.IntN(3)) * time.Millisecond; d > 0 {
+			time.Sleep(d) // the kubelet is down; not a synchronisation
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		k = startKubelet(t, dir)
+		k.next(t)
+	}
+	k.srv.Stop()
+	if len(k.reqs) > 0 {
+		t.Fatalf("last kubelet got %d registrations more than one", len(k.reqs))
 	}
 }

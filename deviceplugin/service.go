@@ -37,20 +37,35 @@ func (v *service) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin
 	}
 }
 
+// GetPreferredAllocation is a hint: the kubelet fails the pod if it
+// errs, and falls back to its own choice for whatever the answer lacks. So
+// it answers every request best effort: unknown and repeated IDs are
+// dropped, the size is clamped to what can be had, a backend that cannot
+// choose is replaced by the first available devices, and what was ignored
+// is logged.
 func (v *service) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	pref, ok := v.s.backend.(PreferredAllocator)
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "%s does not offer preferred allocation", v.s.resource)
 	}
 	snap := v.s.current()
-	resp := &pluginapi.PreferredAllocationResponse{ContainerResponses: make([]*pluginapi.ContainerPreferredAllocationResponse, 0, len(req.ContainerRequests))}
-	for _, creq := range req.ContainerRequests {
-		if err := snap.known(creq.AvailableDeviceIDs, creq.MustIncludeDeviceIDs); err != nil {
-			return nil, err
+	resp := &pluginapi.PreferredAllocationResponse{ContainerResponses: make([]*pluginapi.ContainerPreferredAllocationResponse, 0, len(req.GetContainerRequests()))}
+	for i, creq := range req.GetContainerRequests() {
+		h := snap.hint(creq)
+		ids := h.must
+		if h.size > len(h.must) {
+			var err error
+			ids, err = pref.Preferred(h.available, h.must, h.size)
+			if err == nil {
+				err = h.check(ids)
+			}
+			if err != nil {
+				v.s.log.Warn("preferred allocation: backend gave no usable answer; preferring the first available devices", "container", i, "size", h.size, "err", err)
+				ids = h.fallback()
+			}
 		}
-		ids, err := pref.Preferred(creq.AvailableDeviceIDs, creq.MustIncludeDeviceIDs, int(creq.AllocationSize))
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: preferred allocation of %d: %v", v.s.resource, creq.AllocationSize, err)
+		if h.ignored() {
+			v.s.log.Info("preferred allocation: ignored part of the request", h.attrs(i)...)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
@@ -62,21 +77,21 @@ func (v *service) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 // broken devices than the scheduler counted.
 func (v *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	snap := v.s.current()
-	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
-	for _, creq := range req.ContainerRequests {
-		if len(creq.DevicesIds) == 0 {
+	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.GetContainerRequests()))}
+	for _, creq := range req.GetContainerRequests() {
+		if len(creq.GetDevicesIds()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: allocate request names no device", v.s.resource)
 		}
-		if err := snap.usable(creq.DevicesIds); err != nil {
-			return nil, err
+		if err := snap.usable(creq.GetDevicesIds()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", v.s.resource, err)
 		}
-		cresp, err := v.s.backend.Allocate(creq.DevicesIds)
+		cresp, err := v.s.backend.Allocate(creq.GetDevicesIds())
 		if err != nil {
 			code := codes.Internal
 			if errors.Is(err, ErrNotReady) {
 				code = codes.Unavailable
 			}
-			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.DevicesIds, err)
+			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.GetDevicesIds(), err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
@@ -87,27 +102,22 @@ func (v *service) PreStartContainer(context.Context, *pluginapi.PreStartContaine
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// known checks that every ID names a device of this resource.
-func (s *snapshot) known(lists ...[]string) error {
-	for _, ids := range lists {
-		for _, id := range ids {
-			if _, ok := s.lookup(id); !ok {
-				return status.Errorf(codes.InvalidArgument, "unknown device %q", id)
-			}
-		}
-	}
-	return nil
-}
-
-// usable checks that every ID names a known, healthy device.
+// usable checks that every ID names a known, healthy device, once: a
+// repeated ID would list a device twice in the container's environment
+// and device nodes.
 func (s *snapshot) usable(ids []string) error {
+	seen := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
 		d, ok := s.lookup(id)
 		if !ok {
-			return status.Errorf(codes.InvalidArgument, "unknown device %q", id)
+			return fmt.Errorf("unknown device %q", id)
 		}
+		if _, dup := seen[id]; dup {
+			return fmt.Errorf("device %q is requested more than once", id)
+		}
+		seen[id] = struct{}{}
 		if !d.Healthy {
-			return status.Errorf(codes.InvalidArgument, "device %q is unhealthy: %s", id, d.Reason)
+			return fmt.Errorf("device %q is unhealthy: %s", id, d.Reason)
 		}
 	}
 	return nil

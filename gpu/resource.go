@@ -178,11 +178,18 @@ func (r *Resource) Devices() []deviceplugin.Device {
 // nvidia-uvm often appears only at the first CUDA call after boot.
 func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	sel := make([]*gpuEntry, 0, len(ids))
+	seen := make([]bool, len(r.gpus))
 	for _, id := range ids {
 		i, ok := r.byUUID[id]
 		if !ok {
 			return nil, fmt.Errorf("unknown GPU %q", id)
 		}
+		// The server refuses repeats first; this keeps a GPU from being
+		// listed twice whoever calls.
+		if seen[i] {
+			return nil, fmt.Errorf("GPU %q requested more than once", id)
+		}
+		seen[i] = true
 		sel = append(sel, &r.gpus[i])
 	}
 	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {

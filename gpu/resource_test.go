@@ -104,6 +104,18 @@ func TestAllocateUnknownGPU(t *testing.T) {
 	}
 }
 
+func TestAllocateRepeatedGPU(t *testing.T) {
+	gpus, topo := eightGPUs()
+	r, err := New(gpus, topo, Options{DevRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := gpus[3].UUID
+	if resp, err := r.Allocate([]string{id, gpus[1].UUID, id}); err == nil || !strings.Contains(err.Error(), id) {
+		t.Fatalf("Allocate with %s twice = %v, %v; want an error naming it", id, resp, err)
+	}
+}
+
 func TestNewRejects(t *testing.T) {
 	gpus, topo := eightGPUs()
 	if _, err := New(gpus, topo, Options{IDStrategy: "serial"}); err == nil {

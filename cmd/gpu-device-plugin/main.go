@@ -37,18 +37,21 @@ const configFlag = "config"
 
 // settingFlags builds the flags for every config setting. Each command
 // gets its own instances, so a setting may be given before or after the
-// command name.
+// command name. The flags do not read the environment themselves:
+// loadConfig does, so that a flag at any level beats its environment twin
+// and an empty variable counts as unset.
 func settingFlags() []cli.Flag {
 	flags := []cli.Flag{&cli.StringFlag{
-		Name:    configFlag,
-		Usage:   "YAML config file; flags and environment variables override it",
-		EnvVars: []string{config.EnvName(configFlag)},
+		Name:  configFlag,
+		Usage: "YAML config file; flags and environment variables override it" + envNote(config.EnvName(configFlag)),
 	}}
 	for _, s := range config.Settings() {
-		flags = append(flags, &cli.StringFlag{Name: s.Flag, Usage: s.Usage, Value: s.Default, EnvVars: []string{s.Env}})
+		flags = append(flags, &cli.StringFlag{Name: s.Flag, Usage: s.Usage + envNote(s.Env), Value: s.Default})
 	}
 	return flags
 }
+
+func envNote(env string) string { return " [$" + env + "]" }
 
 // newApp builds the CLI. open loads NVML: nvml.Open in production, a
 // mock in tests.
@@ -90,25 +93,34 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 	}
 }
 
-// loadConfig merges, lowest first: defaults, the config file, then the
-// flags and environment variables set on each command level.
+// loadConfig merges, lowest first: defaults, the config file, the
+// environment, then the flags, those after the command name last. An empty
+// environment variable is unset: GPU_DEVICE_PLUGIN_XID_IGNORE= must not
+// turn into an empty list.
 func loadConfig(c *cli.Context) (config.Config, error) {
 	lineage := c.Lineage()
 	cfg := config.Default()
+	path := os.Getenv(config.EnvName(configFlag))
 	for i := len(lineage) - 1; i >= 0; i-- {
 		if lineage[i].IsSet(configFlag) {
-			if path := lineage[i].String(configFlag); path != "" {
-				loaded, err := config.Load(path)
-				if err != nil {
-					return cfg, err
-				}
-				cfg = loaded
-			}
+			path = lineage[i].String(configFlag)
 		}
+	}
+	if path != "" {
+		loaded, err := config.Load(path)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = loaded
 	}
 	byFlag := map[string]config.Setting{}
 	for _, s := range config.Settings() {
 		byFlag[s.Flag] = s
+		if v := os.Getenv(s.Env); v != "" {
+			if err := cfg.Set(s.Key, v); err != nil {
+				return cfg, fmt.Errorf("%w (env %s)", err, s.Env)
+			}
+		}
 	}
 	for i := len(lineage) - 1; i >= 0; i-- {
 		for _, name := range lineage[i].LocalFlagNames() {
@@ -117,7 +129,7 @@ func loadConfig(c *cli.Context) (config.Config, error) {
 				continue
 			}
 			if err := cfg.Set(s.Key, lineage[i].String(name)); err != nil {
-				return cfg, fmt.Errorf("%w (flag --%s, env %s)", err, s.Flag, s.Env)
+				return cfg, fmt.Errorf("%w (flag --%s)", err, s.Flag)
 			}
 		}
 	}

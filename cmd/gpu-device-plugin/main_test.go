@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
@@ -198,5 +200,65 @@ func TestListShowsNICs(t *testing.T) {
 	}
 	if pooled["example.com/rdma_numa0"] != 4 || pooled["example.com/rdma_numa1"] != 4 || pooled[""] == 0 {
 		t.Errorf("NICs per pool = %v; want 4 and 4 and the management NIC unpooled", pooled)
+	}
+}
+
+// configOf runs the version command with args and returns the merged
+// configuration it would use.
+func configOf(t *testing.T, args ...string) (config.Config, error) {
+	t.Helper()
+	var cfg config.Config
+	var err error
+	app := newApp(mockOpen, &bytes.Buffer{}, &bytes.Buffer{})
+	for _, c := range app.Commands {
+		if c.Name == "version" {
+			c.Action = func(c *cli.Context) error {
+				cfg, err = loadConfig(c)
+				return nil
+			}
+		}
+	}
+	if runErr := app.RunContext(context.Background(), append([]string{"gpu-device-plugin"}, args...)); runErr != nil {
+		t.Fatal(runErr)
+	}
+	return cfg, err
+}
+
+func TestFlagBeatsEnvironmentAtEveryLevel(t *testing.T) {
+	t.Setenv("GPU_DEVICE_PLUGIN_DEVICE_ID_STRATEGY", "serial")
+	for _, args := range [][]string{
+		{"--device-id-strategy=uuid", "version"},
+		{"version", "--device-id-strategy=uuid"},
+		{"--device-id-strategy=index", "version", "--device-id-strategy=uuid"},
+	} {
+		cfg, err := configOf(t, args...)
+		if err != nil || cfg.DeviceIDStrategy != "uuid" {
+			t.Errorf("%v: deviceIDStrategy = %q, %v; want the flag's uuid", args, cfg.DeviceIDStrategy, err)
+		}
+	}
+	// Without a flag the environment is used, and a bad value names it.
+	if _, err := configOf(t, "version"); err == nil || !strings.Contains(err.Error(), "deviceIDStrategy") {
+		t.Errorf("err = %v, want the environment's bad value refused", err)
+	}
+}
+
+func TestEmptyEnvironmentIsUnset(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("xidIgnore: [13]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GPU_DEVICE_PLUGIN_XID_IGNORE", "")
+	t.Setenv("GPU_DEVICE_PLUGIN_DEVICE_LIST_STRATEGY", "")
+	t.Setenv("GPU_DEVICE_PLUGIN_CONFIG", cfgFile)
+	cfg, err := configOf(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.XIDIgnore, []uint64{13}) || !slices.Equal(cfg.DeviceListStrategy, []string{"envvar"}) {
+		t.Errorf("xidIgnore = %v, deviceListStrategy = %v; want the file's [13] and the default [envvar]", cfg.XIDIgnore, cfg.DeviceListStrategy)
+	}
+	t.Setenv("GPU_DEVICE_PLUGIN_CONFIG", "")
+	if cfg, err = configOf(t, "version"); err != nil || !slices.Equal(cfg.XIDIgnore, config.Default().XIDIgnore) {
+		t.Errorf("empty GPU_DEVICE_PLUGIN_CONFIG: xidIgnore = %v, %v; want the default", cfg.XIDIgnore, err)
 	}
 }

@@ -100,8 +100,9 @@ type Kubelet struct {
 	dir string
 	log klog.Logger
 
-	mu  sync.Mutex
-	cur *session
+	mu   sync.Mutex
+	cur  *session
+	past []*session // every session before cur, oldest first
 }
 
 // session is one run of the registration server and what its handler saw.
@@ -157,10 +158,17 @@ func (k *Kubelet) start() error {
 	}
 	s.started = time.Now()
 	k.mu.Lock()
+	if k.cur != nil {
+		k.past = append(k.past, k.cur)
+	}
 	k.cur = s
 	k.mu.Unlock()
 	return nil
 }
+
+// Start starts a new registration server after Stop, as a kubelet coming
+// back after being down does: it wipes the plugin sockets and listens.
+func (k *Kubelet) Start() error { return k.start() }
 
 func (k *Kubelet) session() *session {
 	k.mu.Lock()
@@ -212,11 +220,37 @@ type Stats struct {
 }
 
 // Stats returns the current kubelet's connection counts.
-func (k *Kubelet) Stats() Stats {
-	s := k.session()
+func (k *Kubelet) Stats() Stats { return k.session().stats() }
+
+// History returns the Stats of every kubelet run since StartKubelet,
+// oldest first, the current one last. A run's Stats keep growing while
+// late callbacks from its server land.
+func (k *Kubelet) History() []Stats {
+	k.mu.Lock()
+	all := append(slices.Clone(k.past), k.cur)
+	k.mu.Unlock()
+	out := make([]Stats, len(all))
+	for i, s := range all {
+		out[i] = s.stats()
+	}
+	return out
+}
+
+func (s *session) stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Connects: slices.Clone(s.connects), Rejected: slices.Clone(s.rejected), Connected: len(s.endpoints), Disconnects: s.disconnects}
+}
+
+// WaitStats waits until the current kubelet's Stats satisfy ok and
+// returns them. what names the wait in the error.
+func (k *Kubelet) WaitStats(ctx context.Context, what string, ok func(Stats) bool) (Stats, error) {
+	var got Stats
+	err := k.session().waitFor(ctx, what, func(s *session) bool {
+		got = Stats{Connects: slices.Clone(s.connects), Rejected: slices.Clone(s.rejected), Connected: len(s.endpoints), Disconnects: s.disconnects}
+		return ok(got)
+	})
+	return got, err
 }
 
 // Devices returns the latest device list of resource, if any arrived.

@@ -200,6 +200,32 @@ func (p *Plugin) Stop() error {
 	return p.stopErr
 }
 
+// Kill sends SIGKILL, as the OOM killer or a node crash would: the plugin
+// gets no chance to remove its socket. It waits for the process to exit
+// and removes the work directory; Stop afterwards returns Kill's answer.
+func (p *Plugin) Kill() error {
+	killed := false
+	p.stopOnce.Do(func() {
+		killed = true
+		var errs []error
+		select {
+		case <-p.done:
+			errs = append(errs, fmt.Errorf("plugin exited before Kill: %v", p.err))
+		default:
+			if err := p.cmd.Process.Kill(); err != nil {
+				errs = append(errs, fmt.Errorf("killing plugin: %w", err))
+			}
+			<-p.done
+		}
+		errs = append(errs, p.ctl.Close(), os.RemoveAll(p.WorkDir))
+		p.stopErr = errors.Join(errs...)
+	})
+	if !killed {
+		return errors.New("killing plugin: already stopped")
+	}
+	return p.stopErr
+}
+
 // Usage is what a process cost.
 type Usage struct {
 	// PeakRSS is the high-water mark of resident memory (VmHWM), in bytes.

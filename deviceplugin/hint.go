@@ -1,0 +1,130 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// maxLoggedIDs bounds each list of ignored IDs in a log line: a request
+// may carry thousands.
+const maxLoggedIDs = 8
+
+// hint is one container's preferred-allocation request, cleaned: known
+// IDs only, each once, must-include ones among the available ones, and a
+// size between the two counts.
+type hint struct {
+	available, must []string
+	size            int
+	asked           int32
+	inAvail         map[string]struct{}
+
+	unknown, repeated, unavailable []string
+}
+
+func (s *snapshot) hint(req *pluginapi.ContainerPreferredAllocationRequest) hint {
+	h := hint{asked: req.GetAllocationSize()}
+	inAvail := make(map[string]struct{}, len(req.GetAvailableDeviceIDs()))
+	h.inAvail = inAvail
+	for _, id := range req.GetAvailableDeviceIDs() {
+		switch _, dup := inAvail[id]; {
+		case dup:
+			h.repeated = append(h.repeated, id)
+		case !s.has(id):
+			h.unknown = append(h.unknown, id)
+		default:
+			inAvail[id] = struct{}{}
+			h.available = append(h.available, id)
+		}
+	}
+	inMust := make(map[string]struct{}, len(req.GetMustIncludeDeviceIDs()))
+	for _, id := range req.GetMustIncludeDeviceIDs() {
+		_, avail := inAvail[id]
+		switch _, dup := inMust[id]; {
+		case dup:
+			h.repeated = append(h.repeated, id)
+		case !s.has(id):
+			h.unknown = append(h.unknown, id)
+		case !avail:
+			h.unavailable = append(h.unavailable, id)
+		default:
+			inMust[id] = struct{}{}
+			h.must = append(h.must, id)
+		}
+	}
+	h.size = min(max(int(req.GetAllocationSize()), len(h.must)), len(h.available))
+	return h
+}
+
+func (s *snapshot) has(id string) bool {
+	_, ok := s.byID[id]
+	return ok
+}
+
+// check reports whether ids answers h: size distinct available IDs with
+// every must-include one among them.
+func (h hint) check(ids []string) error {
+	if len(ids) != h.size {
+		return fmt.Errorf("%d devices chosen, want %d", len(ids), h.size)
+	}
+	seen := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			return fmt.Errorf("device %q chosen twice", id)
+		}
+		if _, ok := h.inAvail[id]; !ok {
+			return fmt.Errorf("device %q chosen but not available", id)
+		}
+		seen[id] = struct{}{}
+	}
+	for _, id := range h.must {
+		if _, ok := seen[id]; !ok {
+			return fmt.Errorf("must-include device %q not chosen", id)
+		}
+	}
+	return nil
+}
+
+// fallback is the must-include devices topped up with the first available
+// ones: a valid answer when the backend has none.
+func (h hint) fallback() []string {
+	out := slices.Clone(h.must)
+	chosen := make(map[string]struct{}, h.size)
+	for _, id := range h.must {
+		chosen[id] = struct{}{}
+	}
+	for _, id := range h.available {
+		if len(out) >= h.size {
+			break
+		}
+		if _, ok := chosen[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (h hint) ignored() bool {
+	return len(h.unknown)+len(h.repeated)+len(h.unavailable) > 0 || int(h.asked) != h.size
+}
+
+// attrs describes what was ignored, for the log.
+func (h hint) attrs(container int) []any {
+	a := []any{"container", container}
+	add := func(key string, ids []string) {
+		if len(ids) == 0 {
+			return
+		}
+		shown := ids[:min(len(ids), maxLoggedIDs)]
+		a = append(a, slog.Group(key, "count", len(ids), "ids", shown))
+	}
+	add("unknown", h.unknown)
+	add("repeated", h.repeated)
+	add("mustIncludeNotAvailable", h.unavailable)
+	if int(h.asked) != h.size {
+		a = append(a, "askedSize", h.asked, "size", h.size)
+	}
+	return a
+}
