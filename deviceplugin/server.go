@@ -71,6 +71,11 @@ type Server struct {
 	// the register loop reads.
 	regMu   sync.Mutex
 	serving serving
+
+	// handled, when set (tests), gets every directory event once Run has
+	// acted on it: events are handled in order, so a marker event handled
+	// means every earlier one was.
+	handled func(fsnotify.Event)
 }
 
 // New checks the options and returns a Server with no devices yet.
@@ -231,6 +236,9 @@ func (s *Server) Run(ctx context.Context) error {
 					// The register loop tells a new kubelet from the one it
 					// announced to.
 					poke(kick)
+				}
+				if s.handled != nil {
+					s.handled(ev)
 				}
 			case err := <-watcher.Errors:
 				s.log.Warn("socket directory watcher", "err", err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -553,6 +554,7 @@ func TestStaleSocketIsReplacedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	barrier := eventBarrier(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -562,8 +564,9 @@ func TestStaleSocketIsReplacedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Not a wait for an event: a window in which a loop would show.
-	time.Sleep(300 * time.Millisecond)
+	// Every event so far, the stale socket's removal among them, has been
+	// acted on once the marker's has.
+	barrier(t, dir)
 	if n := logs.count("serving"); n != 1 {
 		t.Errorf("served %d times, want once", n)
 	}
@@ -589,6 +592,7 @@ func TestForeignSocketIsLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	barrier := eventBarrier(s)
 	k := startKubelet(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -606,7 +610,7 @@ func TestForeignSocketIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := statID(s.SocketPath())
-	time.Sleep(300 * time.Millisecond) // a window in which a fight would show
+	barrier(t, dir) // the replacement's events have been acted on
 	if got, _ := statID(s.SocketPath()); got != want || logs.count("serving") != 1 {
 		t.Errorf("took the path back: served %d times", logs.count("serving"))
 	}
@@ -643,5 +647,44 @@ func TestRestartStormRegistersOncePerKubelet(t *testing.T) {
 	k.srv.Stop()
 	if len(k.reqs) > 0 {
 		t.Fatalf("last kubelet got %d registrations more than one", len(k.reqs))
+	}
+}
+
+// eventBarrier makes s report handled events; the returned func creates
+// and removes a marker file in dir and waits until Run has handled its
+// removal, and so every event before it.
+func eventBarrier(s *Server) func(t *testing.T, dir string) {
+	seen := make(chan string, 64)
+	s.handled = func(ev fsnotify.Event) {
+		if ev.Has(fsnotify.Remove) {
+			select {
+			case seen <- filepath.Base(ev.Name):
+			default:
+			}
+		}
+	}
+	n := 0
+	return func(t *testing.T, dir string) {
+		t.Helper()
+		n++
+		marker := fmt.Sprintf("marker-%d", n)
+		p := filepath.Join(dir, marker)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case name := <-seen:
+				if name == marker {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("the watch never handled %s's removal", marker)
+			}
+		}
 	}
 }
