@@ -142,6 +142,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	if err != nil {
 		return err
 	}
+	// One poll before the kubelet can connect, so a GPU that must not be
+	// handed out (MIG enabled, a pending reset) is never offered healthy.
+	watcher.Poll()
 	// Deferred in this order so the goroutines are told to stop before
 	// they are waited for, however srv.Run returns.
 	var wg sync.WaitGroup

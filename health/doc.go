@@ -1,8 +1,11 @@
 // Package health decides whether each GPU is healthy. It turns NVML
-// events (XID, double-bit ECC) and polled samples (temperature, clock-event
-// reasons, lost GPUs, NVML failures) into per-GPU conditions with
-// hysteresis and recovery rules, and reports every transition at once to a
-// Notifier, which is the kubelet-facing server.
+// events (XID, double-bit ECC, recovery action) and polled samples
+// (temperature, clock-event reasons, the driver's recovery action,
+// remapped rows, MIG mode, lost GPUs, NVML failures) into per-GPU
+// conditions with hysteresis and recovery rules, and reports every
+// transition at once to a Notifier, which is the kubelet-facing server.
+// Sticky conditions (fatal XIDs, double-bit ECC) can be exported and
+// restored across restarts (Watcher.Sticky, WithSticky).
 //
 // It reads hardware only through the Sampler it is given and keeps all
 // state in the one goroutine that runs Watcher.Run.

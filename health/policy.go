@@ -3,6 +3,7 @@ package health
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -10,8 +11,9 @@ import (
 type Policy struct {
 	// IgnoredXIDs are application errors: they say nothing about the GPU.
 	IgnoredXIDs []uint64
-	// FatalXIDs mean the GPU itself is bad: Unhealthy until the plugin
-	// restarts (after the GPU is reset), whatever IgnoredXIDs says.
+	// FatalXIDs mean the GPU itself is bad: Unhealthy whatever IgnoredXIDs
+	// says, until the driver reports a recovery action for the GPU and
+	// then none again (it was reset), or else until the plugin restarts.
 	FatalXIDs []uint64
 	// XIDRecovery is how long a GPU with any other XID stays Unhealthy
 	// after its last such XID. Zero keeps it Unhealthy, like a fatal XID.
@@ -22,9 +24,49 @@ type Policy struct {
 	// cool before a thermal condition may clear.
 	ThermalMarginC int
 	// RecoveryPolls is how many consecutive good polls clear a thermal,
-	// power or lost condition.
+	// hardware-slowdown, power-brake or lost condition.
 	RecoveryPolls int
+	// SlowdownSamples is how many consecutive polls must show a hardware
+	// slowdown or power brake clock reason before the GPU turns Unhealthy:
+	// they flicker under load on some SKUs. Zero means
+	// DefaultSlowdownSamples.
+	SlowdownSamples int
+	// NVMLFailurePolls is how many consecutive polls in which no GPU could
+	// be read at all make every GPU Unhealthy ("nvml: ..."). Zero means
+	// DefaultNVMLFailurePolls.
+	NVMLFailurePolls int
+	// Disabled names checks that are off: any of Checks(). A GPU is never
+	// made Unhealthy by a disabled check.
+	Disabled []string
 }
+
+// The checks Policy.Disabled can name.
+const (
+	// CheckThermal is the temperature against the slowdown threshold.
+	CheckThermal = "thermal"
+	// CheckHWSlowdown is the hardware slowdown and hardware thermal
+	// slowdown clock reasons.
+	CheckHWSlowdown = "hw-slowdown"
+	// CheckPowerBrake is the hardware power brake clock reason.
+	CheckPowerBrake = "power-brake"
+	// CheckLost is a GPU answering GPU_IS_LOST to polls.
+	CheckLost = "lost"
+	// CheckRecoveryAction is the driver's GPU recovery action.
+	CheckRecoveryAction = "recovery-action"
+	// CheckRemappedRows is remapped-row pending and failure.
+	CheckRemappedRows = "remapped-rows"
+)
+
+// Checks lists the checks Policy.Disabled can name.
+func Checks() []string {
+	return []string{CheckThermal, CheckHWSlowdown, CheckPowerBrake, CheckLost, CheckRecoveryAction, CheckRemappedRows}
+}
+
+// Defaults of the counts whose zero value means "the default".
+const (
+	DefaultSlowdownSamples  = 3
+	DefaultNVMLFailurePolls = 3
+)
 
 // DefaultIgnoredXIDs are caused by the application, not the GPU: 13
 // (graphics engine exception), 31 (MMU fault), 43 (channel stopped), 45
@@ -41,13 +83,31 @@ func DefaultFatalXIDs() []uint64 { return []uint64{48, 64, 74, 79, 92, 95, 119, 
 // DefaultPolicy is the policy with nothing configured.
 func DefaultPolicy() Policy {
 	return Policy{
-		IgnoredXIDs:    DefaultIgnoredXIDs(),
-		FatalXIDs:      DefaultFatalXIDs(),
-		XIDRecovery:    10 * time.Minute,
-		PollInterval:   5 * time.Second,
-		ThermalMarginC: 5,
-		RecoveryPolls:  3,
+		IgnoredXIDs:      DefaultIgnoredXIDs(),
+		FatalXIDs:        DefaultFatalXIDs(),
+		XIDRecovery:      10 * time.Minute,
+		PollInterval:     5 * time.Second,
+		ThermalMarginC:   5,
+		RecoveryPolls:    3,
+		SlowdownSamples:  DefaultSlowdownSamples,
+		NVMLFailurePolls: DefaultNVMLFailurePolls,
 	}
+}
+
+func (p Policy) enabled(check string) bool { return !slices.Contains(p.Disabled, check) }
+
+func (p Policy) slowdownSamples() int {
+	if p.SlowdownSamples == 0 {
+		return DefaultSlowdownSamples
+	}
+	return p.SlowdownSamples
+}
+
+func (p Policy) nvmlFailurePolls() int {
+	if p.NVMLFailurePolls == 0 {
+		return DefaultNVMLFailurePolls
+	}
+	return p.NVMLFailurePolls
 }
 
 // xidAction is what one XID does to a GPU.
@@ -82,6 +142,17 @@ func (p Policy) Validate() error {
 	}
 	if p.ThermalMarginC < 0 {
 		return fmt.Errorf("thermal margin %dC must not be negative", p.ThermalMarginC)
+	}
+	if p.SlowdownSamples < 0 {
+		return fmt.Errorf("slowdown samples %d must not be negative (0 means %d)", p.SlowdownSamples, DefaultSlowdownSamples)
+	}
+	if p.NVMLFailurePolls < 0 {
+		return fmt.Errorf("NVML failure polls %d must not be negative (0 means %d)", p.NVMLFailurePolls, DefaultNVMLFailurePolls)
+	}
+	for i, c := range p.Disabled {
+		if !slices.Contains(Checks(), c) {
+			return fmt.Errorf("disabled checks[%d]: %q is not a check (use one of %s)", i, c, strings.Join(Checks(), ", "))
+		}
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
@@ -32,6 +34,9 @@ type kind int
 const (
 	condNVML kind = iota
 	condLost
+	condMIG
+	condRecovery
+	condRemap
 	condXID
 	condECC
 	condThermal
@@ -43,15 +48,92 @@ type condition struct {
 	reason string
 	// until is when a transient XID condition expires; zero: never.
 	until time.Time
+	// since, xid and actionSeen are kept for sticky conditions (a fatal
+	// XID, a double-bit ECC error): when it began, its XID, and whether
+	// the driver has reported a recovery action for the GPU since.
+	since      time.Time
+	xid        uint64
+	actionSeen bool
 }
+
+func (c *condition) sticky() bool { return c != nil && c.until.IsZero() }
 
 type gpuState struct {
 	conds [numKinds]*condition
-	// goodPolls counts consecutive polls that would clear the thermal,
-	// power or lost conditions.
-	goodPolls int
-	healthy   bool
-	reason    string
+	// Consecutive polls: good ones that count towards clearing the
+	// thermal, hardware-slowdown and lost conditions, and bad ones that
+	// count towards setting the hardware-slowdown condition.
+	thermalGood, hwGood, lostGood, hwBad int
+	healthy                              bool
+	reason                               string
+}
+
+// set makes condition k hold reason, keeping one that already does.
+func (g *gpuState) set(k kind, reason string) {
+	if c := g.conds[k]; c == nil || c.reason != reason {
+		g.conds[k] = &condition{reason: reason}
+	}
+}
+
+// StickyCondition is a condition that outlives its cause: a fatal XID or
+// a double-bit ECC error. Watcher.Sticky exports them and WithSticky
+// restores them, so a restarted plugin keeps a GPU out that the driver has
+// not yet said is fine.
+type StickyCondition struct {
+	// Device is the GPU's device ID, as passed to NewWatcher (its UUID).
+	Device string `json:"device"`
+	// Kind is StickyXID or StickyECC.
+	Kind string `json:"kind"`
+	// XID is the XID code of a StickyXID condition.
+	XID uint64 `json:"xid,omitempty"`
+	// Since is when the condition began.
+	Since time.Time `json:"since"`
+	// ActionSeen means the driver has reported a recovery action for the
+	// GPU since the condition began: the condition clears when the driver
+	// reports none again.
+	ActionSeen bool `json:"actionSeen,omitempty"`
+}
+
+// The kinds of StickyCondition.
+const (
+	StickyXID = "xid"
+	StickyECC = "ecc"
+)
+
+func (a StickyCondition) equal(b StickyCondition) bool {
+	return a.Device == b.Device && a.Kind == b.Kind && a.XID == b.XID && a.Since.Equal(b.Since) && a.ActionSeen == b.ActionSeen
+}
+
+// Option configures a Watcher.
+type Option func(*options)
+
+type options struct {
+	sticky   []StickyCondition
+	onSticky func([]StickyCondition)
+}
+
+// WithSticky starts the Watcher with these sticky conditions, as Sticky
+// returned them before a restart. Conditions of devices not watched are
+// logged and dropped.
+func WithSticky(conds []StickyCondition) Option {
+	return func(o *options) { o.sticky = append(o.sticky, conds...) }
+}
+
+// OnStickyChange calls f with every sticky condition each time the set
+// changes (one begins, clears, or the driver reports a recovery action
+// for its GPU). f runs on the goroutine that polls and applies events, so
+// it must not block for long.
+func OnStickyChange(f func([]StickyCondition)) Option {
+	return func(o *options) { o.onSticky = f }
+}
+
+// warnEvery is how often a repeated warning (the same GPU failing the same
+// read) is logged; the ones in between are counted.
+const warnEvery = 10 * time.Minute
+
+type warnState struct {
+	last       time.Time
+	suppressed int
 }
 
 // Watcher owns the health state of a set of GPUs.
@@ -64,32 +146,109 @@ type Watcher struct {
 	log     *slog.Logger
 	now     func() time.Time
 	gpus    []gpuState
+	// failedPolls counts consecutive polls in which no GPU could be read.
+	failedPolls int
+	polled      bool
+	warned      map[string]warnState
+	onSticky    func([]StickyCondition)
+
+	mu     sync.Mutex        // guards sticky, which other goroutines read
+	sticky []StickyCondition // the sticky conditions at the last change
 }
 
 // NewWatcher watches the GPUs whose device IDs are ids, in the order the
-// Sampler and events index them. Every GPU starts healthy.
-func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log *slog.Logger) (*Watcher, error) {
+// Sampler and events index them. Every GPU starts healthy, except those
+// with a sticky condition given by WithSticky, which are reported at once.
+func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log *slog.Logger, opts ...Option) (*Watcher, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("health policy: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &Watcher{policy: p, ids: ids, sampler: s, notify: n, rec: rec, log: log, now: time.Now, gpus: make([]gpuState, len(ids))}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w := &Watcher{
+		policy: p, ids: ids, sampler: s, notify: n, rec: rec, log: log, now: time.Now,
+		gpus: make([]gpuState, len(ids)), warned: map[string]warnState{}, onSticky: o.onSticky,
+	}
 	for i := range w.gpus {
 		w.gpus[i].healthy = true
 		if rec != nil {
 			rec.Health(ids[i], true)
 		}
 	}
+	for _, sc := range o.sticky {
+		i := slices.Index(ids, sc.Device)
+		c := &condition{since: sc.Since, actionSeen: sc.ActionSeen}
+		var k kind
+		switch sc.Kind {
+		case StickyXID:
+			k, c.xid, c.reason = condXID, sc.XID, fmt.Sprintf("xid=%d", sc.XID)
+		case StickyECC:
+			k, c.reason = condECC, "ecc=double-bit"
+		default:
+			log.Warn("dropping a saved sticky condition of unknown kind", "device", sc.Device, "kind", sc.Kind)
+			continue
+		}
+		if i < 0 {
+			log.Info("dropping a saved sticky condition of a GPU no longer here", "device", sc.Device, "reason", c.reason)
+			continue
+		}
+		w.gpus[i].conds[k] = c
+	}
+	for i := range w.gpus {
+		w.publish(i)
+	}
+	w.sticky = w.stickyNow()
 	return w, nil
 }
 
+// Sticky returns the sticky conditions now, for saving across restarts.
+// It is safe to call from any goroutine.
+func (w *Watcher) Sticky() []StickyCondition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.sticky)
+}
+
+func (w *Watcher) stickyNow() []StickyCondition {
+	var out []StickyCondition
+	for i := range w.gpus {
+		g := &w.gpus[i]
+		if c := g.conds[condXID]; c.sticky() {
+			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen})
+		}
+		if c := g.conds[condECC]; c.sticky() {
+			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyECC, Since: c.since, ActionSeen: c.actionSeen})
+		}
+	}
+	return out
+}
+
+// syncSticky refreshes the snapshot and calls the hook when it changed.
+func (w *Watcher) syncSticky() {
+	cur := w.stickyNow()
+	w.mu.Lock()
+	changed := !slices.EqualFunc(cur, w.sticky, StickyCondition.equal)
+	if changed {
+		w.sticky = cur
+	}
+	w.mu.Unlock()
+	if changed && w.onSticky != nil {
+		w.onSticky(slices.Clone(cur))
+	}
+}
+
 // Run polls at the policy's interval and applies events until ctx ends
-// or events is closed. It polls once at once, so a GPU that is already
-// hot is reported before the first interval passes.
+// or events is closed. Unless Poll has run already, it polls at once, so
+// a GPU that is already hot is reported before the first interval passes.
 func (w *Watcher) Run(ctx context.Context, events <-chan nvml.Event) {
-	w.Poll()
+	if !w.polled {
+		w.Poll()
+	}
 	tick := time.NewTicker(w.policy.PollInterval)
 	defer tick.Stop()
 	for {
@@ -115,9 +274,12 @@ func (w *Watcher) Event(ev nvml.Event) {
 		return
 	}
 	g := &w.gpus[ev.GPU]
+	now := w.now()
 	switch ev.Kind {
 	case nvml.EventDoubleBitECC:
-		g.conds[condECC] = &condition{reason: "ecc=double-bit"}
+		if g.conds[condECC] == nil {
+			g.conds[condECC] = &condition{reason: "ecc=double-bit", since: now}
+		}
 	case nvml.EventXID:
 		reason := fmt.Sprintf("xid=%d", ev.XID)
 		switch w.policy.xid(ev.XID) {
@@ -125,81 +287,219 @@ func (w *Watcher) Event(ev nvml.Event) {
 			w.log.Info("ignoring application XID", "device", w.ids[ev.GPU], "xid", ev.XID)
 			return
 		case xidSticky:
-			g.conds[condXID] = &condition{reason: reason}
+			g.conds[condXID] = &condition{reason: reason, since: now, xid: ev.XID}
 		case xidTransient:
 			// A sticky XID is never downgraded by a later transient one.
-			if c := g.conds[condXID]; c == nil || !c.until.IsZero() {
-				g.conds[condXID] = &condition{reason: reason, until: w.now().Add(w.policy.XIDRecovery)}
+			if c := g.conds[condXID]; !c.sticky() {
+				g.conds[condXID] = &condition{reason: reason, until: now.Add(w.policy.XIDRecovery), xid: ev.XID}
 			}
 		}
+	case nvml.EventRecoveryAction:
+		// The event says the action changed; the field says what it is.
+		s := w.sampler.Sample(ev.GPU)
+		if !s.Has(nvml.SignalRecoveryAction) {
+			if s.Err != nil {
+				w.warnRead(ev.GPU, s)
+			}
+			return
+		}
+		w.applyRecovery(ev.GPU, s.RecoveryAction)
 	default:
 		return
 	}
 	w.publish(ev.GPU)
+	w.syncSticky()
 }
 
 // Poll samples every GPU once and applies the results.
 func (w *Watcher) Poll() {
+	w.polled = true
 	samples := make([]nvml.Sample, len(w.gpus))
 	allFailed := len(w.gpus) > 0
 	for i := range w.gpus {
 		samples[i] = w.sampler.Sample(i)
-		if samples[i].Err == nil || samples[i].Lost {
+		if !unreadable(samples[i]) {
 			allFailed = false
 		}
 	}
+	// One failed poll, even of every GPU of a one-GPU node, is not enough
+	// to call NVML broken.
+	if allFailed {
+		w.failedPolls++
+	} else {
+		w.failedPolls = 0
+	}
+	nvmlDown := w.failedPolls >= w.policy.nvmlFailurePolls()
 	now := w.now()
 	for i := range w.gpus {
-		w.apply(i, samples[i], allFailed, now)
+		w.apply(i, samples[i], nvmlDown, now)
 		w.publish(i)
 	}
+	w.syncSticky()
 }
 
-func (w *Watcher) apply(i int, s nvml.Sample, allFailed bool, now time.Time) {
+// unreadable reports a GPU that answered nothing this poll, for a reason
+// other than being lost.
+func unreadable(s nvml.Sample) bool {
+	return s.Err != nil && !s.Lost && s.Failed != 0 && s.Failed|s.Unsupported == nvml.AllSignals
+}
+
+// warnRead logs a failed read of GPU i, at most once per warnEvery for the
+// same GPU and signals. A failed read alone changes no health.
+func (w *Watcher) warnRead(i int, s nvml.Sample) {
+	key := w.ids[i] + " " + s.Failed.String()
+	now := w.now()
+	st, seen := w.warned[key]
+	if seen && now.Sub(st.last) < warnEvery {
+		st.suppressed++
+		w.warned[key] = st
+		return
+	}
+	args := []any{"device", w.ids[i], "signal", s.Failed.String(), "err", s.Err.Error()}
+	if st.suppressed > 0 {
+		args = append(args, "suppressed", st.suppressed, "in", now.Sub(st.last).Round(time.Second).String())
+	}
+	w.log.Warn("reading GPU health failed; health unchanged", args...)
+	w.warned[key] = warnState{last: now}
+}
+
+func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 	g := &w.gpus[i]
+	p := w.policy
 	if c := g.conds[condXID]; c != nil && !c.until.IsZero() && !now.Before(c.until) {
 		g.conds[condXID] = nil
 	}
+	// Discovery read the MIG mode; it holds whatever this poll read.
+	if s.MIGEnabled {
+		g.set(condMIG, "mig-enabled")
+	} else {
+		g.conds[condMIG] = nil
+	}
 	if s.Err != nil {
-		g.goodPolls = 0
-		switch {
-		case s.Lost:
+		w.warnRead(i, s)
+	}
+	if s.Lost {
+		if p.enabled(CheckLost) && g.conds[condLost] == nil {
 			g.conds[condLost] = &condition{reason: "gpu-lost"}
-		case allFailed:
+		}
+		g.lostGood, g.thermalGood, g.hwGood, g.hwBad = 0, 0, 0, 0
+		return
+	}
+	if unreadable(s) {
+		if nvmlDown && g.conds[condNVML] == nil {
 			// NVML is broken as a whole: no GPU can be vouched for.
 			g.conds[condNVML] = &condition{reason: "nvml: " + s.Err.Error()}
-		default:
-			// One GPU's read failing says nothing about its health.
-			w.log.Warn("reading GPU health", "device", w.ids[i], "err", s.Err)
 		}
+		g.lostGood, g.thermalGood, g.hwGood, g.hwBad = 0, 0, 0, 0
 		return
 	}
 	g.conds[condNVML] = nil
-	hot := s.SlowdownC > 0 && s.TempC >= s.SlowdownC
-	if hot && g.conds[condThermal] == nil {
-		g.conds[condThermal] = &condition{reason: fmt.Sprintf("thermal=%dC>=slowdown %dC", s.TempC, s.SlowdownC)}
+	if g.conds[condLost] != nil {
+		if g.lostGood++; g.lostGood >= p.RecoveryPolls {
+			g.conds[condLost], g.lostGood = nil, 0
+		}
 	}
-	hw := hwReasons(s.Reasons)
-	if hw != "" && g.conds[condHW] == nil {
-		g.conds[condHW] = &condition{reason: hw}
+	w.applyThermal(g, s)
+	w.applyHW(g, s)
+	switch {
+	case !p.enabled(CheckRecoveryAction) || s.Unsupported&nvml.SignalRecoveryAction != 0:
+		g.conds[condRecovery] = nil
+	case s.Has(nvml.SignalRecoveryAction):
+		w.applyRecovery(i, s.RecoveryAction)
 	}
-	if hot || hw != "" {
-		g.goodPolls = 0
+	switch {
+	case !p.enabled(CheckRemappedRows) || s.Unsupported&nvml.SignalRemappedRows != 0:
+		g.conds[condRemap] = nil
+	case !s.Has(nvml.SignalRemappedRows):
+	case s.RowRemapFailure:
+		g.set(condRemap, "row-remap-failure")
+	case s.RowRemapPending:
+		g.set(condRemap, "row-remap-pending")
+	default:
+		g.conds[condRemap] = nil
+	}
+}
+
+// applyThermal: Unhealthy at the slowdown threshold, Healthy after
+// RecoveryPolls polls below it by the margin.
+func (w *Watcher) applyThermal(g *gpuState, s nvml.Sample) {
+	p := w.policy
+	switch {
+	case !p.enabled(CheckThermal) || s.Unsupported&nvml.SignalTemperature != 0:
+		g.conds[condThermal], g.thermalGood = nil, 0
+	case !s.Has(nvml.SignalTemperature):
+		g.thermalGood = 0
+	case s.SlowdownC > 0 && s.TempC >= s.SlowdownC:
+		if g.conds[condThermal] == nil {
+			g.conds[condThermal] = &condition{reason: fmt.Sprintf("thermal=%dC>=slowdown %dC", s.TempC, s.SlowdownC)}
+		}
+		g.thermalGood = 0
+	case g.conds[condThermal] != nil:
+		if s.SlowdownC > 0 && s.TempC >= s.SlowdownC-p.ThermalMarginC {
+			g.thermalGood = 0
+		} else if g.thermalGood++; g.thermalGood >= p.RecoveryPolls {
+			g.conds[condThermal], g.thermalGood = nil, 0
+		}
+	}
+}
+
+// applyHW: Unhealthy after SlowdownSamples consecutive polls with a
+// hardware slowdown or power brake reason, Healthy after RecoveryPolls
+// without.
+func (w *Watcher) applyHW(g *gpuState, s nvml.Sample) {
+	p := w.policy
+	var mask uint64
+	if p.enabled(CheckHWSlowdown) {
+		mask |= nvml.ReasonHWSlowdown | nvml.ReasonHWThermalSlowdown
+	}
+	if p.enabled(CheckPowerBrake) {
+		mask |= nvml.ReasonHWPowerBrake
+	}
+	switch {
+	case mask == 0 || s.Unsupported&nvml.SignalClockReasons != 0:
+		g.conds[condHW], g.hwBad, g.hwGood = nil, 0, 0
+	case !s.Has(nvml.SignalClockReasons):
+		g.hwBad, g.hwGood = 0, 0
+	case s.Reasons&mask != 0:
+		g.hwGood = 0
+		if g.hwBad++; g.hwBad >= p.slowdownSamples() && g.conds[condHW] == nil {
+			g.conds[condHW] = &condition{reason: hwReasons(s.Reasons & mask)}
+		}
+	default:
+		g.hwBad = 0
+		if g.conds[condHW] != nil {
+			if g.hwGood++; g.hwGood >= p.RecoveryPolls {
+				g.conds[condHW], g.hwGood = nil, 0
+			}
+		}
+	}
+}
+
+// applyRecovery applies the driver's recovery action for GPU i. A GPU
+// that needs a reset, reboot or drain is Unhealthy until the driver says
+// none. A sticky condition (fatal XID, double-bit ECC) clears once the
+// driver, after it began, reported an action and then none again: the GPU
+// was reset and the driver vouches for it.
+func (w *Watcher) applyRecovery(i int, a nvml.RecoveryAction) {
+	if !w.policy.enabled(CheckRecoveryAction) {
 		return
 	}
-	cool := s.SlowdownC == 0 || s.TempC < s.SlowdownC-w.policy.ThermalMarginC
-	if g.conds[condThermal] == nil && g.conds[condHW] == nil && g.conds[condLost] == nil {
-		g.goodPolls = 0
+	g := &w.gpus[i]
+	if a != nvml.RecoveryNone {
+		g.set(condRecovery, "recovery-action="+a.String())
+		for _, k := range []kind{condXID, condECC} {
+			if c := g.conds[k]; c.sticky() {
+				c.actionSeen = true
+			}
+		}
 		return
 	}
-	if !cool {
-		g.goodPolls = 0
-		return
-	}
-	g.goodPolls++
-	if g.goodPolls >= w.policy.RecoveryPolls {
-		g.conds[condThermal], g.conds[condHW], g.conds[condLost] = nil, nil, nil
-		g.goodPolls = 0
+	g.conds[condRecovery] = nil
+	for _, k := range []kind{condXID, condECC} {
+		if c := g.conds[k]; c.sticky() && c.actionSeen {
+			w.log.Info("driver reports no recovery action after one; clearing the sticky condition", "device", w.ids[i], "reason", c.reason)
+			g.conds[k] = nil
+		}
 	}
 }
 

@@ -184,14 +184,22 @@ func TestThermalHysteresis(t *testing.T) {
 
 func TestHardwareSlowdown(t *testing.T) {
 	w, s, r, _ := newWatcher(t, 1, DefaultPolicy())
-	s.set(0, func(x *nvml.Sample) { x.Reasons = nvml.ReasonHWSlowdown | nvml.ReasonHWPowerBrake | 0x4 })
-	w.Poll()
-	expect(t, r.take(), change{"GPU-0", false, "hw-slowdown+hw-power-brake"})
-	s.set(0, func(x *nvml.Sample) { x.Reasons = 0x4 }) // software power cap only
-	for range 3 {
+	poll := func(reasons uint64) []change {
+		s.set(0, func(x *nvml.Sample) { x.Reasons = reasons })
 		w.Poll()
+		return r.take()
 	}
-	expect(t, r.take(), change{"GPU-0", true, ""})
+	const slow = nvml.ReasonHWSlowdown | nvml.ReasonHWPowerBrake | 0x4
+	// Two samples and a clear one: a flicker under load, not a slowdown.
+	expect(t, poll(slow))
+	expect(t, poll(slow))
+	expect(t, poll(0))
+	expect(t, poll(slow))
+	expect(t, poll(slow))
+	expect(t, poll(slow), change{"GPU-0", false, "hw-slowdown+hw-power-brake"})
+	expect(t, poll(0x4)) // software power cap only
+	expect(t, poll(0x4))
+	expect(t, poll(0x4), change{"GPU-0", true, ""})
 }
 
 func TestLostGPU(t *testing.T) {
@@ -215,10 +223,18 @@ func TestOneFailedReadLeavesHealthAlone(t *testing.T) {
 	expect(t, r.take())
 }
 
+func failAll(x *nvml.Sample) {
+	x.Err, x.Failed = fmt.Errorf("reading temperature: %w", gonvml.ERROR_UNKNOWN), nvml.AllSignals
+}
+
 func TestNVMLFailureTakesEveryGPU(t *testing.T) {
 	w, s, r, _ := newWatcher(t, 2, DefaultPolicy())
 	for i := range 2 {
-		s.set(i, func(x *nvml.Sample) { x.Err = fmt.Errorf("reading temperature: %w", gonvml.ERROR_UNKNOWN) })
+		s.set(i, failAll)
+	}
+	for range DefaultNVMLFailurePolls - 1 {
+		w.Poll()
+		expect(t, r.take())
 	}
 	w.Poll()
 	got := r.take()
@@ -226,10 +242,24 @@ func TestNVMLFailureTakesEveryGPU(t *testing.T) {
 		t.Fatalf("changes = %+v", got)
 	}
 	for i := range 2 {
-		s.set(i, func(x *nvml.Sample) { x.Err = nil })
+		s.set(i, func(x *nvml.Sample) { x.Err, x.Failed = nil, 0 })
 	}
 	w.Poll()
 	expect(t, r.take(), change{"GPU-0", true, ""}, change{"GPU-1", true, ""})
+}
+
+func TestOneGPUNodeSurvivesTransientErrors(t *testing.T) {
+	w, s, r, _ := newWatcher(t, 1, DefaultPolicy())
+	for range 5 {
+		// Failing polls short of the count, each followed by a good one.
+		for range DefaultNVMLFailurePolls - 1 {
+			s.set(0, failAll)
+			w.Poll()
+		}
+		s.set(0, func(x *nvml.Sample) { x.Err, x.Failed = nil, 0 })
+		w.Poll()
+	}
+	expect(t, r.take())
 }
 
 func TestReasonsCombine(t *testing.T) {
@@ -263,10 +293,28 @@ func TestRunReportsEventsAtOnceAndStops(t *testing.T) {
 }
 
 func TestPolicyValidate(t *testing.T) {
-	p := DefaultPolicy()
-	p.RecoveryPolls = 0
-	if _, err := NewWatcher(p, nil, newSampler(0), &recorder{}, nil, nil); err == nil {
-		t.Fatal("zero recovery polls accepted")
+	tests := []struct {
+		name  string
+		edit  func(*Policy)
+		valid bool
+	}{
+		{name: "default", edit: func(*Policy) {}, valid: true},
+		{name: "zero counts mean the defaults", edit: func(p *Policy) { p.SlowdownSamples, p.NVMLFailurePolls = 0, 0 }, valid: true},
+		{name: "every check disabled", edit: func(p *Policy) { p.Disabled = Checks() }, valid: true},
+		{name: "zero recovery polls", edit: func(p *Policy) { p.RecoveryPolls = 0 }},
+		{name: "negative slowdown samples", edit: func(p *Policy) { p.SlowdownSamples = -1 }},
+		{name: "negative NVML failure polls", edit: func(p *Policy) { p.NVMLFailurePolls = -1 }},
+		{name: "unknown check", edit: func(p *Policy) { p.Disabled = []string{"thermal", "hw_slowdown"} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			tt.edit(&p)
+			_, err := NewWatcher(p, nil, newSampler(0), &recorder{}, nil, nil)
+			if (err == nil) != tt.valid {
+				t.Fatalf("NewWatcher: err = %v, want valid %v", err, tt.valid)
+			}
+		})
 	}
 }
 

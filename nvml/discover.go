@@ -24,6 +24,8 @@ type Inventory struct {
 
 	// handles[i] is the NVML handle of GPUs[i], for health watching.
 	handles []gonvml.Device
+	// syms is which optional NVML functions the library exports.
+	syms Symbols
 }
 
 // Handle returns the NVML handle of GPUs[i], or nil when i is out of range.
@@ -51,7 +53,8 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 		return nil, fmt.Errorf("counting GPUs: %w", ret)
 	}
 
-	inv := &Inventory{}
+	inv := &Inventory{syms: CheckSymbols(lib)}
+	inv.syms.log(log)
 	inv.DriverVersion = systemString(lib.SystemGetDriverVersion, "driver version", log)
 	inv.NVMLVersion = systemString(lib.SystemGetNVMLVersion, "NVML version", log)
 	if v, ret := lib.SystemGetCudaDriverVersion(); ret == gonvml.SUCCESS {
@@ -69,7 +72,8 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 			log.Error("skipping GPU", "index", i, "reason", err.Error())
 			continue
 		}
-		gpu.NUMANode = numaNode(h, sysfsRoot, gpu.PCIBusID, log)
+		gpu.NUMANode = numaNode(h, inv.syms, sysfsRoot, gpu.PCIBusID, log)
+		gpu.MIGEnabled = migEnabled(h, inv.syms, gpu.UUID, log)
 		inv.GPUs = append(inv.GPUs, gpu)
 		inv.handles = append(inv.handles, h)
 	}
@@ -123,7 +127,7 @@ func readGPU(lib Library, i int, gpuAddrs map[string]bool) (GPU, gonvml.Device, 
 // numaNode prefers the kernel's numa_node: it is the CPU-side locality the
 // kubelet aligns with, whereas NVML may report the node of the GPU's own
 // memory on coherent systems. A kernel -1 is kept as the answer.
-func numaNode(h gonvml.Device, sysfsRoot, addr string, log *slog.Logger) int {
+func numaNode(h gonvml.Device, syms Symbols, sysfsRoot, addr string, log *slog.Logger) int {
 	n, err := sysfs.ReadNUMANode(sysfsRoot, addr)
 	if err == nil {
 		return n
@@ -132,6 +136,10 @@ func numaNode(h gonvml.Device, sysfsRoot, addr string, log *slog.Logger) int {
 	if errors.Is(err, fs.ErrNotExist) {
 		msg = "sysfs numa_node missing (is the host /sys mounted?)"
 	}
+	if !syms.Has(symNumaNodeID) {
+		log.Warn(msg+"; NUMA node unknown (the driver predates "+symNumaNodeID+")", "device", addr, "reason", err.Error())
+		return -1
+	}
 	n, ret := h.GetNumaNodeId()
 	if ret != gonvml.SUCCESS || n < 0 {
 		log.Warn(msg+"; NUMA node unknown", "device", addr, "reason", err.Error())
@@ -139,6 +147,28 @@ func numaNode(h gonvml.Device, sysfsRoot, addr string, log *slog.Logger) int {
 	}
 	log.Warn(msg+"; using NVML's NUMA node", "device", addr, "reason", err.Error(), "numaNode", n)
 	return n
+}
+
+// migEnabled reads whether the GPU is in MIG mode now. NOT_SUPPORTED means
+// a GPU that cannot do MIG; any other failure is logged and taken as MIG
+// off, so an NVML error never takes a GPU away.
+func migEnabled(h gonvml.Device, syms Symbols, uuid string, log *slog.Logger) bool {
+	if !syms.Has(symMigMode) {
+		return false
+	}
+	cur, _, ret := h.GetMigMode()
+	switch {
+	case ret == gonvml.ERROR_NOT_SUPPORTED:
+		return false
+	case ret != gonvml.SUCCESS:
+		log.Warn("reading MIG mode; taking MIG as off", "device", uuid, "reason", ret.Error())
+		return false
+	case cur == gonvml.DEVICE_MIG_ENABLE:
+		log.Warn("MIG is enabled on this GPU; it is not handed out until the plugin supports MIG (disable MIG with nvidia-smi -i <index> -mig 0 and reset the GPU to serve it whole)",
+			"device", uuid, "reason", "mig-enabled")
+		return true
+	}
+	return false
 }
 
 // cString converts a NUL-terminated C char array, as NVML structs hold them.

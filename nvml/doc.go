@@ -3,6 +3,10 @@
 // calls NVML; callers get values and never handles, except the health code
 // in this package, which uses the device handles kept in the Inventory.
 //
+// Functions newer than the oldest supported driver (MinimumDriver) are
+// looked up once (CheckSymbols) and called only where the library has them:
+// go-nvml binds lazily, and a missing symbol kills the process.
+//
 // PCI facts NVML does not own (the NUMA node the kernel assigns) come from
 // the sysfs package.
 package nvml

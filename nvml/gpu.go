@@ -11,6 +11,9 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// NUMANode is -1 when the platform does not say (the kubelet never matches -1).
 	NUMANode int `json:"numaNode"`
+	// MIGEnabled is true when the GPU is in MIG mode now. Such a GPU is not
+	// handed out whole: CUDA in the container would see no device.
+	MIGEnabled bool `json:"migEnabled,omitempty"`
 }
 
 // LinkLevel is the PCIe relation of two GPUs, nearest first. The values

@@ -35,6 +35,10 @@ type Library interface {
 
 	// EventSetCreate is for health watching (XID and other critical events).
 	EventSetCreate() (gonvml.EventSet, gonvml.Return)
+
+	// Extensions looks up symbols, so functions newer than the oldest
+	// supported driver are called only where they exist (CheckSymbols).
+	Extensions() gonvml.ExtendedInterface
 }
 
 // LibraryPath picks the NVML library to load. An explicit path wins. With no

@@ -2,9 +2,12 @@ package nvml
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -16,6 +19,9 @@ type EventKind int
 const (
 	EventXID EventKind = iota + 1
 	EventDoubleBitECC
+	// EventRecoveryAction says the driver changed the GPU's recovery
+	// action; the health watcher reads the GPU again at once.
+	EventRecoveryAction
 )
 
 // Event is one NVML event for one GPU, by position in Inventory.GPUs.
@@ -34,7 +40,69 @@ const (
 	ReasonHWPowerBrake      = uint64(gonvml.ClocksThrottleReasonHwPowerBrakeSlowdown)
 )
 
-// Sample is one poll of a GPU's thermal and clock state.
+// Signal is one polled health reading, as a bit of a mask.
+type Signal uint8
+
+const (
+	SignalTemperature    Signal = 1 << iota // temperature and its thresholds
+	SignalClockReasons                      // clock-event (throttle) reasons
+	SignalRecoveryAction                    // the driver's GPU recovery action (R550+)
+	SignalRemappedRows                      // remapped-row pending and failure (R460+, HBM GPUs)
+
+	AllSignals = SignalTemperature | SignalClockReasons | SignalRecoveryAction | SignalRemappedRows
+)
+
+func (s Signal) String() string {
+	var out []string
+	for _, n := range []struct {
+		sig  Signal
+		name string
+	}{
+		{SignalTemperature, "temperature"}, {SignalClockReasons, "clock-reasons"},
+		{SignalRecoveryAction, "recovery-action"}, {SignalRemappedRows, "remapped-rows"},
+	} {
+		if s&n.sig != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return strings.Join(out, "+")
+}
+
+// RecoveryAction is what the driver says a GPU needs before it can be
+// used again (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
+type RecoveryAction int
+
+// The values are NVML's.
+const (
+	RecoveryNone          = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_NONE)
+	RecoveryReset         = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_GPU_RESET)
+	RecoveryReboot        = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_NODE_REBOOT)
+	RecoveryDrainP2P      = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_DRAIN_P2P)
+	RecoveryDrainAndReset = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET)
+	RecoveryIMEXDomain    = RecoveryAction(gonvml.GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN)
+)
+
+// String is the name used in health reasons: "reset", "reboot", "drain".
+func (a RecoveryAction) String() string {
+	switch a {
+	case RecoveryNone:
+		return "none"
+	case RecoveryReset:
+		return "reset"
+	case RecoveryReboot:
+		return "reboot"
+	case RecoveryDrainP2P:
+		return "drain"
+	case RecoveryDrainAndReset:
+		return "drain-and-reset"
+	case RecoveryIMEXDomain:
+		return "recover-imex-domain"
+	}
+	return strconv.Itoa(int(a))
+}
+
+// Sample is one poll of a GPU's health signals. The zero Sample holds
+// every signal, all good.
 type Sample struct {
 	TempC int
 	// SlowdownC and ShutdownC are the GPU's thresholds; 0 when unknown.
@@ -42,19 +110,42 @@ type Sample struct {
 	ShutdownC int
 	// Reasons is the clock-event reasons bit mask.
 	Reasons uint64
-	// Err is set when the GPU could not be read; Lost when NVML says the
-	// GPU has fallen off the bus.
-	Err  error
+	// RecoveryAction is the driver's recovery action for the GPU.
+	RecoveryAction RecoveryAction
+	// RowRemapPending means a row remapping waits for a GPU reset;
+	// RowRemapFailure that one could not be done.
+	RowRemapPending bool
+	RowRemapFailure bool
+	// MIGEnabled is the GPU's MIG mode as discovery read it.
+	MIGEnabled bool
+
+	// Unsupported are the signals turned off for this GPU: the driver
+	// lacks the function, or the GPU answered NOT_SUPPORTED once. Failed
+	// are those whose read failed this time, and Err says why. The fields
+	// of either kind of signal are not valid.
+	Unsupported Signal
+	Failed      Signal
+	Err         error
+	// Lost is set when NVML says the GPU has fallen off the bus.
 	Lost bool
 }
 
+// Has reports whether the sample holds a valid reading of sig.
+func (s Sample) Has(sig Signal) bool { return (s.Unsupported|s.Failed)&sig == 0 }
+
 // Monitor reads the health signals of discovered GPUs. Thresholds are
 // static per GPU, so they are read once and only re-read while unknown.
+// A signal the GPU answers NOT_SUPPORTED to is turned off for that GPU and
+// logged once. Sample must be called from one goroutine.
 type Monitor struct {
 	lib       Library
 	handles   []gonvml.Device
+	uuids     []string
+	mig       []bool
+	syms      Symbols
 	slowdown  []int
 	shutdown  []int
+	off       []Signal
 	log       *slog.Logger
 	eventWait time.Duration
 }
@@ -64,16 +155,39 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	n := len(inv.handles)
 	m := &Monitor{
 		lib:       lib,
 		handles:   inv.handles,
-		slowdown:  make([]int, len(inv.handles)),
-		shutdown:  make([]int, len(inv.handles)),
+		uuids:     make([]string, n),
+		mig:       make([]bool, n),
+		syms:      inv.syms,
+		slowdown:  make([]int, n),
+		shutdown:  make([]int, n),
+		off:       make([]Signal, n),
 		log:       log,
 		eventWait: 200 * time.Millisecond,
 	}
+	// Signals whose functions the driver lacks are off for every GPU;
+	// Discover has said so in one line.
+	var off Signal
+	if !m.syms.Has(symTemperatureV) && !m.syms.Has(symTemperature) {
+		off |= SignalTemperature
+	}
+	if !m.syms.Has(symClocksEventReasons) && !m.syms.Has(symClocksThrottleReasons) {
+		off |= SignalClockReasons
+	}
+	if !m.syms.Has(symFieldValues) {
+		off |= SignalRecoveryAction
+	}
+	if !m.syms.Has(symRemappedRows) {
+		off |= SignalRemappedRows
+	}
 	for i := range m.handles {
-		m.readThresholds(i)
+		m.uuids[i], m.mig[i], m.off[i] = inv.GPUs[i].UUID, inv.GPUs[i].MIGEnabled, off
+		if off&SignalTemperature == 0 {
+			m.readThresholds(i)
+		}
 	}
 	return m
 }
@@ -90,34 +204,99 @@ func (m *Monitor) readThresholds(i int) {
 // GPUs is the number of GPUs monitored.
 func (m *Monitor) GPUs() int { return len(m.handles) }
 
-// Sample reads GPU i's temperature and clock-event reasons: two NVML
-// calls, so a poll of a whole node stays cheap.
+// Sample reads GPU i's signals, one NVML call each, so a poll of a whole
+// node stays cheap. Each read stands alone: one failing leaves the others
+// valid. After a GPU_IS_LOST answer the rest are not tried.
 func (m *Monitor) Sample(i int) Sample {
+	s := Sample{MIGEnabled: m.mig[i]}
+	var errs []error
+	for _, sig := range []Signal{SignalTemperature, SignalClockReasons, SignalRecoveryAction, SignalRemappedRows} {
+		if m.off[i]&sig != 0 {
+			continue
+		}
+		if s.Lost {
+			s.Failed |= sig
+			continue
+		}
+		switch ret := m.read(i, sig, &s); ret {
+		case gonvml.SUCCESS:
+		case gonvml.ERROR_NOT_SUPPORTED:
+			// vGPU guests and some SKUs: the signal says nothing here.
+			m.off[i] |= sig
+			m.log.Info("GPU does not support this health signal; its check is off for this GPU", "device", m.uuids[i], "signal", sig.String())
+		default:
+			s.Failed |= sig
+			s.Lost = ret == gonvml.ERROR_GPU_IS_LOST
+			errs = append(errs, fmt.Errorf("reading %s: %w", sig, ret))
+		}
+	}
+	s.Unsupported = m.off[i]
+	s.Err = errors.Join(errs...)
+	return s
+}
+
+// read reads one signal of GPU i into s.
+func (m *Monitor) read(i int, sig Signal, s *Sample) gonvml.Return {
 	h := m.handles[i]
-	if m.slowdown[i] == 0 {
-		m.readThresholds(i)
+	switch sig {
+	case SignalTemperature:
+		if m.slowdown[i] == 0 {
+			m.readThresholds(i)
+		}
+		s.SlowdownC, s.ShutdownC = m.slowdown[i], m.shutdown[i]
+		if m.syms.Has(symTemperatureV) {
+			t, ret := h.GetTemperatureV().V1()
+			s.TempC = int(t.Temperature)
+			return ret
+		}
+		t, ret := h.GetTemperature(gonvml.TEMPERATURE_GPU)
+		s.TempC = int(t)
+		return ret
+	case SignalClockReasons:
+		var ret gonvml.Return
+		if m.syms.Has(symClocksEventReasons) {
+			s.Reasons, ret = h.GetCurrentClocksEventReasons()
+		} else {
+			s.Reasons, ret = h.GetCurrentClocksThrottleReasons()
+		}
+		return ret
+	case SignalRecoveryAction:
+		v := []gonvml.FieldValue{{FieldId: gonvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+		if ret := h.GetFieldValues(v); ret != gonvml.SUCCESS {
+			return ret
+		}
+		switch ret := gonvml.Return(v[0].NvmlReturn); ret {
+		case gonvml.SUCCESS:
+			s.RecoveryAction = RecoveryAction(fieldUint(v[0]))
+			return ret
+		case gonvml.ERROR_INVALID_ARGUMENT:
+			// A driver older than the field (R550) does not know its id.
+			return gonvml.ERROR_NOT_SUPPORTED
+		default:
+			return ret
+		}
+	case SignalRemappedRows:
+		_, _, pending, failure, ret := h.GetRemappedRows()
+		s.RowRemapPending, s.RowRemapFailure = pending, failure
+		return ret
 	}
-	s := Sample{SlowdownC: m.slowdown[i], ShutdownC: m.shutdown[i]}
-	temp, ret := h.GetTemperature(gonvml.TEMPERATURE_GPU)
-	if ret != gonvml.SUCCESS {
-		return failed(s, "reading temperature", ret)
-	}
-	s.TempC = int(temp)
-	reasons, ret := h.GetCurrentClocksEventReasons()
-	if ret != gonvml.SUCCESS {
-		return failed(s, "reading clock-event reasons", ret)
-	}
-	s.Reasons = reasons
-	return s
+	return gonvml.ERROR_INVALID_ARGUMENT
 }
 
-func failed(s Sample, what string, ret gonvml.Return) Sample {
-	s.Err = fmt.Errorf("%s: %w", what, ret)
-	s.Lost = ret == gonvml.ERROR_GPU_IS_LOST
-	return s
+// fieldUint decodes an integer field value by its type.
+func fieldUint(v gonvml.FieldValue) uint64 {
+	switch gonvml.ValueType(v.ValueType) {
+	case gonvml.VALUE_TYPE_UNSIGNED_INT, gonvml.VALUE_TYPE_SIGNED_INT:
+		return uint64(binary.NativeEndian.Uint32(v.Value[:4]))
+	case gonvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return uint64(binary.NativeEndian.Uint16(v.Value[:2]))
+	default:
+		return binary.NativeEndian.Uint64(v.Value[:])
+	}
 }
 
-// WatchEvents sends XID and double-bit ECC events to out until ctx ends.
+// WatchEvents sends XID, double-bit ECC and recovery-action events to out
+// until ctx ends.
 // One event set covers every GPU; a GPU that cannot register is logged
 // and left to polling. Waits are short so shutdown is prompt.
 func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
@@ -135,7 +314,7 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 			m.log.Warn("reading supported NVML events; GPU left to polling", "index", i, "reason", ret.Error())
 			continue
 		}
-		mask := supported & (gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError)
+		mask := supported & (gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeGpuRecoveryAction)
 		if mask == 0 {
 			m.log.Warn("GPU reports no XID or ECC events; left to polling", "index", i)
 			continue
@@ -182,6 +361,8 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 			ev.Kind, ev.XID = EventXID, data.EventData
 		case data.EventType&gonvml.EventTypeDoubleBitEccError != 0:
 			ev.Kind = EventDoubleBitECC
+		case data.EventType&gonvml.EventTypeGpuRecoveryAction != 0:
+			ev.Kind = EventRecoveryAction
 		default:
 			continue
 		}

@@ -147,3 +147,10 @@ func ShortTempDir(prefix string) (string, error) {
 	}
 	return "", fmt.Errorf("no temporary directory short enough for unix sockets (TMPDIR=%s)", os.TempDir())
 }
+
+// BuildMockR470 builds the mock library as an R470-era driver (see
+// mocknvml.BuildR470) into dir and returns its path. Give it a directory of
+// its own: both builds are named libnvidia-ml.so.1.
+func BuildMockR470(dir string) (string, error) {
+	return mocknvml.BuildR470(dir)
+}

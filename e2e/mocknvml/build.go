@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -37,6 +38,34 @@ var cflags = []string{
 // on PATH). A library already built there from the same source, header and
 // flags is reused.
 func Build(dir string) (string, error) {
+	return build(dir, cflags)
+}
+
+// r470Flag builds the library as an R470-era driver: the functions, field
+// and event NVML gained after R470 are left out.
+const r470Flag = "-DMOCK_R470"
+
+// BuildR470 is Build for a library that plays an R470-era driver. It does
+// not export nvmlDeviceGetCurrentClocksEventReasons (R535),
+// nvmlDeviceGetNumaNodeId, nvmlDeviceGetTemperatureV and the other newer
+// functions (R470Missing lists them), answers INVALID_ARGUMENT for the
+// recovery-action field, and has no recovery-action event. Give it its own
+// dir: the file name is the driver's soname either way.
+func BuildR470(dir string) (string, error) {
+	return build(dir, append(slices.Clone(cflags), r470Flag))
+}
+
+// R470Missing are the functions the normal build exports and the R470
+// build does not.
+func R470Missing() []string {
+	return []string{
+		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV",
+		"nvmlSystemGetDriverBranch", "nvmlDeviceGetHandleByUUIDV", "nvmlDeviceGetPciInfoExt",
+		"nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses_v3",
+	}
+}
+
+func build(dir string, cflags []string) (string, error) {
 	inc, err := headerDir()
 	if err != nil {
 		return "", fmt.Errorf("building mock NVML: %w", err)

@@ -26,6 +26,7 @@ var pluginCalls = []string{
 	"nvmlDeviceGetSupportedEventTypes", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents",
 	"nvmlEventSetWait_v2", "nvmlEventSetFree", "nvmlDeviceGetArchitecture",
 	"nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetBrand",
+	"nvmlDeviceGetTemperatureV", "nvmlDeviceGetMigMode", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues",
 }
 
 // v1Layouts are versioned calls whose v1 struct differs from the one the

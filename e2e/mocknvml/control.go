@@ -33,7 +33,12 @@ var (
 //	temp <index> <celsius>       current temperature
 //	throttle <index> <hex>       current clocks event reasons
 //	lost <index>                 calls on the GPU fail GPU_IS_LOST; XID 79 event
-//	recover <index>              clears lost, temp and throttle to the profile's
+//	recover <index>              clears lost, temp, throttle, recovery, remap and
+//	                             transient to the profile's
+//	recovery <index> <action>    recovery-action field: none reset reboot drain
+//	                             drain-and-reset; a recovery-action event
+//	remap <index> <state>        remapped rows: none, pending or failure
+//	transient <index> <calls>    the next <calls> calls on the GPU fail UNKNOWN
 //	fail, unfail                 every call on any GPU fails UNKNOWN, or stops
 //
 // Inject returns once the library has applied the command: Control prefixes

@@ -7,7 +7,9 @@
 // e2e/profiles/README.md). The plugin loads it through go-nvml's real cgo
 // binding, unchanged, so a test exercises the same code a node does.
 // Faults (XID and ECC events, temperature, throttling, a lost GPU, failing
-// calls) are injected at run time through a control FIFO (Control).
+// calls, transient errors, recovery actions, remapped rows) are injected at
+// run time through a control FIFO (Control). BuildR470 builds a variant that
+// plays an R470-era driver, without the functions NVML gained since.
 //
 // The library reads its environment at the first nvmlInit:
 //

@@ -52,7 +52,7 @@ func openFaultEnv(t *testing.T) *faultEnv {
 		}
 		e.handles = append(e.handles, h)
 	}
-	const supported = gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError
+	const supported = gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError | gonvml.EventTypeGpuRecoveryAction
 	if e.all, ret = lib.EventSetCreate(); ret != gonvml.SUCCESS {
 		t.Fatalf("EventSetCreate: %v", ret)
 	}

@@ -15,6 +15,11 @@
  * Versioned functions whose v1 struct layout differs (PciInfo,
  * NvLinkRemotePciInfo, EventSetWait) export only the version go-nvml picks.
  *
+ * Built with -DMOCK_R470 it is an R470-era driver: functions and fields
+ * added after R470 (nvmlDeviceGetCurrentClocksEventReasons,
+ * nvmlDeviceGetNumaNodeId, nvmlDeviceGetTemperatureV, the recovery-action
+ * field and event, ...) are not exported or not known, as on such a node.
+ *
  * Locking: one mutex (mu) guards all state a call can see; the profile is
  * replaced only while no caller holds NVML open. Handles point into a static
  * array, so they stay valid for the life of the process (the library is
@@ -48,8 +53,14 @@
 #define STR_LEN 96
 #define LINE_LEN 4096
 
+#ifdef MOCK_R470
 #define SUPPORTED_EVENTS \
     (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError)
+#else
+#define SUPPORTED_EVENTS                                                                                \
+    (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError | \
+     nvmlEventTypeGpuRecoveryAction)
+#endif
 #define XID_GPU_LOST 79
 #define NVSWITCH_PCI_ID 0x22A310DEu /* NVSwitch gen 3, as H100 systems carry */
 
@@ -68,6 +79,15 @@ enum {
     HAS_UUID = 1 << 10,
     HAS_BUS = 1 << 11,
     HAS_MINOR = 1 << 12,
+    HAS_MIG = 1 << 13,
+};
+
+/* Signals a GPU answers NOT_SUPPORTED to (profile key unsupported=). */
+enum {
+    UNSUP_TEMP = 1 << 0,     /* temperature, both calls */
+    UNSUP_THROTTLE = 1 << 1, /* clocks event (throttle) reasons, both calls */
+    UNSUP_RECOVERY = 1 << 2, /* the recovery-action field */
+    UNSUP_REMAP = 1 << 3,    /* remapped rows */
 };
 
 struct pci {
@@ -107,11 +127,16 @@ struct nvmlDevice_st {
     int cc_major, cc_minor;
     unsigned nlinks;
     struct link_end links[NVML_NVLINK_MAX_LINKS];
+    unsigned unsupported; /* UNSUP_* */
+    unsigned mig;         /* MIG mode, with HAS_MIG */
     /* Injected at run time. */
     int lost;
     int has_temp;
     unsigned cur_temp;
     unsigned long long cur_throttle;
+    unsigned recovery;                 /* nvmlDeviceGpuRecoveryAction_t */
+    int remap_pending, remap_failure;  /* remapped rows */
+    unsigned transient;                /* device calls left to answer UNKNOWN */
 };
 
 struct profile {
@@ -400,6 +425,32 @@ static int parse_nvlinks(struct parser *ps, const char *val, struct nvmlDevice_s
     return 0;
 }
 
+/* parse_unsupported reads "temp,throttle,recovery,remap" or "none". */
+static int parse_unsupported(struct parser *ps, const char *val, unsigned *out)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = {{"temp", UNSUP_TEMP}, {"throttle", UNSUP_THROTTLE}, {"recovery", UNSUP_RECOVERY}, {"remap", UNSUP_REMAP}};
+    *out = 0;
+    if (!strcmp(val, "none"))
+        return 0;
+    char buf[LINE_LEN];
+    snprintf(buf, sizeof buf, "%s", val);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < sizeof names / sizeof names[0] && strcmp(names[i].name, item) != 0)
+            i++;
+        if (i == sizeof names / sizeof names[0])
+            return fail_at(ps, "unsupported: %s is not one of temp throttle recovery remap", item);
+        *out |= names[i].bit;
+    }
+    if (*out == 0)
+        return fail_at(ps, "unsupported: empty list (write unsupported=none for none)");
+    return 0;
+}
+
 /* parse_gpu_keys applies key=value tokens to g; identity keys only when allowed. */
 static int parse_gpu_keys(struct parser *ps, char **tok, int n, struct nvmlDevice_st *g, int identity)
 {
@@ -489,6 +540,14 @@ static int parse_gpu_keys(struct parser *ps, char **tok, int n, struct nvmlDevic
             g->pci_id = (unsigned)v;
         } else if (!strcmp(key, "nvlink")) {
             if (parse_nvlinks(ps, val, g))
+                return -1;
+        } else if (!strcmp(key, "mig")) {
+            if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0)
+                return fail_at(ps, "mig %s is not on or off", val);
+            g->mig = !strcmp(val, "on");
+            g->has |= HAS_MIG;
+        } else if (!strcmp(key, "unsupported")) {
+            if (parse_unsupported(ps, val, &g->unsupported))
                 return -1;
         } else {
             return fail_at(ps, "unknown key %s", key);
@@ -768,6 +827,18 @@ static void reply(const char *id, const char *msg)
     close(fd);
 }
 
+/* reset_faults puts a GPU back to its profile's state. */
+static void reset_faults(struct nvmlDevice_st *g)
+{
+    g->lost = 0;
+    g->has_temp = !!(g->has & HAS_TEMP);
+    g->cur_temp = g->temp;
+    g->cur_throttle = g->throttle;
+    g->recovery = 0;
+    g->remap_pending = g->remap_failure = 0;
+    g->transient = 0;
+}
+
 /* apply runs one control command; it fills err and returns -1 when the command is wrong. */
 static int apply(char **tok, int n, char *err, size_t errlen)
 {
@@ -791,6 +862,9 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         {"throttle", 1, 1, "throttle <index> <hex reasons>"},
         {"lost", 0, 0, "lost <index>"},
         {"recover", 0, 0, "recover <index>"},
+        {"recovery", 1, 1, "recovery <index> none|reset|reboot|drain|drain-and-reset"},
+        {"remap", 1, 1, "remap <index> none|pending|failure"},
+        {"transient", 1, 1, "transient <index> <calls>"},
     };
     const char *usage = NULL;
     int min = 0, max = 0;
@@ -801,7 +875,7 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             max = cmds[i].max;
         }
     if (!usage) {
-        snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, fail or unfail)", cmd);
+        snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, recovery, remap, transient, fail or unfail)", cmd);
         return -1;
     }
     unsigned long long idx, v = 0;
@@ -845,11 +919,34 @@ static int apply(char **tok, int n, char *err, size_t errlen)
     } else if (!strcmp(cmd, "lost")) {
         g->lost = 1;
         deliver(g->index, nvmlEventTypeXidCriticalError, XID_GPU_LOST);
+    } else if (!strcmp(cmd, "recovery")) {
+        static const char *const actions[] = {"none", "reset", "reboot", "drain", "drain-and-reset"};
+        unsigned a = 0;
+        while (a < sizeof actions / sizeof actions[0] && strcmp(actions[a], tok[2]) != 0)
+            a++;
+        if (a == sizeof actions / sizeof actions[0]) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->recovery = a; /* the order of nvmlDeviceGpuRecoveryAction_t */
+        /* eventData is 0 for every event but XIDs, as nvml.h says. */
+        if (SUPPORTED_EVENTS & nvmlEventTypeGpuRecoveryAction)
+            deliver(g->index, nvmlEventTypeGpuRecoveryAction, 0);
+    } else if (!strcmp(cmd, "remap")) {
+        if (strcmp(tok[2], "none") != 0 && strcmp(tok[2], "pending") != 0 && strcmp(tok[2], "failure") != 0) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->remap_pending = !strcmp(tok[2], "pending");
+        g->remap_failure = !strcmp(tok[2], "failure");
+    } else if (!strcmp(cmd, "transient")) {
+        if (parse_uint(tok[2], 10, 1000000, &v) || v == 0) {
+            snprintf(err, errlen, "transient: %s is not a count of calls from 1", tok[2]);
+            return -1;
+        }
+        g->transient = (unsigned)v;
     } else { /* recover */
-        g->lost = 0;
-        g->has_temp = !!(g->has & HAS_TEMP);
-        g->cur_temp = g->temp;
-        g->cur_throttle = g->throttle;
+        reset_faults(g);
     }
     return 0;
 }
@@ -1070,13 +1167,8 @@ static nvmlReturn_t init(void)
         pthread_mutex_unlock(&lifecycle);
         return NVML_ERROR_UNKNOWN;
     }
-    for (unsigned i = 0; i < p->ngpus; i++) {
-        struct nvmlDevice_st *g = &p->gpus[i];
-        g->lost = 0;
-        g->has_temp = !!(g->has & HAS_TEMP);
-        g->cur_temp = g->temp;
-        g->cur_throttle = g->throttle;
-    }
+    for (unsigned i = 0; i < p->ngpus; i++)
+        reset_faults(&p->gpus[i]);
     const char *logpath = getenv("MOCK_NVML_LOG");
 
     pthread_mutex_lock(&mu);
@@ -1217,6 +1309,10 @@ static nvmlReturn_t device_check(struct nvmlDevice_st *h)
         return NVML_ERROR_UNKNOWN;
     if (h->lost)
         return NVML_ERROR_GPU_IS_LOST;
+    if (h->transient > 0) {
+        h->transient--;
+        return NVML_ERROR_UNKNOWN;
+    }
     return NVML_SUCCESS;
 }
 
@@ -1401,6 +1497,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     DEVICE_QUERY(device, pci, fill_pci(pci, &g->pci, g->pci_id));
 }
 
+#ifndef MOCK_R470
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
     DEVICE_QUERY(device, node, {
@@ -1410,6 +1507,7 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
             *node = (unsigned)g->numa;
     });
 }
+#endif
 
 /* pcie_level is the nearest level among the rules that match both GPUs, else SYSTEM. */
 static nvmlGpuTopologyLevel_t pcie_level(const struct nvmlDevice_st *a, const struct nvmlDevice_st *b)
@@ -1536,13 +1634,14 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     DEVICE_QUERY(device, temp, {
         if (sensorType != NVML_TEMPERATURE_GPU)
             ret_ = NVML_ERROR_INVALID_ARGUMENT;
-        else if (!g->has_temp)
+        else if (!g->has_temp || (g->unsupported & UNSUP_TEMP))
             ret_ = NVML_ERROR_NOT_SUPPORTED;
         else
             *temp = g->cur_temp;
     });
 }
 
+#ifndef MOCK_R470
 nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
 {
     DEVICE_QUERY(device, temperature, {
@@ -1550,12 +1649,13 @@ nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t
             ret_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         else if (temperature->sensorType != NVML_TEMPERATURE_GPU)
             ret_ = NVML_ERROR_INVALID_ARGUMENT;
-        else if (!g->has_temp)
+        else if (!g->has_temp || (g->unsupported & UNSUP_TEMP))
             ret_ = NVML_ERROR_NOT_SUPPORTED;
         else
             temperature->temperature = (int)g->cur_temp;
     });
 }
+#endif
 
 nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType,
                                                unsigned int *temp)
@@ -1577,14 +1677,76 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
     });
 }
 
+static nvmlReturn_t clock_reasons(nvmlDevice_t device, unsigned long long *out)
+{
+    DEVICE_QUERY(device, out, {
+        if (g->unsupported & UNSUP_THROTTLE)
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+            *out = g->cur_throttle;
+    });
+}
+
+#ifndef MOCK_R470
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
 {
-    DEVICE_QUERY(device, clocksEventReasons, *clocksEventReasons = g->cur_throttle);
+    return clock_reasons(device, clocksEventReasons);
 }
+#endif
 
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons)
 {
-    DEVICE_QUERY(device, clocksThrottleReasons, *clocksThrottleReasons = g->cur_throttle);
+    return clock_reasons(device, clocksThrottleReasons);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    DEVICE_QUERY(device, currentMode && pendingMode, {
+        if (!(g->has & HAS_MIG))
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+            *currentMode = *pendingMode = g->mig;
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred)
+{
+    DEVICE_QUERY(device, corrRows && uncRows && isPending && failureOccurred, {
+        if (g->unsupported & UNSUP_REMAP) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            *corrRows = 0;
+            *uncRows = (g->remap_pending || g->remap_failure) ? 1 : 0;
+            *isPending = (unsigned)g->remap_pending;
+            *failureOccurred = (unsigned)g->remap_failure;
+        }
+    });
+}
+
+/* Only the recovery action is a field here; every other answers NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    DEVICE_QUERY(device, values && valuesCount > 0, {
+        for (int k = 0; k < valuesCount; k++) {
+            nvmlFieldValue_t *v = &values[k];
+            memset(&v->value, 0, sizeof v->value);
+            v->timestamp = 0;
+            v->latencyUsec = 0;
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            if (v->fieldId != NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+                continue;
+#ifdef MOCK_R470
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* a field id R470 does not know */
+#else
+            if (!(g->unsupported & UNSUP_RECOVERY)) {
+                v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v->value.uiVal = g->recovery;
+                v->nvmlReturn = NVML_SUCCESS;
+            }
+#endif
+        }
+    });
 }
 
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
@@ -1742,20 +1904,21 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
  */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
+#ifndef MOCK_R470
 nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo, unsigned int length) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci) { return NVML_ERROR_NOT_SUPPORTED; }
+nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons) { return NVML_ERROR_NOT_SUPPORTED; }
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos) { return NVML_ERROR_NOT_SUPPORTED; }
+#endif
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) { return NVML_ERROR_NOT_SUPPORTED; }
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet) { return NVML_ERROR_NOT_SUPPORTED; }
 #pragma GCC diagnostic pop

@@ -63,7 +63,17 @@ type GPU struct {
 	// NVLinks holds the remote end of each link in link order: an NVSwitch
 	// name or "gpuN". Its length is the GPU's NVLink count.
 	NVLinks []string
+	// MIG is "on" or "off", the GPU's MIG mode; "" when the profile leaves
+	// it out (the GPU cannot do MIG: NVML answers NOT_SUPPORTED).
+	MIG string
+	// Unsupported are the signals the GPU answers NOT_SUPPORTED to, in
+	// the order Signals lists them: temp, throttle, recovery, remap.
+	Unsupported []string
 }
+
+// Signals are the names the unsupported key takes: temperature, clocks
+// event (throttle) reasons, the recovery-action field, remapped rows.
+func Signals() []string { return []string{"temp", "throttle", "recovery", "remap"} }
 
 // MemoryBytes is the total memory NVML reports.
 func (g GPU) MemoryBytes() uint64 { return g.MemoryMiB << 20 }
@@ -368,6 +378,17 @@ func (ps *parser) parseGPUKeys(words []string, g *GPU, identity bool) (int, erro
 				return 0, err
 			}
 			g.NVLinks = links
+		case "mig":
+			if val != "on" && val != "off" {
+				return 0, ps.errorf("mig %s is not on or off", val)
+			}
+			g.MIG = val
+		case "unsupported":
+			sigs, err := ps.parseUnsupported(val)
+			if err != nil {
+				return 0, err
+			}
+			g.Unsupported = sigs
 		default:
 			return 0, ps.errorf("unknown key %s", key)
 		}
@@ -415,6 +436,33 @@ func (ps *parser) parseNVLinks(val string) ([]string, error) {
 		return nil, ps.errorf("nvlink: empty list (write nvlink=none for a GPU without NVLink)")
 	}
 	return links, nil
+}
+
+// parseUnsupported reads "temp,throttle,recovery,remap" or "none".
+func (ps *parser) parseUnsupported(val string) ([]string, error) {
+	if val == "none" {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for item := range strings.SplitSeq(val, ",") {
+		if item == "" {
+			continue // the C parser's strtok skips empty items
+		}
+		if !contains(Signals(), item) {
+			return nil, ps.errorf("unsupported: %s is not one of temp throttle recovery remap", item)
+		}
+		set[item] = true
+	}
+	var out []string
+	for _, s := range Signals() {
+		if set[s] {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, ps.errorf("unsupported: empty list (write unsupported=none for none)")
+	}
+	return out, nil
 }
 
 // gpuRef reports whether an NVLink end names a GPU ("gpu3"), and which.

@@ -104,7 +104,7 @@ defaults name="Mock GPU X" memory=1024 nvlink=s0*2
 gpu 0 uuid=GPU-0 bus=18:00.0 minor=4 numa=1
 gpu 1 uuid=GPU-1 bus=00000000:2A:00.1 minor=5 nvlink=gpu0*3,s0 throttle=0X48
 defaults memory=2048
-gpu 2 uuid=GPU-2 bus=0001:3a:1f.7 minor=6 "name=Quoted Whole Word"
+gpu 2 uuid=GPU-2 bus=0001:3a:1f.7 minor=6 "name=Quoted Whole Word" mig=on unsupported=remap,temp,,remap
 pcie single 0-1,2
 pcie node same-numa
 `))
@@ -114,7 +114,8 @@ pcie node same-numa
 	want := []GPU{
 		{Index: 0, UUID: "GPU-0", Name: "Mock GPU X", BusID: "0000:18:00.0", Minor: 4, MemoryMiB: 1024, NUMANode: 1, NVLinks: []string{"s0", "s0"}},
 		{Index: 1, UUID: "GPU-1", Name: "Mock GPU X", BusID: "0000:2a:00.1", Minor: 5, MemoryMiB: 1024, NUMANode: -1, Throttle: 0x48, NVLinks: []string{"gpu0", "gpu0", "gpu0", "s0"}},
-		{Index: 2, UUID: "GPU-2", Name: "Quoted Whole Word", BusID: "0001:3a:1f.7", Minor: 6, MemoryMiB: 2048, NUMANode: -1, NVLinks: []string{"s0", "s0"}},
+		{Index: 2, UUID: "GPU-2", Name: "Quoted Whole Word", BusID: "0001:3a:1f.7", Minor: 6, MemoryMiB: 2048, NUMANode: -1, NVLinks: []string{"s0", "s0"},
+			MIG: "on", Unsupported: []string{"temp", "remap"}},
 	}
 	if !reflect.DeepEqual(p.GPUs, want) {
 		t.Errorf("GPUs:\n got %+v\nwant %+v", p.GPUs, want)
@@ -158,6 +159,9 @@ var badProfiles = []struct {
 	{"bad cc", "defaults cc=9\n", "not major.minor"},
 	{"unknown arch", "defaults arch=fermi\n", "arch fermi is not one of"},
 	{"cuda with words", "cuda 12 4\n", "usage: cuda"},
+	{"mig neither on nor off", "defaults mig=yes\n", "mig yes is not on or off"},
+	{"unknown unsupported signal", "defaults unsupported=temp,power\n", "power is not one of temp throttle recovery remap"},
+	{"empty unsupported list", "defaults unsupported=,\n", "unsupported: empty list"},
 }
 
 func TestLoadProfileRejects(t *testing.T) {

@@ -73,6 +73,12 @@ type node struct {
 // the test ends; a test that fails logs the plugin's output.
 func startNode(t *testing.T, profile string) *node {
 	t.Helper()
+	return startNodeWith(t, profile, library)
+}
+
+// startNodeWith is startNode with the mock library at lib.
+func startNodeWith(t *testing.T, profile, lib string) *node {
+	t.Helper()
 	path, err := harness.ProfilePath(profile)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +101,7 @@ func startNode(t *testing.T, profile string) *node {
 	})
 	p, err := harness.StartPlugin(harness.PluginOptions{
 		Binary:             binary,
-		Library:            library,
+		Library:            lib,
 		Profile:            path,
 		PluginDir:          dir,
 		HealthPollInterval: pollInterval,

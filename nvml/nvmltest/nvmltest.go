@@ -6,6 +6,7 @@
 package nvmltest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -59,9 +60,15 @@ func Device(s *dgxa100.Server, i int) *dgxa100.Device {
 // it, pairs (0,1), (2,3)... behind a common PCIe switch tree, other GPUs on
 // the same node across host bridges, and LinksPerGPU NVLinks from every GPU
 // spread over Switches NVSwitches, so every pair talks over NVLink.
+//
+// The library exports every optional NVML function except
+// nvmlDeviceGetTemperatureV: go-nvml's TemperatureHandler calls C directly
+// and cannot be mocked, so temperature goes through GetTemperature.
+// WithoutSymbols takes more away, as an older driver would.
 func NewDGXA100() *dgxa100.Server {
 	s := dgxa100.New()
 	s.ErrorStringFunc = func(r gonvml.Return) string { return r.Error() }
+	WithoutSymbols(s)
 	for i := range s.Devices {
 		d := Device(s, i)
 		d.PciBusID = GPUAddress(i)
@@ -118,8 +125,16 @@ func NewDGXA100() *dgxa100.Server {
 		d.GetCurrentClocksEventReasonsFunc = func() (uint64, gonvml.Return) {
 			return 0, gonvml.SUCCESS
 		}
+		d.GetCurrentClocksThrottleReasonsFunc = func() (uint64, gonvml.Return) {
+			return d.GetCurrentClocksEventReasonsFunc()
+		}
+		// No recovery action, no remapped rows pending or failed.
+		d.GetFieldValuesFunc = RecoveryActionValues(func() gonvml.DeviceGpuRecoveryAction { return gonvml.GPU_RECOVERY_ACTION_NONE })
+		d.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) {
+			return 0, 0, false, false, gonvml.SUCCESS
+		}
 		d.GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) {
-			return gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError, gonvml.SUCCESS
+			return gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError | gonvml.EventTypeGpuRecoveryAction, gonvml.SUCCESS
 		}
 		d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
 			return gonvml.SUCCESS
@@ -132,6 +147,44 @@ func NewDGXA100() *dgxa100.Server {
 		}, gonvml.SUCCESS
 	}
 	return s
+}
+
+// WithoutSymbols makes the library of s lack the named NVML functions, as
+// an older driver would, besides nvmlDeviceGetTemperatureV (see
+// NewDGXA100). Call it before Discover, which checks symbols once.
+func WithoutSymbols(s *dgxa100.Server, names ...string) {
+	missing := map[string]bool{"nvmlDeviceGetTemperatureV": true}
+	for _, n := range names {
+		missing[n] = true
+	}
+	s.LookupSymbolFunc = func(name string) error {
+		if missing[name] {
+			return fmt.Errorf("%s: undefined symbol", name)
+		}
+		return nil
+	}
+}
+
+// R470Symbols are the optional functions a R470 driver lacks.
+func R470Symbols() []string {
+	return []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV"}
+}
+
+// RecoveryActionValues returns a GetFieldValues hook that reports the
+// recovery action that action returns (called at each read, so a test can change it)
+// and NOT_SUPPORTED for every other field.
+func RecoveryActionValues(action func() gonvml.DeviceGpuRecoveryAction) func([]gonvml.FieldValue) gonvml.Return {
+	return func(values []gonvml.FieldValue) gonvml.Return {
+		for k := range values {
+			values[k].NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
+			if values[k].FieldId == gonvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+				values[k].NvmlReturn = uint32(gonvml.SUCCESS)
+				values[k].ValueType = uint32(gonvml.VALUE_TYPE_UNSIGNED_INT)
+				binary.NativeEndian.PutUint32(values[k].Value[:4], uint32(action()))
+			}
+		}
+		return gonvml.SUCCESS
+	}
 }
 
 // Thresholds every mock GPU reports.

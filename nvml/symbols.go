@@ -1,0 +1,104 @@
+package nvml
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+)
+
+// MinimumDriver is the oldest driver branch the plugin supports: every NVML
+// function it calls unguarded is in R470, and every newer one is in
+// optionalSymbols, checked once at start.
+const MinimumDriver = "R470"
+
+// Optional NVML functions: newer than MinimumDriver, or deprecated and due
+// to go. go-nvml binds symbols lazily, so calling one the loaded
+// libnvidia-ml.so.1 lacks kills the process ("symbol lookup error", exit
+// 127); each is called only when Symbols says the library exports it.
+const (
+	symClocksEventReasons    = "nvmlDeviceGetCurrentClocksEventReasons"    // R535+
+	symClocksThrottleReasons = "nvmlDeviceGetCurrentClocksThrottleReasons" // old name, deprecated in R535
+	symTemperatureV          = "nvmlDeviceGetTemperatureV"                 // R565+
+	symTemperature           = "nvmlDeviceGetTemperature"                  // deprecated in NVML 13
+	symNumaNodeID            = "nvmlDeviceGetNumaNodeId"                   // R535+
+	symMigMode               = "nvmlDeviceGetMigMode"                      // R450+
+	symRemappedRows          = "nvmlDeviceGetRemappedRows"                 // R460+
+	symFieldValues           = "nvmlDeviceGetFieldValues"                  // R410+; the recovery-action field is R550+
+)
+
+// optionalSymbols are checked at start, in this order.
+func optionalSymbols() []string {
+	return []string{
+		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
+		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues,
+	}
+}
+
+// Symbols says which optional NVML functions the loaded library exports.
+// The zero value has none: only the R470 baseline is called.
+type Symbols struct {
+	has map[string]bool
+}
+
+// Has reports whether the library exports the NVML function name.
+func (s Symbols) Has(name string) bool { return s.has[name] }
+
+// CheckSymbols looks up every optional NVML function once. A library that
+// cannot say (Extensions returns nil) is taken to have none of them.
+func CheckSymbols(lib Library) Symbols {
+	s := Symbols{has: map[string]bool{}}
+	ext := lib.Extensions()
+	if ext == nil {
+		return s
+	}
+	for _, name := range optionalSymbols() {
+		s.has[name] = ext.LookupSymbol(name) == nil
+	}
+	return s
+}
+
+// log says, in one line, which fallbacks the library needs and which
+// checks it turns off; a current driver logs nothing.
+func (s Symbols) log(log *slog.Logger) {
+	var missing, fallbacks, off []string
+	for _, name := range optionalSymbols() {
+		if !s.Has(name) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	switch {
+	case s.Has(symClocksEventReasons):
+	case s.Has(symClocksThrottleReasons):
+		fallbacks = append(fallbacks, "clock reasons through "+symClocksThrottleReasons)
+	default:
+		off = append(off, "hw-slowdown", "power-brake")
+	}
+	switch {
+	case s.Has(symTemperatureV):
+	case s.Has(symTemperature):
+		fallbacks = append(fallbacks, "temperature through "+symTemperature)
+	default:
+		off = append(off, "thermal")
+	}
+	if !s.Has(symNumaNodeID) {
+		fallbacks = append(fallbacks, "NUMA node from sysfs only")
+	}
+	if !s.Has(symMigMode) {
+		fallbacks = append(fallbacks, "MIG mode not read (the driver predates MIG)")
+	}
+	if !s.Has(symRemappedRows) {
+		off = append(off, "remapped-rows")
+	}
+	if !s.Has(symFieldValues) {
+		off = append(off, "recovery-action")
+	}
+	level := slog.LevelInfo
+	if len(off) > 0 {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "NVML library predates some functions; using fallbacks",
+		"missing", strings.Join(missing, ","), "fallbacks", strings.Join(fallbacks, "; "), "checksOff", strings.Join(off, ","))
+}
