@@ -36,7 +36,14 @@ type Config struct {
 	XIDRecoveryPeriod   Duration `json:"xidRecoveryPeriod"`
 	ThermalMarginC      int      `json:"thermalMarginC"`
 	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`
-	MetricsAddress      string   `json:"metricsAddress"`
+	// HealthSlowdownSamples and HealthNVMLFailurePolls: see health.Policy.
+	HealthSlowdownSamples  int      `json:"healthSlowdownSamples"`
+	HealthNVMLFailurePolls int      `json:"healthNVMLFailurePolls"`
+	HealthChecksDisabled   []string `json:"healthChecksDisabled"`
+	// StateDir keeps what must survive a plugin restart on one boot
+	// (conditions only the driver or a reboot clears); empty keeps nothing.
+	StateDir       string `json:"stateDir"`
+	MetricsAddress string `json:"metricsAddress"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
 	CDISpecDir         string   `json:"cdiSpecDir"`
@@ -58,6 +65,10 @@ func (c Config) HealthPolicy() health.Policy {
 		PollInterval:   c.HealthPollInterval.Duration,
 		ThermalMarginC: c.ThermalMarginC,
 		RecoveryPolls:  c.HealthRecoveryPolls,
+
+		SlowdownSamples:  c.HealthSlowdownSamples,
+		NVMLFailurePolls: c.HealthNVMLFailurePolls,
+		Disabled:         c.HealthChecksDisabled,
 	}
 }
 
@@ -122,6 +133,10 @@ func Settings() []Setting {
 		{Key: "cdiSpecDir", Flag: "cdi-spec-dir", Default: d.CDISpecDir, Usage: "where CDI specs are written when a cdi-* strategy is on"},
 		{Key: "hostDriverRoot", Flag: "host-driver-root", Default: d.HostDriverRoot, Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same"},
 		{Key: "cdiHookPath", Flag: "cdi-hook-path", Default: d.CDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out"},
+		{Key: "healthSlowdownSamples", Flag: "health-slowdown-samples", Default: strconv.Itoa(d.HealthSlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)"},
+		{Key: "healthNVMLFailurePolls", Flag: "health-nvml-failure-polls", Default: strconv.Itoa(d.HealthNVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy"},
+		{Key: "healthChecksDisabled", Flag: "health-checks-disabled", Default: strings.Join(d.HealthChecksDisabled, ","), Usage: "comma-separated checks to turn off: " + strings.Join(health.Checks(), ", ")},
+		{Key: "stateDir", Flag: "state-dir", Default: d.StateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none"},
 		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
 	}
@@ -156,6 +171,10 @@ func Default() Config {
 		ThermalMarginC:      p.ThermalMarginC,
 		HealthRecoveryPolls: p.RecoveryPolls,
 
+		HealthSlowdownSamples:  health.DefaultSlowdownSamples,
+		HealthNVMLFailurePolls: health.DefaultNVMLFailurePolls,
+		StateDir:               DefaultStateDir,
+
 		DeviceListStrategy: []string{"envvar"},
 		CDISpecDir:         "/var/run/cdi",
 		CDIHookPath:        DefaultCDIHookPath,
@@ -163,6 +182,10 @@ func Default() Config {
 		NICRescanInterval:  Duration{10 * time.Second},
 	}
 }
+
+// DefaultStateDir is the state directory of the node package's unit
+// (StateDirectory=gpu-device-plugin) and the chart's hostPath.
+const DefaultStateDir = "/var/lib/gpu-device-plugin"
 
 // DefaultCDIHookPath is where the node package installs the CDI hook.
 const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi-hook"
@@ -355,6 +378,25 @@ func (c *Config) Set(key, value string) error {
 		} else {
 			c.HealthRecoveryPolls = n
 		}
+	case "healthSlowdownSamples", "healthNVMLFailurePolls":
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not a whole number", key, value)
+		}
+		if key == "healthSlowdownSamples" {
+			c.HealthSlowdownSamples = n
+		} else {
+			c.HealthNVMLFailurePolls = n
+		}
+	case "healthChecksDisabled":
+		c.HealthChecksDisabled = nil
+		for _, f := range strings.Split(value, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				c.HealthChecksDisabled = append(c.HealthChecksDisabled, f)
+			}
+		}
+	case "stateDir":
+		c.StateDir = value
 	case "metricsAddress":
 		c.MetricsAddress = value
 	case "deviceListStrategy":
@@ -423,6 +465,23 @@ func (c Config) Validate() error {
 	}
 	if c.ThermalMarginC < 0 || c.ThermalMarginC > 50 {
 		errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 0 to 50 degrees C", field("thermalMarginC"), c.ThermalMarginC))
+	}
+	for _, k := range []string{"healthSlowdownSamples", "healthNVMLFailurePolls"} {
+		n := c.HealthSlowdownSamples
+		if k == "healthNVMLFailurePolls" {
+			n = c.HealthNVMLFailurePolls
+		}
+		if n < 1 || n > 1000 {
+			errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 1 to 1000 polls", field(k), n))
+		}
+	}
+	for i, check := range c.HealthChecksDisabled {
+		if !slices.Contains(health.Checks(), check) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(health.Checks(), ", ")))
+		}
+	}
+	if c.StateDir != "" {
+		absolute("stateDir", c.StateDir)
 	}
 	if c.HealthRecoveryPolls < 1 {
 		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))

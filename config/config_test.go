@@ -67,6 +67,9 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "metrics port out of range", body: "metricsAddress: \":99999\"\n", want: []string{"metricsAddress", "99999", "65535"}},
 		{name: "metrics port not a number", body: "metricsAddress: \"localhost:metrics\"\n", want: []string{"metricsAddress", "metrics"}},
 		{name: "not a map", body: "- 1\n", want: []string{"config.yaml", "map of keys"}},
+		{name: "unknown health check", body: "healthChecksDisabled: [thermal, temp]\n", want: []string{"healthChecksDisabled (--health-checks-disabled)[1]", `"temp"`, "hw-slowdown"}},
+		{name: "no slowdown samples", body: "healthSlowdownSamples: 0\n", want: []string{"healthSlowdownSamples", "--health-slowdown-samples", "1 to 1000"}},
+		{name: "relative state dir", body: "stateDir: state\n", want: []string{"stateDir", "absolute"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,6 +138,20 @@ func TestHealthSettings(t *testing.T) {
 	}
 	if err := c.Set("xidFatal", "79,abc"); err == nil || !strings.Contains(err.Error(), "xidFatal") {
 		t.Fatalf("bad list: %v", err)
+	}
+	c, err = Load(writeFile(t, "healthChecksDisabled: [power-brake, recovery-action]\nhealthSlowdownSamples: 5\nhealthNVMLFailurePolls: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p = c.HealthPolicy()
+	if !reflect.DeepEqual(p.Disabled, []string{"power-brake", "recovery-action"}) || p.SlowdownSamples != 5 || p.NVMLFailurePolls != 4 {
+		t.Fatalf("policy = %+v", p)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("health refuses the policy config accepted: %v", err)
 	}
 }
 

@@ -103,6 +103,7 @@ func TestSpecStoreStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := setup(t)
 			cfg := config.Default()
+			cfg.StateDir = ""
 			cfg.CDISpecDir = dir
 			cfg.DeviceListStrategy = tt.strategies
 			var logs syncBuffer
@@ -131,6 +132,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	blocker := filepath.Join(base, "cdi")
 	writeFile(t, blocker, "a file where the spec directory should be")
 	cfg := config.Default()
+	cfg.StateDir = ""
 	cfg.CDISpecDir = filepath.Join(blocker, "specs")
 	cfg.DeviceListStrategy = []string{"cdi-cri"}
 	cfg.DevRoot = t.TempDir()
@@ -188,6 +190,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 // call) is in the spec before the next name is handed out.
 func TestGPUSpecsFollowControlNodes(t *testing.T) {
 	cfg := config.Default()
+	cfg.StateDir = ""
 	cfg.CDISpecDir = t.TempDir()
 	cfg.DeviceListStrategy = []string{"cdi-cri"}
 	cfg.DevRoot = t.TempDir()

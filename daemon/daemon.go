@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/state"
 )
 
 // OpenFunc loads NVML. Production passes nvml.Open; tests pass a mock.
@@ -138,7 +140,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		rec = metrics.For(gpu.ResourceName)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, srv, rec, log)
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, srv, rec, log, keptHealth(cfg, log)...)
 	if err != nil {
 		return err
 	}
@@ -195,3 +197,44 @@ func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, log *slo
 		}
 	}
 }
+
+// keptHealth restores the sticky health conditions (a fatal XID, a GPU
+// waiting for a reset) saved by an earlier run on this boot, and saves
+// them at every change, so a restarted plugin does not re-admit a GPU that
+// is still broken. A reboot resets the GPUs, and the boot ID tells.
+func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
+	if cfg.StateDir == "" {
+		return nil
+	}
+	store := state.Store{
+		Path:       filepath.Join(cfg.StateDir, healthStateFile),
+		BootIDPath: filepath.Join(cfg.ProcRoot, "sys", "kernel", "random", "boot_id"),
+	}
+	var opts []health.Option
+	var saved []health.StickyCondition
+	switch found, err := store.Load(&saved); {
+	case err != nil:
+		log.Warn("reading health kept from an earlier run; starting without it", "err", err)
+	case found && len(saved) > 0:
+		log.Info("restoring health conditions kept from an earlier run on this boot", "count", len(saved), "path", store.Path)
+		opts = append(opts, health.WithSticky(saved))
+	}
+	failing := false
+	opts = append(opts, health.OnStickyChange(func(c []health.StickyCondition) {
+		if c == nil {
+			c = []health.StickyCondition{}
+		}
+		err := store.Save(c)
+		switch {
+		case err != nil && !failing:
+			log.Warn("saving health conditions; a restarted plugin would not know them", "err", err)
+		case err == nil && failing:
+			log.Info("saving health conditions works again", "path", store.Path)
+		}
+		failing = err != nil
+	}))
+	return opts
+}
+
+// healthStateFile is the file in cfg.StateDir that keeps sticky health.
+const healthStateFile = "health.json"

@@ -348,3 +348,17 @@ func TestStickyExportAndRestore(t *testing.T) {
 		t.Fatalf("Sticky() after recovery = %+v", got)
 	}
 }
+
+// The saved form of a sticky condition is documented in README (Health):
+// its keys are pinned here.
+func TestStickyConditionJSON(t *testing.T) {
+	c := StickyCondition{Device: "GPU-a", Kind: StickyXID, XID: 79, Since: time.Date(2026, 11, 24, 1, 2, 3, 0, time.UTC), ActionSeen: true}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"device":"GPU-a","kind":"xid","xid":79,"since":"2026-11-24T01:02:03Z","actionSeen":true}`
+	if string(b) != want {
+		t.Fatalf("JSON %s, want %s", b, want)
+	}
+}

@@ -307,8 +307,10 @@ func (w *Watcher) Event(ev nvml.Event) {
 	default:
 		return
 	}
-	w.publish(ev.GPU)
+	// Saved before the kubelet hears of it: a plugin killed right after
+	// must not come back having forgotten what the kubelet was told.
 	w.syncSticky()
+	w.publish(ev.GPU)
 }
 
 // Poll samples every GPU once and applies the results.
@@ -333,9 +335,11 @@ func (w *Watcher) Poll() {
 	now := w.now()
 	for i := range w.gpus {
 		w.apply(i, samples[i], nvmlDown, now)
+	}
+	w.syncSticky() // saved first, as for events
+	for i := range w.gpus {
 		w.publish(i)
 	}
-	w.syncSticky()
 }
 
 // unreadable reports a GPU that answered nothing this poll, for a reason

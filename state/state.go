@@ -5,9 +5,10 @@
 // silently re-admit a GPU that is still broken; a reboot resets the GPUs,
 // so a file written on another boot is ignored.
 //
-// The file is JSON with lowerCamelCase keys:
+// The file is JSON with lowerCamelCase keys: the boot it was written on and
+// the caller's value (the health watcher's sticky conditions):
 //
-//	{"bootID": "6c1b…", "devices": {"GPU-…": [{"kind": "xid", "reason": "xid=79", "since": "2026-…"}]}}
+//	{"bootID": "6c1b…", "state": [{"device": "GPU-…", "kind": "xid", "xid": 79, "since": "2026-…"}]}
 package state
 
 import (
@@ -18,28 +19,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // DefaultBootIDPath is where Linux says which boot this is.
 const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
 
-// Condition is one remembered condition of a device.
-type Condition struct {
-	// Kind names the check that raised it ("xid", "recovery-action").
-	Kind string `json:"kind"`
-	// Reason is the reason the device was reported Unhealthy with.
-	Reason string `json:"reason"`
-	// Since is when it was first seen.
-	Since time.Time `json:"since"`
-}
-
-// Conditions are the remembered conditions by device ID.
-type Conditions map[string][]Condition
-
+// file is the envelope: the boot it was written on, and the value.
 type file struct {
-	BootID  string     `json:"bootID"`
-	Devices Conditions `json:"devices"`
+	BootID string          `json:"bootID"`
+	State  json.RawMessage `json:"state"`
 }
 
 // Store reads and writes the state file.
@@ -66,45 +54,46 @@ func (s Store) bootID() (string, error) {
 	return id, nil
 }
 
-// Load returns the conditions saved on this boot. A missing file, or one
-// from another boot, is no conditions and no error; a file that cannot be
-// parsed is an error (the caller logs it and starts clean).
-func (s Store) Load() (Conditions, error) {
+// Load decodes the value saved on this boot into v and reports whether
+// there was one. A missing file, or one from another boot, is no value and
+// no error; a file that cannot be parsed is an error (the caller logs it
+// and starts clean).
+func (s Store) Load(v any) (bool, error) {
 	boot, err := s.bootID()
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	b, err := os.ReadFile(s.Path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Conditions{}, nil
+		return false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading state %s: %w", s.Path, err)
+		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
 	}
 	var f file
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("reading state %s: %w", s.Path, err)
+		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
 	}
-	if f.BootID != boot || f.Devices == nil {
-		return Conditions{}, nil
+	if f.BootID != boot || len(f.State) == 0 {
+		return false, nil
 	}
-	return f.Devices, nil
+	if err := json.Unmarshal(f.State, v); err != nil {
+		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
+	}
+	return true, nil
 }
 
-// Save replaces the file atomically with c, for this boot. Devices with
-// no conditions are left out.
-func (s Store) Save(c Conditions) error {
+// Save replaces the file atomically with v, for this boot.
+func (s Store) Save(v any) error {
 	boot, err := s.bootID()
 	if err != nil {
 		return err
 	}
-	f := file{BootID: boot, Devices: Conditions{}}
-	for id, conds := range c {
-		if len(conds) > 0 {
-			f.Devices[id] = conds
-		}
+	state, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
 	}
-	b, err := json.MarshalIndent(f, "", "  ")
+	b, err := json.MarshalIndent(file{BootID: boot, State: state}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}

@@ -64,6 +64,9 @@ func startDaemon(t *testing.T, cfg config.Config, lib nvml.Library) (stop func()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	open := func(string) (nvml.Library, error) { return lib, nil }
+	if cfg.StateDir == config.DefaultStateDir {
+		cfg.StateDir = t.TempDir() // never the machine's own
+	}
 	go func() { done <- daemon.Run(ctx, cfg, open, log) }()
 	var once sync.Once
 	var err error

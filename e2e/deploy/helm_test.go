@@ -175,7 +175,7 @@ func TestHelmDefaultsMatchManifest(t *testing.T) {
 
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		cdiHookDir: defaultCDIHookDir, privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
 	checkAcceptedByPlugin(t, ds, cm)
 }
@@ -195,6 +195,7 @@ func TestHelmEveryOption(t *testing.T) {
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver",
 		devicePluginDir: "/var/lib/k0s/kubelet/device-plugins", cdiSpecDir: "/etc/cdi",
 		cdiHookDir: "/opt/gpu-device-plugin/bin", // values-all.yaml's, cleaned
+		stateDir:   "/opt/gpu-device-plugin/state",
 		image:      "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
 	})
 	checkAcceptedByPlugin(t, ds, cm)

@@ -55,7 +55,7 @@ func TestManifestDaemonSet(t *testing.T) {
 	objs := readManifest(t)
 	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], wantDaemonSet{
 		namespace: "kube-system", hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		cdiHookDir: defaultCDIHookDir, privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
 	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, objs.DaemonSets[0]) })
 }
@@ -74,6 +74,7 @@ type wantDaemonSet struct {
 	devicePluginDir string
 	cdiSpecDir      string
 	cdiHookDir      string // host directory the init container installs the CDI hook into
+	stateDir        string // host directory of the health kept across restarts
 	privileged      bool
 	image           string // repository
 	maxUnavailable  intstr.IntOrString
@@ -144,6 +145,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		{"dev-root", "/dev", false},
 		{"sysfs-root", "/sys", true},
 		{"cdi-spec-dir", want.cdiSpecDir, false},
+		{"state-dir", want.stateDir, false},
 	} {
 		mountPath, ok := flagValue(c.Args, f.flag)
 		if !ok {

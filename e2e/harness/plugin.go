@@ -113,6 +113,8 @@ func StartPlugin(o PluginOptions) (p *Plugin, err error) {
 		"--sysfs-root", p.SysfsRoot,
 		"--dev-root", p.DevRoot,
 		"--log-format", "json",
+		// Never the machine's own; a test may pass another after these.
+		"--state-dir", filepath.Join(work, "state"),
 	}
 	if o.HealthPollInterval > 0 {
 		args = append(args, "--health-poll-interval", o.HealthPollInterval.String())

@@ -328,6 +328,7 @@ func startPlugin(t *testing.T) *node {
 		}
 	}
 	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
 	cfg.DevicePluginDir = pluginapi.DevicePluginPath
 	cfg.SysfsRoot = t.TempDir()
 	cfg.DevRoot = t.TempDir()

@@ -164,8 +164,10 @@ func restartKubelet(ctx context.Context) (time.Time, error) {
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				// Heartbeats have whole seconds: one after before is the new kubelet's.
-				return c.Status == corev1.ConditionTrue && c.LastHeartbeatTime.After(before), nil
+				// Heartbeats have whole seconds, so the new kubelet's first
+				// may carry the very second the restart began; the old one
+				// posts only on a change or every five minutes.
+				return c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(before.Truncate(time.Second)), nil
 			}
 		}
 		return false, nil
