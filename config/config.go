@@ -368,26 +368,17 @@ func (c *Config) Set(key, value string) error {
 		} else {
 			c.XIDFatal = xs
 		}
-	case "thermalMarginC", "healthRecoveryPolls":
+	case "thermalMarginC", "healthRecoveryPolls", "healthSlowdownSamples", "healthNVMLFailurePolls":
 		n, err := strconv.Atoi(value)
 		if err != nil {
 			return fmt.Errorf("config: %s: %q is not a whole number", key, value)
 		}
-		if key == "thermalMarginC" {
-			c.ThermalMarginC = n
-		} else {
-			c.HealthRecoveryPolls = n
-		}
-	case "healthSlowdownSamples", "healthNVMLFailurePolls":
-		n, err := strconv.Atoi(value)
-		if err != nil {
-			return fmt.Errorf("config: %s: %q is not a whole number", key, value)
-		}
-		if key == "healthSlowdownSamples" {
-			c.HealthSlowdownSamples = n
-		} else {
-			c.HealthNVMLFailurePolls = n
-		}
+		*map[string]*int{
+			"thermalMarginC":         &c.ThermalMarginC,
+			"healthRecoveryPolls":    &c.HealthRecoveryPolls,
+			"healthSlowdownSamples":  &c.HealthSlowdownSamples,
+			"healthNVMLFailurePolls": &c.HealthNVMLFailurePolls,
+		}[key] = n
 	case "healthChecksDisabled":
 		c.HealthChecksDisabled = nil
 		for _, f := range strings.Split(value, ",") {

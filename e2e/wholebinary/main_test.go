@@ -76,8 +76,9 @@ func startNode(t *testing.T, profile string) *node {
 	return startNodeWith(t, profile, library)
 }
 
-// startNodeWith is startNode with the mock library at lib.
-func startNodeWith(t *testing.T, profile, lib string) *node {
+// startNodeWith is startNode with the mock library at lib and the
+// plugin's extra arguments.
+func startNodeWith(t *testing.T, profile, lib string, args ...string) *node {
 	t.Helper()
 	path, err := harness.ProfilePath(profile)
 	if err != nil {
@@ -99,12 +100,29 @@ func startNodeWith(t *testing.T, profile, lib string) *node {
 			t.Error(err)
 		}
 	})
+	p := startPlugin(t, lib, path, dir, args...)
+	n := &node{k: k, p: p, profile: p.Profile}
+	if n.e, err = k.WaitConnected(ctx(t), harness.ResourceName); err != nil {
+		t.Fatal(err)
+	}
+	if n.first, err = k.WaitDevices(ctx(t), harness.ResourceName, "every GPU", harness.DeviceCount(len(n.profile.GPUs))); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// startPlugin starts the plugin on the mock library lib with the profile
+// at path, serving into dir; it stops when the test ends, and a test that
+// fails logs its output.
+func startPlugin(t *testing.T, lib, path, dir string, args ...string) *harness.Plugin {
+	t.Helper()
 	p, err := harness.StartPlugin(harness.PluginOptions{
 		Binary:             binary,
 		Library:            lib,
 		Profile:            path,
 		PluginDir:          dir,
 		HealthPollInterval: pollInterval,
+		Args:               args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,15 +136,7 @@ func startNodeWith(t *testing.T, profile, lib string) *node {
 			t.Logf("plugin log:\n%s", strings.TrimSpace(p.Log()))
 		}
 	})
-
-	n := &node{k: k, p: p, profile: p.Profile}
-	if n.e, err = k.WaitConnected(ctx(t), harness.ResourceName); err != nil {
-		t.Fatal(err)
-	}
-	if n.first, err = k.WaitDevices(ctx(t), harness.ResourceName, "every GPU", harness.DeviceCount(len(n.profile.GPUs))); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return p
 }
 
 // ctx bounds one wait.

@@ -6,39 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
-	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
 )
 
 // TestHealthSurvivesRestart: a GPU a fatal XID took out stays out when
 // the plugin is SIGKILLed and started again (OOM kill, image update) on
 // the same boot; after a reboot (a new boot ID) it is healthy again.
 func TestHealthSurvivesRestart(t *testing.T) {
-	path, err := harness.ProfilePath("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prof, err := mocknvml.LoadProfile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := harness.ShortTempDir("gdp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	k, err := harness.StartKubelet(dir, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := k.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
 	// The state dir and the boot ID outlive each plugin, as on a node.
 	stateDir, proc := t.TempDir(), t.TempDir()
 	bootID := filepath.Join(proc, "sys", "kernel", "random", "boot_id")
@@ -51,23 +27,14 @@ func TestHealthSurvivesRestart(t *testing.T) {
 		}
 	}
 	boot("8e2b1c1e-0000-4000-8000-000000000001")
-	start := func() *harness.Plugin {
-		t.Helper()
-		p, err := harness.StartPlugin(harness.PluginOptions{
-			Binary: binary, Library: library, Profile: path, PluginDir: k.Dir(), HealthPollInterval: pollInterval,
-			Args: []string{"--state-dir", stateDir, "--proc-root", proc},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.Stop()
-			if t.Failed() {
-				t.Logf("plugin log:\n%s", strings.TrimSpace(p.Log()))
-			}
-		})
-		return p
+	path, err := harness.ProfilePath("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
 	}
+	args := []string{"--state-dir", stateDir, "--proc-root", proc}
+	n := startNodeWith(t, "dgx-h100", library, args...)
+	k, prof := n.k, n.profile
+	start := func() *harness.Plugin { return startPlugin(t, library, path, k.Dir(), args...) }
 	// firstList is the first device list the kubelet gets after seq.
 	firstList := func(seq int) harness.List {
 		t.Helper()
@@ -93,8 +60,7 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	}
 
 	sick := prof.GPUs[1].UUID
-	p := start()
-	firstList(0)
+	p := n.p
 	if err := p.Inject("xid 1 79"); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
 )
 
 // The image's layout, shared with the Dockerfile (a test keeps them equal).
@@ -143,7 +145,7 @@ func Image(o Options) (v1.Image, error) {
 	if o.Hook == "" {
 		return nil, errors.New("no CDI hook given (-hook bin/gpu-device-plugin-cdi-hook; make build builds it)")
 	}
-	if err := CheckStatic(o.Hook, rt.Arch); err != nil {
+	if err := elfcheck.Static(o.Hook, rt.Arch); err != nil {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
 	hook, err := os.ReadFile(o.Hook)

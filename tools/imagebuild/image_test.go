@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
 )
 
 func TestTagFor(t *testing.T) {
@@ -158,16 +160,16 @@ func TestHookMustBeStatic(t *testing.T) {
 	if arch == other {
 		other = "amd64"
 	}
-	if err := CheckStatic(staticBinary(t), arch); err != nil {
+	if err := elfcheck.Static(staticBinary(t), arch); err != nil {
 		t.Errorf("a CGO_ENABLED=0 build refused: %v", err)
 	}
-	if err := CheckStatic(staticBinary(t), other); err == nil || !strings.Contains(err.Error(), "the plugin for "+other) {
+	if err := elfcheck.Static(staticBinary(t), other); err == nil || !strings.Contains(err.Error(), "the plugin for "+other) {
 		t.Errorf("a hook for %s accepted for a %s plugin (err %v)", arch, other, err)
 	}
 	dynamic, err := exec.LookPath("true")
 	if err != nil || !hasInterp(t, dynamic) {
 		t.Log("no dynamically linked true(1) here: the dynamic case is not checked")
-	} else if err := CheckStatic(dynamic, archOf(t, dynamic)); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+	} else if err := elfcheck.Static(dynamic, archOf(t, dynamic)); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
 		t.Errorf("dynamically linked %s accepted as the hook (err %v)", dynamic, err)
 	}
 	if _, err := Image(Options{Binary: self, Base: "unused", PCIIDs: "none"}); err == nil || !strings.Contains(err.Error(), "-hook") {

@@ -176,27 +176,3 @@ func (rt *Runtime) addTo(l *layerBuilder, hostRoot string) error {
 	}
 	return nil
 }
-
-// CheckStatic makes sure binary is a static executable for arch: no
-// dynamic loader and no shared libraries, so it runs on any host. The
-// CDI hook must be: the container runtime runs it on the host, not in
-// the image.
-func CheckStatic(binary, arch string) error {
-	f, err := elf.Open(binary)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", binary, err)
-	}
-	defer f.Close()
-	if a := elfArch[f.Machine].goarch; a != arch {
-		return fmt.Errorf("%s is for %s (%s), the plugin for %s", binary, f.Machine, a, arch)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0 (make build does)", binary)
-		}
-	}
-	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
-		return fmt.Errorf("%s needs shared libraries %v; build it with CGO_ENABLED=0 (make build does)", binary, libs)
-	}
-	return nil
-}

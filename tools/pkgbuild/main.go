@@ -19,6 +19,8 @@ import (
 	"github.com/goreleaser/nfpm/v2"
 	_ "github.com/goreleaser/nfpm/v2/deb"
 	_ "github.com/goreleaser/nfpm/v2/rpm"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
 )
 
 func main() {
@@ -70,7 +72,7 @@ func Build(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckStatic(o.Hook, arch); err != nil {
+	if err := elfcheck.Static(o.Hook, arch); err != nil {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
 	vars := map[string]string{
@@ -221,29 +223,6 @@ func binaryFacts(binary string) (arch, glibc string, err error) {
 		glibc = "2.17" // static or versionless: any glibc of the last decade
 	}
 	return arch, glibc, nil
-}
-
-// CheckStatic makes sure binary is a static executable for arch. The CDI
-// hook must be: the container runtime runs it on the host, and the
-// package's glibc dependency is worked out from the plugin alone.
-func CheckStatic(binary, arch string) error {
-	f, err := elf.Open(binary)
-	if err != nil {
-		return fmt.Errorf("reading %s (run make build first): %w", binary, err)
-	}
-	defer f.Close()
-	if a := goarchOf[f.Machine]; a != arch {
-		return fmt.Errorf("%s is for %s (%s), the plugin for %s", binary, f.Machine, a, arch)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0 (make build does)", binary)
-		}
-	}
-	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
-		return fmt.Errorf("%s needs shared libraries %v; build it with CGO_ENABLED=0 (make build does)", binary, libs)
-	}
-	return nil
 }
 
 // NewestGLIBC is the highest GLIBC_x.y among symbol versions.

@@ -1,11 +1,6 @@
 package main
 
 import (
-	"debug/elf"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -43,65 +38,6 @@ func TestNewestGLIBC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := NewestGLIBC(tc.in); got != tc.want {
 				t.Errorf("NewestGLIBC(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
-// The hook runs on the host, whatever its libc: the packages refuse one
-// that needs a dynamic loader or is for another architecture than the
-// plugin.
-func TestCheckStatic(t *testing.T) {
-	dir := t.TempDir()
-	for name, content := range map[string]string{
-		"main.go": "package main\n\nfunc main() { println(\"hook\") }\n",
-		"go.mod":  "module example.com/hook\n\ngo 1.21\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	static := filepath.Join(dir, "hook")
-	build := exec.Command("go", "build", "-o", static, ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building a static stand-in for the hook: %v\n%s", err, out)
-	}
-	arch, _, err := binaryFacts(static)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := "arm64"
-	if arch == other {
-		other = "amd64"
-	}
-
-	type tc struct{ name, binary, arch, wantErr string }
-	cases := []tc{
-		{"static for the plugin's architecture", static, arch, ""},
-		{"another architecture", static, other, "the plugin for " + other},
-		{"missing", filepath.Join(dir, "nothing"), arch, "make build"},
-	}
-	if dynamic, err := exec.LookPath("true"); err == nil {
-		if f, err := elf.Open(dynamic); err == nil {
-			for _, p := range f.Progs {
-				if p.Type == elf.PT_INTERP {
-					cases = append(cases, tc{"dynamically linked", dynamic, goarchOf[f.Machine], "CGO_ENABLED=0"})
-					break
-				}
-			}
-			f.Close()
-		}
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			err := CheckStatic(c.binary, c.arch)
-			if c.wantErr == "" && err != nil {
-				t.Fatalf("CheckStatic: %v", err)
-			}
-			if c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
-				t.Fatalf("CheckStatic: %v, want an error containing %q", err, c.wantErr)
 			}
 		})
 	}

@@ -348,6 +348,9 @@ func (s *scenario) podThroughCDI(t *testing.T, ctx context.Context) {
 	if err := r.apply(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The steps after this one restore and uninstall this release: back
+	// on envvar, the plugin would remove its specs at start.
+	s.release = r
 	// The config's checksum changed, so the DaemonSet rolls the pod.
 	next, err := waitPluginRunning(ctx, s.plugin)
 	if err != nil {
