@@ -30,9 +30,12 @@ func NewLibrary(p *mocknvml.Profile) *mock.Interface {
 		devices[i] = newDevice(p, i, byUUID)
 	}
 	return &mock.Interface{
-		InitFunc:                       func() gonvml.Return { return gonvml.SUCCESS },
-		ShutdownFunc:                   func() gonvml.Return { return gonvml.SUCCESS },
-		ErrorStringFunc:                func(r gonvml.Return) string { return r.Error() },
+		InitFunc:        func() gonvml.Return { return gonvml.SUCCESS },
+		ShutdownFunc:    func() gonvml.Return { return gonvml.SUCCESS },
+		ErrorStringFunc: func(r gonvml.Return) string { return r.Error() },
+		// No symbol table: discovery takes it for the R470 baseline,
+		// which is all the topology read here needs.
+		ExtensionsFunc:                 func() gonvml.ExtendedInterface { return nil },
 		SystemGetDriverVersionFunc:     func() (string, gonvml.Return) { return p.DriverVersion, gonvml.SUCCESS },
 		SystemGetNVMLVersionFunc:       func() (string, gonvml.Return) { return p.NVMLVersion, gonvml.SUCCESS },
 		SystemGetCudaDriverVersionFunc: func() (int, gonvml.Return) { return p.CUDADriverVersion, gonvml.SUCCESS },
