@@ -80,7 +80,8 @@ func ReadOnlyBind() []string {
 // container that gets any of them also gets. Its version is the lowest
 // CDI version that can express it, so older runtimes can read it too. The
 // spec is validated (see Validate) before it is returned.
-func Spec(kind string, devices []Device, common Edits) (*specs.Spec, error) {
+func Spec(kind string, devices []Device, common Edits) (_ *specs.Spec, err error) {
+	defer recoverCDI(&err, "CDI spec "+kind)
 	s := &specs.Spec{
 		Kind:           kind,
 		Devices:        make([]specs.Device, 0, len(devices)),
@@ -138,11 +139,12 @@ func (e Edits) spec() specs.ContainerEdits {
 // and at least one edit of its own. It uses the library's own validators.
 // Annotations are not checked (the library's loader, v1.1.0, does not
 // check them either); Writer.Write also runs that loader on the file.
-func Validate(s *specs.Spec) error {
+func Validate(s *specs.Spec) (err error) {
 	if s == nil {
 		return errors.New("CDI spec: nil")
 	}
 	fail := func(err error) error { return fmt.Errorf("CDI spec %s: %w", s.Kind, err) }
+	defer recoverCDI(&err, "CDI spec "+s.Kind)
 	if err := specs.ValidateVersion(s); err != nil {
 		return fail(err)
 	}
@@ -205,13 +207,26 @@ func QualifiedName(kind, device string) string {
 // {"cdi.k8s.io/<plugin>_<id>": "name,name"}. id makes the key unique among
 // one container's requests ('/' becomes '_'); plugin+id must fit in 63
 // characters.
-func Annotations(plugin, id string, devices []string) (map[string]string, error) {
+func Annotations(plugin, id string, devices []string) (_ map[string]string, err error) {
 	if len(devices) == 0 {
 		return nil, errors.New("CDI annotation: no devices")
 	}
+	defer recoverCDI(&err, "CDI annotation")
 	a, err := cdiapi.UpdateAnnotations(nil, plugin, id, devices)
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// ErrCDIPanic marks a panic inside the CDI library turned into an error.
+var ErrCDIPanic = errors.New("the CDI library panicked")
+
+// recoverCDI turns a panic inside the CDI library into an error: v1.1.0
+// slices a one-character vendor or class name out of range, and a bad
+// name in a config file must not take the whole plugin down.
+func recoverCDI(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s: %w: %v", what, ErrCDIPanic, r)
+	}
 }

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -188,6 +189,37 @@ func TestAnnotations(t *testing.T) {
 			got, err := Annotations(tt.plugin, tt.id, tt.devices)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || got != nil {
 				t.Errorf("annotations %v, error %v, want one containing %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// The CDI library (v1.1.0) panics on a one-character vendor or class; a
+// pool named "example.com/x" must give an error, not crash the plugin.
+func TestCDILibraryPanicIsAnError(t *testing.T) {
+	dev := []Device{{Name: "0000:18:00.0", Edits: Edits{Nodes: []DeviceNode{{Path: "/dev/infiniband/uverbs0"}}}}}
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{name: "Spec with a one-character class", call: func() error { _, err := Spec("example.com/x", dev, Edits{}); return err }},
+		{name: "Spec with a one-character vendor", call: func() error { _, err := Spec("x/nic", dev, Edits{}); return err }},
+		{name: "Validate with a one-character class", call: func() error {
+			return Validate(&specs.Spec{Version: "0.5.0", Kind: "example.com/x", Devices: []specs.Device{{Name: "a", ContainerEdits: specs.ContainerEdits{Env: []string{"A=1"}}}}})
+		}},
+		{name: "Annotations naming a one-character class", call: func() error {
+			_, err := Annotations(DefaultOwner, "example.com_x", []string{"example.com/x=0000:18:00.0"})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrCDIPanic) || !strings.Contains(err.Error(), "CDI") {
+				t.Errorf("err = %v, want the recovered panic", err)
 			}
 		})
 	}

@@ -50,7 +50,10 @@ type Config struct {
 	HostDriverRoot     string   `json:"hostDriverRoot"`
 	CDIHookPath        string   `json:"cdiHookPath"`
 	ProcRoot           string   `json:"procRoot"`
-	NICRescanInterval  Duration `json:"nicRescanInterval"`
+	// DeviceInfoDir is where NIC pools write the CNI device-information
+	// files (Network Plumbing WG Device Information spec).
+	DeviceInfoDir     string   `json:"deviceInfoDir"`
+	NICRescanInterval Duration `json:"nicRescanInterval"`
 
 	// NICResources are the NIC pools, file-only (no flag): see nics.go.
 	NICResources []NICResource `json:"nicResources,omitempty"`
@@ -138,6 +141,7 @@ func Settings() []Setting {
 		{Key: "healthChecksDisabled", Flag: "health-checks-disabled", Default: strings.Join(d.HealthChecksDisabled, ","), Usage: "comma-separated checks to turn off: " + strings.Join(health.Checks(), ", ")},
 		{Key: "stateDir", Flag: "state-dir", Default: d.StateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none"},
 		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
+		{Key: "deviceInfoDir", Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
 	}
 	for i := range s {
@@ -179,9 +183,14 @@ func Default() Config {
 		CDISpecDir:         "/var/run/cdi",
 		CDIHookPath:        DefaultCDIHookPath,
 		ProcRoot:           "/proc",
+		DeviceInfoDir:      DefaultDeviceInfoDir,
 		NICRescanInterval:  Duration{10 * time.Second},
 	}
 }
+
+// DefaultDeviceInfoDir is the directory the Device Information spec fixes
+// for device plugins.
+const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
 
 // DefaultStateDir is the state directory of the node package's unit
 // (StateDirectory=gpu-device-plugin) and the chart's hostPath.
@@ -405,6 +414,8 @@ func (c *Config) Set(key, value string) error {
 		c.CDIHookPath = value
 	case "procRoot":
 		c.ProcRoot = value
+	case "deviceInfoDir":
+		c.DeviceInfoDir = value
 	case "nicRescanInterval":
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -501,9 +512,10 @@ func (c Config) Validate() error {
 		absolute("cdiHookPath", c.CDIHookPath)
 	}
 	absolute("procRoot", c.ProcRoot)
+	absolute("deviceInfoDir", c.DeviceInfoDir)
 	if c.NICRescanInterval.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
 	}
-	errs = append(errs, validateNICResources(c.NICResources)...)
+	errs = append(errs, ValidateNICResources(c.NICResources, c.DeviceListStrategy)...)
 	return errors.Join(errs...)
 }

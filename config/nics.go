@@ -9,8 +9,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
@@ -44,8 +46,44 @@ import (
 // /dev/infiniband/uverbsN plus rdma_cm.
 type NICResource struct {
 	// Name is the full extended-resource name, <vendor-domain>/<name>.
+	// With a cdi-* device-list strategy it is also the CDI kind, so it
+	// must follow CDI's vendor/class rules too.
 	Name      string       `json:"name"`
 	Selectors NICSelectors `json:"selectors"`
+	// LinkCheck is what makes a member unhealthy when its link is down:
+	// LinkCheckRDMAPort, LinkCheckNetdev or LinkCheckOff; empty means
+	// rdma-port for a NIC with RDMA ports and netdev for one without.
+	LinkCheck string `json:"linkCheck,omitempty"`
+	// RemovalGracePeriod is how long a member may be gone from sysfs
+	// (listed unhealthy) before it leaves the pool; nil means
+	// DefaultRemovalGracePeriod, 0s the first rescan that misses it.
+	RemovalGracePeriod *Duration `json:"removalGracePeriod,omitempty"`
+}
+
+// Link checks, the values of NICResource.LinkCheck.
+const (
+	// LinkCheckRDMAPort judges the RDMA ports (infiniband/<dev>/ports/<n>
+	// state and phys_state), what verbs users depend on; the IPoIB or
+	// Ethernet netdev is ignored.
+	LinkCheckRDMAPort = "rdma-port"
+	// LinkCheckNetdev judges the host-namespace netdevs that are
+	// administratively up by their link; an admin-down netdev is unused,
+	// not broken.
+	LinkCheckNetdev = "netdev"
+	// LinkCheckOff never judges the link.
+	LinkCheckOff = "off"
+)
+
+// DefaultRemovalGracePeriod is how long a NIC gone from sysfs stays in its
+// pool (unhealthy) when the pool does not say.
+const DefaultRemovalGracePeriod = 5 * time.Minute
+
+// GracePeriod is the pool's removal grace period, defaulted.
+func (r NICResource) GracePeriod() time.Duration {
+	if r.RemovalGracePeriod == nil {
+		return DefaultRemovalGracePeriod
+	}
+	return r.RemovalGracePeriod.Duration
 }
 
 // NICSelectors choose NICs. Every selector that is set must match; a
@@ -62,12 +100,24 @@ type NICSelectors struct {
 	// devices.
 	RDMA      *bool    `json:"rdma,omitempty"`
 	LinkTypes []string `json:"linkTypes,omitempty"` // "ether" or "infiniband"
+	// PFOnly takes only physical functions (no SR-IOV VFs); VFOnly only
+	// virtual functions. A PF with VFs enabled joins a pool only when the
+	// pool names it (pciAddresses or netdevs), pfOnly or not: a pod must
+	// not get a PF whose VFs other pods hold.
+	PFOnly bool `json:"pfOnly,omitempty"`
+	VFOnly bool `json:"vfOnly,omitempty"`
 }
 
 // IsEmpty reports whether no selector is set.
 func (s NICSelectors) IsEmpty() bool {
 	return len(s.Vendors) == 0 && len(s.Devices) == 0 && len(s.Drivers) == 0 && len(s.PCIAddresses) == 0 &&
-		len(s.Netdevs) == 0 && len(s.NUMANodes) == 0 && s.RDMA == nil && len(s.LinkTypes) == 0
+		len(s.Netdevs) == 0 && len(s.NUMANodes) == 0 && s.RDMA == nil && len(s.LinkTypes) == 0 && !s.PFOnly && !s.VFOnly
+}
+
+// NamesNICs reports whether the selectors pick NICs by name (PCI address
+// or host netdev) rather than by kind.
+func (s NICSelectors) NamesNICs() bool {
+	return len(s.PCIAddresses) > 0 || len(s.Netdevs) > 0
 }
 
 // jsonKeys lists a struct's JSON keys, for "known keys" hints.
@@ -109,6 +159,14 @@ func checkNICResources(path string, data []byte) error {
 			var keys map[string]json.RawMessage
 			if err := json.Unmarshal(sel, &keys); err == nil {
 				errs = append(errs, unknownKeys(at+".selectors", keys, jsonKeys(NICSelectors{}))...)
+			}
+		}
+		if g, ok := top["removalGracePeriod"]; ok {
+			// Duration's own error names no field; name it here.
+			var d Duration
+			if err := json.Unmarshal(g, &d); err != nil {
+				errs = append(errs, fmt.Errorf("%s.removalGracePeriod: %w", at, err))
+				continue
 			}
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -221,8 +279,9 @@ func validateNICResources(rs []NICResource) []error {
 			}
 		}
 		for k, v := range s.PCIAddresses {
-			if _, err := sysfs.PCIAddress(v); err != nil || len(strings.Split(v, ":")[0]) != 4 {
-				bad("%s.pciAddresses[%d]: %q is not a PCI address DOMAIN:BUS:DEVICE.FUNCTION (example: \"0000:18:00.0\")", at, k, v)
+			// The kernel prints a 4-digit domain, or 5 for VMD's 10000 and up.
+			if _, err := sysfs.PCIAddress(v); err != nil || !slices.Contains([]int{4, 5}, len(strings.Split(v, ":")[0])) {
+				bad("%s.pciAddresses[%d]: %q is not a PCI address DOMAIN:BUS:DEVICE.FUNCTION with a 4- or 5-digit domain (example: \"0000:18:00.0\", or \"10000:01:00.0\" behind VMD)", at, k, v)
 			}
 		}
 		for k, v := range s.Netdevs {
@@ -240,8 +299,82 @@ func validateNICResources(rs []NICResource) []error {
 				bad("%s.linkTypes[%d]: %q is not allowed; use one of %s, %s", at, k, v, sysfs.LinkEther, sysfs.LinkInfiniBand)
 			}
 		}
+		if s.PFOnly && s.VFOnly {
+			bad("%s: pfOnly and vfOnly are both true, so the pool would take no NIC; set at most one", at)
+		}
+		at = fmt.Sprintf("nicResources[%d]", i)
+		if r.LinkCheck != "" && !slices.Contains(linkChecks(), r.LinkCheck) {
+			bad("%s.linkCheck: %q is not allowed; use one of %s, or leave it out (rdma-port for RDMA NICs, netdev for others)", at, r.LinkCheck, strings.Join(linkChecks(), ", "))
+		}
+		if g := r.RemovalGracePeriod; g != nil && g.Duration < 0 {
+			bad("%s.removalGracePeriod: %s must not be negative; use 0s to drop a removed NIC at the next rescan, or leave it out for %s", at, g, DefaultRemovalGracePeriod)
+		}
 	}
 	return errs
+}
+
+func linkChecks() []string { return []string{LinkCheckRDMAPort, LinkCheckNetdev, LinkCheckOff} }
+
+// ValidateNICResources checks the pools for the device-list strategies in
+// use: everything validateNICResources checks and, with a cdi-* strategy,
+// that each name is a CDI kind the CDI library (ours and the runtime's)
+// accepts, so names handed out resolve and nothing panics.
+func ValidateNICResources(rs []NICResource, strategies []string) []error {
+	errs := validateNICResources(rs)
+	cdiCRI, cdiAnn := slices.Contains(strategies, "cdi-cri"), slices.Contains(strategies, "cdi-annotations")
+	if !cdiCRI && !cdiAnn {
+		return errs
+	}
+	st := "cdi-cri"
+	if !cdiCRI {
+		st = "cdi-annotations"
+	}
+	for i, r := range rs {
+		if checkResourceName(r.Name) != nil {
+			continue // already reported
+		}
+		if err := CheckCDIKind(r.Name); err != nil {
+			errs = append(errs, fmt.Errorf("config: nicResources[%d].name: %q cannot be a CDI kind, which deviceListStrategy %s needs: %w; rename the pool (vendor and class each start with a letter, end with a letter or digit, and are at least 2 characters; example: \"example.com/rdma_numa0\") or drop the cdi-* strategies", i, r.Name, st, err))
+			continue
+		}
+		if cdiAnn {
+			// The runtime's annotation key is cdi.k8s.io/<owner>_<name with '_' for '/'>,
+			// and <owner>_<…> must fit in 63 characters.
+			if key := annotationOwner + "_" + strings.ReplaceAll(r.Name, "/", "_"); len(key) > 63 {
+				errs = append(errs, fmt.Errorf("config: nicResources[%d].name: %q is too long for deviceListStrategy cdi-annotations: the CDI annotation key %q is %d characters, over 63; use a name of at most %d characters", i, r.Name, key, len(key), 63-len(annotationOwner)-1))
+			}
+		}
+	}
+	return errs
+}
+
+// annotationOwner is cdi.DefaultOwner, the plugin part of the CDI
+// annotation key (config cannot import cdi).
+const annotationOwner = "gpu-device-plugin"
+
+// CheckCDIKind checks that name, a vendor/class pair, is a CDI kind the
+// CDI library accepts. The library (v1.1.0) slices a one-character vendor
+// or class out of range and panics, so those are refused first, and any
+// other panic becomes an error.
+func CheckCDIKind(name string) (err error) {
+	vendor, class, ok := strings.Cut(name, "/")
+	if !ok {
+		return errors.New("not vendor/class")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the CDI library panicked checking it: %v", r)
+		}
+	}()
+	for _, part := range []struct{ what, v string }{{"vendor", vendor}, {"class", class}} {
+		if len(part.v) < 2 {
+			return fmt.Errorf("%s %q is shorter than 2 characters, which the CDI library cannot parse", part.what, part.v)
+		}
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return err
+	}
+	return parser.ValidateClassName(class)
 }
 
 // checkResourceName applies the kubelet's rules for an extended-resource

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadExampleNICs(t *testing.T) {
@@ -166,6 +167,36 @@ func TestNICResourceErrors(t *testing.T) {
 			want: []string{"nicResources[0]: want a pool"},
 		},
 		{
+			name: "unknown link check",
+			body: "  - name: example.com/a\n    linkCheck: carrier\n    selectors: {vendors: [\"15b3\"]}\n",
+			want: []string{`config: nicResources[0].linkCheck: "carrier" is not allowed; use one of rdma-port, netdev, off`},
+		},
+		{
+			name: "negative removal grace period",
+			body: "  - name: example.com/a\n    removalGracePeriod: -1m\n    selectors: {vendors: [\"15b3\"]}\n",
+			want: []string{"config: nicResources[0].removalGracePeriod: -1m0s must not be negative", "0s"},
+		},
+		{
+			name: "removal grace period without unit",
+			body: "  - name: example.com/a\n    removalGracePeriod: 300\n    selectors: {vendors: [\"15b3\"]}\n",
+			want: []string{"removalGracePeriod", `"300s"`},
+		},
+		{
+			name: "pfOnly and vfOnly together",
+			body: "  - name: example.com/a\n    selectors: {pfOnly: true, vfOnly: true}\n",
+			want: []string{"config: nicResources[0].selectors: pfOnly and vfOnly are both true", "set at most one"},
+		},
+		{
+			name: "pfOnly not a bool",
+			body: "  - name: example.com/a\n    selectors: {pfOnly: yes-please}\n",
+			want: []string{"nicResources[0].selectors.pfOnly: got a string, want true or false"},
+		},
+		{
+			name: "six-digit PCI domain",
+			body: "  - name: example.com/a\n    selectors: {pciAddresses: [\"100000:01:00.0\"]}\n",
+			want: []string{`nicResources[0].selectors.pciAddresses[0]: "100000:01:00.0"`, "4- or 5-digit domain"},
+		},
+		{
 			name: "every problem at once",
 			body: "  - name: x\n    selectors: {vendors: [\"1\"], devices: [\"2\"]}\n",
 			want: []string{"nicResources[0].name", "nicResources[0].selectors.vendors[0]", "nicResources[0].selectors.devices[0]"},
@@ -203,5 +234,85 @@ func TestNICResourcesNotAList(t *testing.T) {
 	}
 	if c, err := Load(writeFile(t, "nicResources:\n")); err != nil || c.NICResources != nil {
 		t.Fatalf("empty nicResources = %v, %v", c.NICResources, err)
+	}
+}
+
+func TestNICResourceNewKeys(t *testing.T) {
+	c, err := Load(writeFile(t, `
+nicResources:
+  - name: example.com/vmd
+    linkCheck: netdev
+    removalGracePeriod: 30s
+    selectors: {pciAddresses: ["10000:01:00.0"], pfOnly: true}
+  - name: example.com/vfs
+    linkCheck: "off"
+    selectors: {vendors: ["15b3"], vfOnly: true}
+  - name: example.com/ib
+    linkCheck: rdma-port
+    removalGracePeriod: 0s
+    selectors: {vendors: ["15b3"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := c.NICResources
+	if r[0].LinkCheck != LinkCheckNetdev || r[0].GracePeriod() != 30*time.Second || !r[0].Selectors.PFOnly || r[0].Selectors.PCIAddresses[0] != "10000:01:00.0" {
+		t.Errorf("nicResources[0] = %+v", r[0])
+	}
+	if r[1].LinkCheck != LinkCheckOff || r[1].GracePeriod() != DefaultRemovalGracePeriod || !r[1].Selectors.VFOnly {
+		t.Errorf("nicResources[1] = %+v", r[1])
+	}
+	if r[2].LinkCheck != LinkCheckRDMAPort || r[2].GracePeriod() != 0 {
+		t.Errorf("nicResources[2] = %+v", r[2])
+	}
+}
+
+// With a cdi-* strategy each pool name is a CDI kind; names the CDI
+// library refuses (or, for one character, panics on) are config errors.
+func TestNICResourceNamesForCDI(t *testing.T) {
+	tests := []struct {
+		name       string
+		pool       string
+		strategies string
+		want       []string // substrings; none means valid
+	}{
+		{name: "one-character class panics the CDI library", pool: "example.com/x", strategies: "cdi-cri",
+			want: []string{`config: nicResources[0].name: "example.com/x" cannot be a CDI kind, which deviceListStrategy cdi-cri needs`, "shorter than 2", "rename the pool", "example.com/rdma_numa0"}},
+		{name: "class starting with a digit never resolves", pool: "example.com/1g", strategies: "cdi-cri",
+			want: []string{`nicResources[0].name: "example.com/1g" cannot be a CDI kind`, "should start with letter", "rename the pool"}},
+		{name: "vendor starting with a digit", pool: "1example.com/rdma", strategies: "cdi-annotations",
+			want: []string{`nicResources[0].name: "1example.com/rdma" cannot be a CDI kind, which deviceListStrategy cdi-annotations needs`, "invalid vendor"}},
+		{name: "too long for the annotation key", pool: "example.com/" + strings.Repeat("a", 40), strategies: "cdi-annotations",
+			want: []string{"nicResources[0].name", "too long for deviceListStrategy cdi-annotations", "at most 45 characters"}},
+		{name: "long name fine under cdi-cri", pool: "example.com/" + strings.Repeat("a", 40), strategies: "cdi-cri"},
+		{name: "one-character class fine under envvar", pool: "example.com/x", strategies: "envvar"},
+		{name: "digit class fine under envvar", pool: "example.com/1g", strategies: "envvar"},
+		{name: "usual name under both", pool: "example.com/rdma_numa0", strategies: "cdi-cri,cdi-annotations"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, "deviceListStrategy: ["+tt.strategies+"]\nnicResources:\n  - name: "+tt.pool+"\n    selectors: {vendors: [\"15b3\"]}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	}
 	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, log)) })
 	if len(cfg.NICResources) > 0 {
-		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, log)) })
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, log)) })
 	}
 	<-ctx.Done()
 	select {

@@ -45,6 +45,7 @@ func startKubelet(t *testing.T, dir string) *kubelet {
 func testConfig(t *testing.T) config.Config {
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
+	cfg.DeviceInfoDir = t.TempDir() // never the machine's own
 	cfg.DevicePluginDir = t.TempDir()
 	cfg.SysfsRoot = t.TempDir()
 	cfg.DevRoot = t.TempDir()

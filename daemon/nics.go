@@ -1,79 +1,197 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
-// serveNICs serves every configured NIC pool, each on its own socket, and
+// nicServer serves every configured NIC pool, each on its own socket, and
 // rescans sysfs at cfg.NICRescanInterval: hot-plugged NICs join their
 // pool, removed or failed ones turn unhealthy. A pool that starts empty is
-// served anyway, so NICs that arrive later can join it.
-func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, log *slog.Logger) error {
-	scanner := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log})
+// served anyway, so NICs that arrive later can join it. rescan runs on one
+// goroutine only (start, then run's loop); Allocate runs on the servers'.
+type nicServer struct {
+	cfg     config.Config
+	scanner *sysfs.NICScanner
+	pools   *nic.Pools
+	servers map[*nic.Pool]*deviceplugin.Server
+	specs   *specStore
+	recs    map[*nic.Pool]health.Recorder // nil without metrics
+	log     *slog.Logger
+
+	// info holds the CNI device-information files; infoMu serialises
+	// Allocate's writes with rescan's refreshes, so the last file written
+	// is from the latest scan.
+	info   devinfo.Dir
+	infoMu sync.Mutex
+
+	failing bool
+	// healthy is each pool's device health as last recorded in metrics.
+	healthy map[*nic.Pool]map[string]bool
+}
+
+func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, log *slog.Logger) (*nicServer, error) {
 	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Strategies: cfg.DeviceListStrategy, Log: log})
 	if err != nil {
-		return fmt.Errorf("NIC pools: %w", err)
+		return nil, fmt.Errorf("NIC pools: %w", err)
 	}
-	servers := map[*nic.Pool]*deviceplugin.Server{}
+	s := &nicServer{
+		cfg:     cfg,
+		scanner: sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}),
+		pools:   pools,
+		servers: map[*nic.Pool]*deviceplugin.Server{},
+		specs:   specs,
+		recs:    map[*nic.Pool]health.Recorder{},
+		log:     log,
+		info:    devinfo.Dir{Path: cfg.DeviceInfoDir},
+		healthy: map[*nic.Pool]map[string]bool{},
+	}
 	for _, p := range pools.All() {
-		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: cfg.DevicePluginDir, Backend: p, Log: log})
+		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: cfg.DevicePluginDir, Backend: nicBackend{pool: p, s: s}, Log: log})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		servers[p] = srv
+		s.servers[p] = srv
+		if metrics != nil {
+			s.recs[p] = metrics.For(p.Resource())
+		}
+		s.healthy[p] = map[string]bool{}
 	}
-	failing := false
-	rescan := func(first bool) {
-		scan, err := scanner.Scan()
-		if err != nil {
-			// Keep what is served: a failed scan says nothing about the
-			// NICs. Said once per run of failures, not every interval.
-			if !failing {
-				log.Warn("scanning NICs failed; keeping the last state and retrying", "err", err, "every", cfg.NICRescanInterval.String())
+	return s, nil
+}
+
+// serveNICs serves the NIC pools until ctx ends.
+func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, metrics *health.Metrics, log *slog.Logger) error {
+	s, err := newNICServer(cfg, specs, metrics, log)
+	if err != nil {
+		return err
+	}
+	s.rescan(true)
+	return s.run(ctx)
+}
+
+// rescan folds a fresh scan into the pools and passes the result on: CDI
+// specs, device lists, metrics and device-information files. first is the
+// scan at start.
+func (s *nicServer) rescan(first bool) {
+	scan, err := s.scanner.Scan()
+	if err != nil {
+		// Keep what is served: a failed scan says nothing about the
+		// NICs. Said once per run of failures, not every interval.
+		if !s.failing {
+			s.log.Warn("scanning NICs failed; keeping the last state and retrying", "err", err, "every", s.cfg.NICRescanInterval.String())
+		}
+		s.failing = true
+		return
+	}
+	if s.failing {
+		s.log.Info("scanning NICs works again")
+		s.failing = false
+	}
+	for _, u := range s.pools.Rescan(scan) {
+		// The spec first, on every scan: the kubelet may hand out a CDI
+		// name as soon as it sees the device, and what a NIC's name
+		// stands for (its uverbsN after a driver rebind) changes without
+		// any change to the device list. The writer skips identical bytes.
+		if s.specs != nil {
+			if spec, err := u.Pool.CDISpec(); err != nil {
+				s.log.Error("building CDI spec", "resource", u.Pool.Resource(), "err", err)
+			} else {
+				s.specs.publish(u.Pool.Resource(), spec)
 			}
-			failing = true
-			return
 		}
-		if failing {
-			log.Info("scanning NICs works again")
-			failing = false
+		s.record(u.Pool, u.Devices, first)
+		if u.Changed || first {
+			s.servers[u.Pool].SetDevices(u.Devices)
 		}
-		for _, u := range pools.Rescan(scan) {
-			if !u.Changed && !first {
+		if first {
+			s.log.Info("NIC pool", "resource", u.Pool.Resource(), "devices", len(u.Devices))
+		}
+	}
+	s.syncDeviceInfo(scan, first)
+}
+
+// record passes health to the pool's metrics: every device's at first
+// sight, and a transition at each change.
+func (s *nicServer) record(p *nic.Pool, devs []deviceplugin.Device, first bool) {
+	rec := s.recs[p]
+	if rec == nil {
+		return
+	}
+	seen := s.healthy[p]
+	for _, d := range devs {
+		was, known := seen[d.ID]
+		if known && was == d.Healthy {
+			continue
+		}
+		rec.Health(d.ID, d.Healthy)
+		if known && !first {
+			rec.Transition(d.ID, d.Healthy)
+		}
+		seen[d.ID] = d.Healthy
+	}
+}
+
+// syncDeviceInfo removes stale device-information files of our resources
+// (at start, those of NICs the scan does not list; later, those of NICs
+// in no pool) and rewrites the existing files of present NICs whose facts
+// changed (an RDMA device renamed by a driver rebind).
+func (s *nicServer) syncDeviceInfo(scan []sysfs.NIC, first bool) {
+	present := map[string]bool{}
+	for _, n := range scan {
+		present[n.Address] = true
+	}
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
+	keep := map[string][]string{}
+	for _, p := range s.pools.All() {
+		ids := []string{}
+		for _, n := range p.NICs() {
+			if !present[n.Address] {
+				if !first {
+					ids = append(ids, n.Address) // still allocated, maybe
+				}
 				continue
 			}
-			// The spec first: the kubelet may hand out a CDI name as soon
-			// as it sees the device.
-			if specs != nil {
-				if spec, err := u.Pool.CDISpec(); err != nil {
-					log.Error("building CDI spec", "resource", u.Pool.Resource(), "err", err)
-				} else {
-					specs.publish(u.Pool.Resource(), spec)
+			ids = append(ids, n.Address)
+			if s.info.Exists(p.Resource(), n.Address) {
+				if _, err := s.info.Write(p.Resource(), n); err != nil {
+					s.log.Warn("refreshing device information for CNI plugins", "resource", p.Resource(), "device", n.Address, "err", err)
 				}
 			}
-			servers[u.Pool].SetDevices(u.Devices)
-			if first {
-				log.Info("NIC pool", "resource", u.Pool.Resource(), "devices", len(u.Devices))
-			}
 		}
+		keep[p.Resource()] = ids
 	}
-	rescan(true)
+	removed, err := s.info.Prune(keep)
+	for _, f := range removed {
+		s.log.Info("removed stale device information file", "path", f)
+	}
+	if err != nil {
+		s.log.Warn("removing stale device information files", "dir", s.info.Path, "err", err)
+	}
+}
 
+func (s *nicServer) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, len(servers))
-	for _, srv := range servers {
+	errc := make(chan error, len(s.servers))
+	for _, srv := range s.servers {
 		wg.Go(func() {
 			if err := srv.Run(ctx); err != nil {
 				errc <- fmt.Errorf("serving %s: %w", srv.Resource(), err)
@@ -81,7 +199,7 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, log *sl
 			}
 		})
 	}
-	tick := time.NewTicker(cfg.NICRescanInterval.Duration)
+	tick := time.NewTicker(s.cfg.NICRescanInterval.Duration)
 	defer tick.Stop()
 	for {
 		select {
@@ -93,7 +211,47 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, log *sl
 				return nil
 			}
 		case <-tick.C:
-			rescan(false)
+			s.rescan(false)
 		}
 	}
+}
+
+var (
+	_ deviceplugin.Backend            = nicBackend{}
+	_ deviceplugin.PreferredAllocator = nicBackend{}
+)
+
+// nicBackend is a pool as its server's backend: the pool's answer, plus
+// the device-information file of each allocated NIC, which Multus reads
+// when it creates the pod's sandbox, after Allocate.
+type nicBackend struct {
+	pool *nic.Pool
+	s    *nicServer
+}
+
+// Allocate fails when a file cannot be written: a pod whose secondary
+// network would come up without its device information is worse than one
+// the kubelet retries.
+func (b nicBackend) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := b.pool.Allocate(ids)
+	if err != nil {
+		return nil, err
+	}
+	b.s.infoMu.Lock()
+	defer b.s.infoMu.Unlock()
+	nics := b.pool.NICs()
+	for _, id := range ids {
+		i, found := slices.BinarySearchFunc(nics, id, func(n sysfs.NIC, id string) int { return cmp.Compare(n.Address, id) })
+		if !found {
+			return nil, fmt.Errorf("%w %q in %s", nic.ErrUnknownNIC, id, b.pool.Resource())
+		}
+		if _, err := b.s.info.Write(b.pool.Resource(), nics[i]); err != nil {
+			return nil, fmt.Errorf("device information for CNI plugins of %s in %s: %w", id, b.pool.Resource(), err)
+		}
+	}
+	return resp, nil
+}
+
+func (b nicBackend) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	return b.pool.Preferred(available, mustInclude, size)
 }

@@ -36,6 +36,7 @@ func TestServesNICPoolsAndCDISpecs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	infoDir := cfg.DeviceInfoDir
 	k := startKubelet(t, cfg.DevicePluginDir)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -77,6 +78,10 @@ func TestServesNICPoolsAndCDISpecs(t *testing.T) {
 	}
 	if cd := resp.ContainerResponses[0].CdiDevices; len(cd) != 1 || cd[0].Name != "example.com/rdma_numa0="+list.Devices[0].ID {
 		t.Errorf("CDI devices = %v", cd)
+	}
+	// Allocate answered, so the CNI device-information file is there.
+	if _, err := os.Stat(filepath.Join(infoDir, "example.com-rdma_numa0-"+list.Devices[0].ID+"-device.json")); err != nil {
+		t.Errorf("no device-information file for the allocated NIC: %v", err)
 	}
 
 	specFiles := func() []string {

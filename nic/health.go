@@ -3,6 +3,7 @@ package nic
 import (
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
@@ -12,20 +13,46 @@ type Health struct {
 	Reason  string
 }
 
-// Check judges one NIC from a scan; present is false when the scan no
-// longer lists it. A removed or failed PCI device is unhealthy. A link
-// that is down is unhealthy only while its netdev is in the host's
-// namespace: a netdev moved into a pod's namespace drops out of
-// NIC.Netdevs, which is how the NIC is being used, not a fault.
+// Check judges one NIC from a scan with the default link check (see
+// CheckLink); present is false when the scan no longer lists it.
 func Check(n sysfs.NIC, present bool) Health {
+	return CheckLink(n, present, "")
+}
+
+// CheckLink judges one NIC from a scan with a link check (a
+// config.LinkCheck* value; empty picks rdma-port for a NIC with RDMA
+// ports and netdev for one without). A removed or failed PCI device is
+// unhealthy. Then:
+//   - rdma-port: unhealthy while a port whose state is known is not ACTIVE
+//     or not LinkUp. The IPoIB or Ethernet netdev does not matter: verbs
+//     users (NCCL, UCX) do not use it, and it is often left unconfigured.
+//   - netdev: unhealthy while a host-namespace netdev that is
+//     administratively up has no link. An admin-down netdev (never
+//     configured, or handed back down by the host-device CNI) is unused,
+//     not broken, and a netdev moved into a pod drops out of NIC.Netdevs.
+//   - off: the link is not judged.
+func CheckLink(n sysfs.NIC, present bool, mode string) Health {
 	switch {
 	case !present:
 		return Health{Reason: "removed: gone from sysfs"}
 	case n.Failed != "":
 		return Health{Reason: "PCI device failed: " + n.Failed}
 	}
-	if down := n.LinksDown(); len(down) > 0 {
-		return Health{Reason: "link down: " + strings.Join(down, ",")}
+	if mode == "" {
+		mode = config.LinkCheckNetdev
+		if len(n.RDMAPorts) > 0 || n.IsRDMA() {
+			mode = config.LinkCheckRDMAPort
+		}
+	}
+	switch mode {
+	case config.LinkCheckRDMAPort:
+		if down := n.PortsDown(); len(down) > 0 {
+			return Health{Reason: "RDMA port down: " + strings.Join(down, ", ")}
+		}
+	case config.LinkCheckNetdev:
+		if down := n.LinksDown(); len(down) > 0 {
+			return Health{Reason: "link down: " + strings.Join(down, ",")}
+		}
 	}
 	return Health{Healthy: true}
 }

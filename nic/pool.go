@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -38,6 +39,9 @@ type Options struct {
 	// cdi-annotations); empty means envvar.
 	Strategies []string
 	Log        *slog.Logger
+	// Now is the clock that times how long a removed NIC has been gone;
+	// default time.Now.
+	Now func() time.Time
 }
 
 // Pools are every configured NIC pool. They decide which pool owns each
@@ -48,11 +52,17 @@ type Options struct {
 // pool while a pod may hold it.
 type Pools struct {
 	log *slog.Logger
+	now func() time.Time
 
 	// mu serialises Rescan; the pools' own state is read lock-free.
 	mu    sync.Mutex
 	pools []*Pool
 	owner map[string]*Pool
+	// gone is when each member was first missing from a scan.
+	gone map[string]time.Time
+	// routeRefused is the reason last logged for refusing NICs while the
+	// default route is unknown; empty while it is known.
+	routeRefused string
 }
 
 // Pool is one NIC resource. It is the deviceplugin.Backend (and
@@ -62,6 +72,10 @@ type Pool struct {
 	env      string
 	sel      config.NICSelectors
 	devRoot  string
+	// linkCheck is a config.LinkCheck* value; empty picks per NIC.
+	linkCheck string
+	// grace is how long a member may be gone before it leaves.
+	grace time.Duration
 
 	// How Allocate names devices: device nodes (envvar) and CDI names.
 	nodes, cdiCRI, cdiAnnotations bool
@@ -97,18 +111,29 @@ func NewPools(res []config.NICResource, o Options) (*Pools, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	ps := &Pools{log: o.Log, owner: map[string]*Pool{}}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ps := &Pools{log: o.Log, now: o.Now, owner: map[string]*Pool{}, gone: map[string]time.Time{}}
 	envs := map[string]string{}
+	usesCDI := slices.Contains(o.Strategies, "cdi-cri") || slices.Contains(o.Strategies, "cdi-annotations")
 	for i, r := range res {
 		if r.Name == "" || r.Selectors.IsEmpty() {
 			return nil, fmt.Errorf("nicResources[%d]: a pool needs a name and at least one selector", i)
+		}
+		if usesCDI {
+			// Config validation says this first; a name that is no CDI
+			// kind would only fail (or panic the CDI library) later.
+			if err := config.CheckCDIKind(r.Name); err != nil {
+				return nil, fmt.Errorf("nicResources[%d].name: %q is not a CDI kind: %w; rename the pool (example: \"example.com/rdma_numa0\")", i, r.Name, err)
+			}
 		}
 		env := EnvName(r.Name)
 		if prev, dup := envs[env]; dup {
 			return nil, fmt.Errorf("nicResources[%d]: %s and %s both give the environment variable %s; rename one", i, prev, r.Name, env)
 		}
 		envs[env] = r.Name
-		p := &Pool{resource: r.Name, env: env, sel: r.Selectors, devRoot: o.DevRoot}
+		p := &Pool{resource: r.Name, env: env, sel: r.Selectors, devRoot: o.DevRoot, linkCheck: r.LinkCheck, grace: r.GracePeriod()}
 		if len(o.Strategies) == 0 {
 			p.nodes = true
 		}
@@ -137,25 +162,59 @@ func (ps *Pools) All() []*Pool { return slices.Clone(ps.pools) }
 // join the first pool that selects them, every member's health is judged
 // again, and a member missing from the scan stays listed as unhealthy
 // (the kubelet keeps its allocation; it comes back healthy if the NIC
-// returns at the same address). It returns one Update per pool, in config
-// order. Call it at start and then at an interval; it is safe to call from
-// any goroutine.
+// returns at the same address) until it has been gone for its pool's
+// removal grace period, when it leaves the pool. While the scan cannot
+// tell which NIC carries the default route, a NIC joins only a pool that
+// names it (pciAddresses or netdevs), or one bound to vfio-pci, which
+// carries no host traffic. It returns one Update per pool, in config
+// order. Call it at start and then at an interval; it is safe to call
+// from any goroutine.
 func (ps *Pools) Rescan(scan []sysfs.NIC) []Update {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	now := ps.now()
 	byAddr := make(map[string]sysfs.NIC, len(scan))
+	var refused []string
+	unknownRoute := ""
 	for _, n := range scan {
 		byAddr[n.Address] = n
+		if n.DefaultRouteUnknown != "" {
+			unknownRoute = n.DefaultRouteUnknown
+		}
 		if _, owned := ps.owner[n.Address]; owned {
 			continue
 		}
 		for _, p := range ps.pools {
-			if Selects(p.sel, n) {
-				ps.owner[n.Address] = p
-				ps.log.Info("NIC joined pool", "resource", p.resource, "device", n.Address,
-					"vendor", n.Vendor, "product", n.Device, "driver", n.Driver, "numa", n.NUMANode, "netdevs", n.Netdevs)
+			if !Selects(p.sel, n) {
+				continue
+			}
+			if n.DefaultRouteUnknown != "" && n.Driver != sysfs.DriverVFIO && !namesNIC(p.sel, n) {
+				// It may be the management NIC; it waits, unowned, so it
+				// joins this same pool once the route is known.
+				refused = append(refused, p.resource+"="+n.Address)
 				break
 			}
+			ps.owner[n.Address] = p
+			ps.log.Info("NIC joined pool", "resource", p.resource, "device", n.Address,
+				"vendor", n.Vendor, "product", n.Device, "driver", n.Driver, "numa", n.NUMANode, "netdevs", n.Netdevs)
+			break
+		}
+	}
+	ps.logRefused(unknownRoute, refused)
+	for addr, p := range ps.owner {
+		if _, present := byAddr[addr]; present {
+			delete(ps.gone, addr)
+			continue
+		}
+		since, ok := ps.gone[addr]
+		if !ok {
+			ps.gone[addr], since = now, now
+		}
+		if gone := now.Sub(since); gone >= p.grace {
+			delete(ps.owner, addr)
+			delete(ps.gone, addr)
+			ps.log.Warn("NIC left its pool: gone from sysfs for longer than the removal grace period", "resource", p.resource, "device", addr,
+				"gone", gone.String(), "removalGracePeriod", p.grace.String())
 		}
 	}
 	updates := make([]Update, len(ps.pools))
@@ -170,6 +229,21 @@ func (ps *Pools) Rescan(scan []sysfs.NIC) []Update {
 		updates[i] = p.update(members, byAddr, ps.log)
 	}
 	return updates
+}
+
+// logRefused says once, as one error, why NICs are kept out of pools while
+// the default route is unknown, and how to fix it; and once when that ends.
+func (ps *Pools) logRefused(reason string, refused []string) {
+	switch {
+	case reason == "" && ps.routeRefused != "":
+		ps.log.Info("the NIC carrying the default route is known again; NICs held back join their pools")
+		ps.routeRefused = ""
+	case reason != "" && len(refused) > 0 && ps.routeRefused != reason:
+		ps.log.Error("cannot tell which NIC is the node's management NIC (the one carrying the default route), so pools that do not name their NICs with pciAddresses or netdevs take none of them, lest they hand it to a pod; "+
+			"fix: run the plugin with hostNetwork: true, or set --proc-root (procRoot) to the host's /proc as the plugin sees it (e.g. /host/proc/1 with hostPID: true)",
+			"reason", reason, "refused", refused)
+		ps.routeRefused = reason
+	}
 }
 
 // update installs the pool's next state and logs every health change.
@@ -219,7 +293,7 @@ func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.L
 // check is Check plus what only the pool knows: its selectors and the
 // default-route rule.
 func (p *Pool) check(n sysfs.NIC, present bool) Health {
-	if h := Check(n, present); !h.Healthy || !present {
+	if h := CheckLink(n, present, p.linkCheck); !h.Healthy || !present {
 		return h
 	}
 	if why := mismatch(p.sel, n, true); why != "" {
@@ -228,6 +302,10 @@ func (p *Pool) check(n sysfs.NIC, present bool) Health {
 	if n.DefaultRoute && !namesAddress(p.sel, n.Address) {
 		// It took over the default route after it joined.
 		return Health{Reason: "carries the node's default route"}
+	}
+	if HasVFs(n) && !namesAddress(p.sel, n.Address) && len(p.sel.Netdevs) == 0 {
+		// VFs were enabled after it joined: pods holding them share it.
+		return Health{Reason: fmt.Sprintf("SR-IOV PF with %d VFs enabled; name it in pciAddresses to pool it anyway", max(n.NumVFs, len(n.VFs)))}
 	}
 	return Health{Healthy: true}
 }

@@ -246,50 +246,84 @@ func TestHealthTransitions(t *testing.T) {
 	const (
 		addr = "0000:18:00.0"
 		dir  = "sys/devices/pci0000:00/0000:18:00.0"
+		nd   = dir + "/net/ibp24s0"
+		port = dir + "/infiniband/mlx5_0/ports/1"
 	)
-	f := load(t, "dgx-h100")
-	ps := newPools(t, examplePools(t), f)
-	ps.Rescan(f.scan(t))
 	steps := []struct {
 		name       string
+		linkCheck  string // the pool's linkCheck; "" is the default
 		directives string
 		healthy    bool
 		reason     string
 	}{
-		{name: "link down", directives: "file " + dir + "/net/ibp24s0/operstate down\nfile " + dir + "/net/ibp24s0/carrier 0", reason: "link down: ibp24s0"},
-		{name: "link back up", directives: "file " + dir + "/net/ibp24s0/operstate up\nfile " + dir + "/net/ibp24s0/carrier 1", healthy: true},
-		{name: "link down again", directives: "file " + dir + "/net/ibp24s0/operstate down", reason: "link down: ibp24s0"},
+		// An RDMA NIC is judged by its RDMA port by default.
+		{name: "RDMA port down", directives: "file " + port + "/state 1: DOWN\nfile " + port + "/phys_state 2: Polling", reason: "RDMA port down: mlx5_0/1: DOWN (Polling)"},
+		{name: "RDMA port back", directives: "file " + port + "/state 4: ACTIVE\nfile " + port + "/phys_state 5: LinkUp", healthy: true},
+		// Compute nodes often leave IPoIB unconfigured: verbs users do
+		// not need it.
+		{name: "IPoIB netdev down, port ACTIVE", directives: "file " + nd + "/operstate down\nfile " + nd + "/carrier 0\nfile " + nd + "/flags 0x1002", healthy: true},
+		{name: "port physically down", directives: "file " + port + "/phys_state 3: Disabled", reason: "RDMA port down: mlx5_0/1: ACTIVE (Disabled)"},
+		{name: "port back again", directives: "file " + port + "/phys_state 5: LinkUp", healthy: true},
+		// linkCheck: netdev judges netdevs that are administratively up.
+		{name: "netdev check: admin-down netdev is unused", linkCheck: "netdev", healthy: true},
+		{name: "netdev check: admin up without carrier", linkCheck: "netdev", directives: "file " + nd + "/flags 0x1003", reason: "link down: ibp24s0"},
+		{name: "netdev check: link back up", linkCheck: "netdev", directives: "file " + nd + "/operstate up\nfile " + nd + "/carrier 1", healthy: true},
+		{name: "netdev check: RDMA port ignored", linkCheck: "netdev", directives: "file " + port + "/state 1: DOWN", healthy: true},
+		{name: "off: nothing judged", linkCheck: "off", directives: "file " + nd + "/operstate down", healthy: true},
+		{name: "default: port down again", directives: "file " + nd + "/operstate up", reason: "RDMA port down: mlx5_0/1: DOWN (LinkUp)"},
+		{name: "default: port up", directives: "file " + port + "/state 4: ACTIVE", healthy: true},
 		// The netdev left for a pod's namespace: its link state is the
 		// pod's business, not a fault of the NIC.
-		{name: "netdev moved into a pod", directives: "rm " + dir + "/net\nrm sys/class/net/ibp24s0", healthy: true},
-		{name: "netdev back, link up", directives: "file " + dir + "/net/ibp24s0/operstate up\nfile " + dir + "/net/ibp24s0/type 32\nlink sys/class/net/ibp24s0 ../../devices/pci0000:00/0000:18:00.0/net/ibp24s0", healthy: true},
+		{name: "netdev moved into a pod", linkCheck: "netdev", directives: "file " + nd + "/operstate down\nrm " + dir + "/net\nrm sys/class/net/ibp24s0", healthy: true},
+		{name: "netdev back, link up", linkCheck: "netdev", directives: "file " + nd + "/operstate up\nfile " + nd + "/type 32\nlink sys/class/net/ibp24s0 ../../devices/pci0000:00/0000:18:00.0/net/ibp24s0", healthy: true},
 		{name: "fell off the bus", directives: "file " + dir + `/config "\xff\xff\xff\xff"`, reason: "PCI device failed: config space reads all ones (fell off the bus)"},
 		{name: "recovered", directives: "rm " + dir + "/config", healthy: true},
 		{name: "removed", directives: "rm sys/bus/pci/devices/" + addr + "\nrm " + dir, reason: "removed: gone from sysfs"},
 	}
-	was := deviceplugin.Device{ID: addr, NUMANode: 0, Healthy: true}
+	f := load(t, "dgx-h100")
+	// One Pools per link check, each seeing every step.
+	pools := map[string]*Pools{}
+	for _, lc := range []string{"", "netdev", "off"} {
+		res := examplePools(t)
+		for i := range res {
+			res[i].LinkCheck = lc
+		}
+		pools[lc] = newPools(t, res, f)
+		pools[lc].Rescan(f.scan(t))
+	}
+	was := map[string]deviceplugin.Device{}
+	for lc := range pools {
+		was[lc] = deviceplugin.Device{ID: addr, NUMANode: 0, Healthy: true}
+	}
 	for _, st := range steps {
 		f.apply(t, st.directives)
-		u := ps.Rescan(f.scan(t))[0]
-		if changed := was.Healthy != st.healthy || was.Reason != st.reason; u.Changed != changed {
-			t.Errorf("%s: Rescan reported Changed=%t, want %t", st.name, u.Changed, changed)
-		}
-		was = u.Devices[0]
-		if !slices.Equal(ids(u.Devices), cx7NUMA0) {
-			t.Fatalf("%s: devices %v; a NIC must stay listed whatever its state", st.name, ids(u.Devices))
-		}
-		d := u.Devices[0]
-		if d.Healthy != st.healthy || d.Reason != st.reason {
-			t.Errorf("%s: %s healthy=%t reason=%q, want healthy=%t reason=%q", st.name, addr, d.Healthy, d.Reason, st.healthy, st.reason)
-		}
-		for _, other := range u.Devices[1:] {
-			if !other.Healthy {
-				t.Errorf("%s: %s became unhealthy too: %s", st.name, other.ID, other.Reason)
+		scan := f.scan(t)
+		for lc, ps := range pools {
+			u := ps.Rescan(scan)[0]
+			prev := was[lc]
+			was[lc] = u.Devices[0]
+			if lc != st.linkCheck {
+				continue
+			}
+			if changed := prev.Healthy != st.healthy || prev.Reason != st.reason; u.Changed != changed {
+				t.Errorf("%s: Rescan reported Changed=%t, want %t", st.name, u.Changed, changed)
+			}
+			if !slices.Equal(ids(u.Devices), cx7NUMA0) {
+				t.Fatalf("%s: devices %v; a NIC must stay listed whatever its state", st.name, ids(u.Devices))
+			}
+			d := u.Devices[0]
+			if d.Healthy != st.healthy || d.Reason != st.reason {
+				t.Errorf("%s: %s healthy=%t reason=%q, want healthy=%t reason=%q", st.name, addr, d.Healthy, d.Reason, st.healthy, st.reason)
+			}
+			for _, other := range u.Devices[1:] {
+				if !other.Healthy {
+					t.Errorf("%s: %s became unhealthy too: %s", st.name, other.ID, other.Reason)
+				}
 			}
 		}
 	}
 	// A removed NIC keeps its last facts, so it keeps its NUMA node.
-	if d := ps.All()[0].Devices()[0]; d.NUMANode != 0 {
+	if d := pools[""].All()[0].Devices()[0]; d.NUMANode != 0 {
 		t.Errorf("removed NIC lost its NUMA node: %+v", d)
 	}
 }
@@ -376,8 +410,15 @@ func TestNICTakesOverDefaultRoute(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	up := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0"}, LinkUp: map[string]bool{"ib0": true}}
-	down := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0", "ib1"}, LinkUp: map[string]bool{"ib0": false, "ib1": true}}
+	up := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0"}, LinkUp: map[string]bool{"ib0": true}, AdminUp: map[string]bool{"ib0": true}}
+	down := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0", "ib1"}, LinkUp: map[string]bool{"ib0": false, "ib1": true}, AdminUp: map[string]bool{"ib0": true, "ib1": true}}
+	adminDown := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"eth0"}, LinkUp: map[string]bool{"eth0": false}, AdminUp: map[string]bool{"eth0": false}}
+	active := []sysfs.RDMAPort{{Device: "mlx5_0", Port: "1", State: "ACTIVE", PhysState: "LinkUp"}}
+	ipoibDown := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0"}, LinkUp: map[string]bool{"ib0": false}, AdminUp: map[string]bool{"ib0": true},
+		RDMADevices: []string{"uverbs0"}, RDMAPorts: active}
+	portDown := sysfs.NIC{Address: "0000:18:00.0", Netdevs: []string{"ib0"}, LinkUp: map[string]bool{"ib0": true}, AdminUp: map[string]bool{"ib0": true},
+		RDMADevices: []string{"uverbs0"}, RDMAPorts: []sysfs.RDMAPort{{Device: "mlx5_0", Port: "1", State: "INIT", PhysState: "LinkUp"}}}
+	portUnknown := sysfs.NIC{Address: "0000:18:00.0", RDMADevices: []string{"uverbs0"}, RDMAPorts: []sysfs.RDMAPort{{Device: "mlx5_0", Port: "1"}}}
 	tests := []struct {
 		name    string
 		n       sysfs.NIC
@@ -386,6 +427,10 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "healthy", n: up, present: true, want: Health{Healthy: true}},
 		{name: "link down", n: down, present: true, want: Health{Reason: "link down: ib0"}},
+		{name: "admin-down netdev is unused, not broken", n: adminDown, present: true, want: Health{Healthy: true}},
+		{name: "RDMA NIC with ACTIVE port and its IPoIB down", n: ipoibDown, present: true, want: Health{Healthy: true}},
+		{name: "RDMA port not ACTIVE", n: portDown, present: true, want: Health{Reason: "RDMA port down: mlx5_0/1: INIT (LinkUp)"}},
+		{name: "RDMA port state unreadable is not judged", n: portUnknown, present: true, want: Health{Healthy: true}},
 		{name: "no netdev in the host namespace", n: sysfs.NIC{Address: "0000:18:00.0"}, present: true, want: Health{Healthy: true}},
 		{name: "gone", n: up, present: false, want: Health{Reason: "removed: gone from sysfs"}},
 		{name: "failed wins over link", n: sysfs.NIC{Failed: "x", Netdevs: []string{"ib0"}}, present: true, want: Health{Reason: "PCI device failed: x"}},
@@ -514,8 +559,8 @@ func TestServedByDevicePlugin(t *testing.T) {
 		t.Errorf("device nodes = %v, want %v", paths, want)
 	}
 
-	// A link going down reaches the kubelet's stream after a rescan.
-	f.apply(t, "file sys/devices/pci0000:00/0000:9a:00.0/net/ibp154s0/operstate down")
+	// A port going down reaches the kubelet's stream after a rescan.
+	f.apply(t, "file sys/devices/pci0000:00/0000:9a:00.0/infiniband/mlx5_4/ports/1/state 1: DOWN")
 	for _, up := range ps.Rescan(f.scan(t)) {
 		if up.Pool == u.Pool && up.Changed {
 			srv.SetDevices(up.Devices)

@@ -36,10 +36,20 @@ func Matches(s config.NICSelectors, n sysfs.NIC) bool {
 }
 
 // Selects reports whether a pool with these selectors takes the NIC: they
-// match, and the NIC does not carry the default route unless the pool
-// names its address.
+// match, the NIC does not carry the default route unless the pool names
+// its address, and it is not a PF with VFs enabled unless the pool names
+// it (by address or netdev).
 func Selects(s config.NICSelectors, n sysfs.NIC) bool {
-	return Matches(s, n) && (!n.DefaultRoute || namesAddress(s, n.Address))
+	return Matches(s, n) && (!n.DefaultRoute || namesAddress(s, n.Address)) && (!HasVFs(n) || namesNIC(s, n))
+}
+
+// HasVFs reports whether the NIC is an SR-IOV PF with VFs enabled.
+func HasVFs(n sysfs.NIC) bool { return n.NumVFs > 0 || len(n.VFs) > 0 }
+
+// namesNIC reports whether the selectors name this NIC: its PCI address,
+// or one of its host netdevs.
+func namesNIC(s config.NICSelectors, n sysfs.NIC) bool {
+	return namesAddress(s, n.Address) || slices.ContainsFunc(n.Netdevs, func(nd string) bool { return slices.Contains(s.Netdevs, nd) })
 }
 
 // mismatch names the first selector that does not match, or returns "".
@@ -58,6 +68,10 @@ func mismatch(s config.NICSelectors, n sysfs.NIC, fixedOnly bool) string {
 		return fmt.Sprintf("address is %s", n.Address)
 	case len(s.NUMANodes) > 0 && !slices.Contains(s.NUMANodes, n.NUMANode):
 		return fmt.Sprintf("NUMA node is %d", n.NUMANode)
+	case s.PFOnly && n.PF != "":
+		return fmt.Sprintf("it is a VF of %s", n.PF)
+	case s.VFOnly && n.PF == "":
+		return "it is not a VF"
 	case fixedOnly:
 		return ""
 	case len(s.Netdevs) > 0 && !slices.ContainsFunc(n.Netdevs, func(nd string) bool { return slices.Contains(s.Netdevs, nd) }):

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -70,8 +71,15 @@ type NIC struct {
 	// the namespace sysfs was mounted from (the host's), sorted. An
 	// interface moved into a pod's namespace is not listed.
 	Netdevs []string
-	// LinkUp says, per netdev, whether its link is up.
+	// LinkUp says, per netdev, whether its link is up (operstate, or
+	// carrier where the driver reports no operational state).
 	LinkUp map[string]bool
+	// AdminUp says, per netdev, whether it is administratively up (IFF_UP
+	// in flags). An interface nobody configured, or one the host-device
+	// CNI handed back down when its pod exited, is false: unused, not
+	// broken. A netdev without a flags file counts as up; one whose flags
+	// do not parse is false (not judged) and noted in Problems.
+	AdminUp map[string]bool
 	// LinkType is LinkEther, LinkInfiniBand or empty when unknown.
 	LinkType string
 	// IBDevices are the RDMA devices of this function ("mlx5_0").
@@ -79,6 +87,8 @@ type NIC struct {
 	// RDMADevices are its verbs character devices ("uverbs0"), which
 	// live under /dev/infiniband.
 	RDMADevices []string
+	// RDMAPorts are the ports of IBDevices, by device then port number.
+	RDMAPorts []RDMAPort
 	// IOMMUGroup is the IOMMU group number; empty without an IOMMU.
 	IOMMUGroup string
 	// PF is the physical function's address when this is an SR-IOV VF.
@@ -90,6 +100,11 @@ type NIC struct {
 	// DefaultRoute is set when one of Netdevs (directly or under a bond,
 	// VLAN or bridge) carries the node's default route.
 	DefaultRoute bool
+	// DefaultRouteUnknown says why the scan could not tell which NIC
+	// carries the default route (the route table read is another network
+	// namespace's, or unreadable); empty when it could. It is the same
+	// for every NIC of one scan.
+	DefaultRouteUnknown string
 	// Failed says why the device is unusable (it fell off the bus);
 	// empty when it is not.
 	Failed string
@@ -101,15 +116,56 @@ type NIC struct {
 // IsRDMA reports whether the NIC has verbs devices.
 func (n NIC) IsRDMA() bool { return len(n.RDMADevices) > 0 }
 
-// LinksDown lists the host-namespace netdevs whose link is down.
+// LinksDown lists the host-namespace netdevs that are administratively up
+// and whose link is down. An admin-down netdev is not judged.
 func (n NIC) LinksDown() []string {
 	var down []string
 	for _, nd := range n.Netdevs {
-		if !n.LinkUp[nd] {
+		if n.AdminUp[nd] && !n.LinkUp[nd] {
 			down = append(down, nd)
 		}
 	}
 	return down
+}
+
+// PortsDown describes the RDMA ports whose state was read and is not
+// ACTIVE, or whose physical state was read and is not LinkUp, as
+// "mlx5_0/1: DOWN (Polling)". A port whose state is unknown is not judged.
+func (n NIC) PortsDown() []string {
+	var down []string
+	for _, p := range n.RDMAPorts {
+		if p.State == "" || p.Active() {
+			continue
+		}
+		d := p.Device + "/" + p.Port + ": " + p.State
+		if p.PhysState != "" {
+			d += " (" + p.PhysState + ")"
+		}
+		down = append(down, d)
+	}
+	return down
+}
+
+// RDMAPort is one port of an RDMA device, as
+// <dev>/infiniband/<ibdev>/ports/<n> shows it. This, not the IPoIB or
+// Ethernet netdev, is what verbs users (NCCL, UCX) depend on.
+type RDMAPort struct {
+	Device string // "mlx5_0"
+	Port   string // "1"
+	// State is the logical state's name ("ACTIVE", "DOWN", "INIT",
+	// "ARMED"); empty when it could not be read or parsed.
+	State string
+	// PhysState is the physical state's name ("LinkUp", "Polling",
+	// "Disabled"); empty when it could not be read or parsed.
+	PhysState string
+	// LinkLayer is "InfiniBand" or "Ethernet" (RoCE).
+	LinkLayer string
+}
+
+// Active reports whether the port can carry traffic: logical state
+// ACTIVE (or ACTIVE_DEFER) and, when known, physical state LinkUp.
+func (p RDMAPort) Active() bool {
+	return (p.State == "ACTIVE" || p.State == "ACTIVE_DEFER") && (p.PhysState == "" || p.PhysState == "LinkUp")
 }
 
 // NICOptions configure a NICScanner. Every root is a parameter so tests
@@ -241,26 +297,67 @@ func (s *NICScanner) Scan() ([]NIC, error) {
 	}
 	slices.SortFunc(nics, func(a, b NIC) int { return cmp.Compare(a.Address, b.Address) })
 
-	ifaces, err := DefaultRouteInterfaces(s.proc)
-	if err != nil {
-		s.errorOnce("route", "cannot tell which NIC carries the default route; no NIC is protected from pools", "err", err)
-	}
-	if len(ifaces) > 0 {
-		carriers := map[string]bool{}
-		for _, ifc := range ifaces {
-			for _, nd := range lowerNetdevs(s.sysfs, ifc) {
-				carriers[nd] = true
-			}
+	ifaces, unknown := s.defaultRoute()
+	carriers := map[string]bool{}
+	for _, ifc := range ifaces {
+		for _, nd := range lowerNetdevs(s.sysfs, ifc) {
+			carriers[nd] = true
 		}
-		for i := range nics {
-			for _, nd := range nics[i].Netdevs {
-				if carriers[nd] {
-					nics[i].DefaultRoute = true
-				}
+	}
+	for i := range nics {
+		nics[i].DefaultRouteUnknown = unknown
+		for _, nd := range nics[i].Netdevs {
+			if carriers[nd] {
+				nics[i].DefaultRoute = true
 			}
 		}
 	}
 	return nics, nil
+}
+
+// defaultRoute returns the default-route interfaces and, when they cannot
+// be trusted to be the host's, why. /proc/net follows the reader's
+// network namespace: in a pod without hostNetwork it names the pod's eth0,
+// which the host's sysfs lacks (or, by chance, names another interface).
+func (s *NICScanner) defaultRoute() (ifaces []string, unknown string) {
+	ifaces, err := DefaultRouteInterfaces(s.proc)
+	if err != nil {
+		return nil, err.Error()
+	}
+	inet6 := ifindexes(filepath.Join(s.proc, "net", "if_inet6"))
+	for _, ifc := range ifaces {
+		dir := filepath.Join(s.sysfs, "class", "net", ifc)
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Sprintf("default-route interface %s (from %s) is not in %s: the route table read is not the host's network namespace", ifc, filepath.Join(s.proc, "net", "route"), filepath.Dir(dir))
+		}
+		if idx, ok := inet6[ifc]; ok {
+			if own := readTrimmed(filepath.Join(dir, "ifindex")); own != "" && own != idx {
+				return nil, fmt.Sprintf("default-route interface %s has ifindex %s in %s but %s in %s: the route table read is not the host's network namespace", ifc, idx, s.proc, own, filepath.Dir(dir))
+			}
+		}
+	}
+	return ifaces, ""
+}
+
+// ifindexes maps interface names to their decimal ifindex from
+// /proc/net/if_inet6 ("addr ifindex(hex) plen scope flags name"); empty
+// when the file is missing (IPv6 off) or says nothing.
+func ifindexes(path string) map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		if v, err := strconv.ParseUint(f[1], 16, 32); err == nil {
+			out[f[5]] = strconv.FormatUint(v, 10)
+		}
+	}
+	return out
 }
 
 // readPCIDevice reads vendor, device, class and driver straight from
@@ -330,6 +427,7 @@ func (s *NICScanner) readNIC(addr string, d pciDevice) NIC {
 		Driver:     d.driver,
 		NUMANode:   -1,
 		LinkUp:     map[string]bool{},
+		AdminUp:    map[string]bool{},
 	}
 	problem := func(err error) {
 		n.Problems = append(n.Problems, err.Error())
@@ -353,12 +451,24 @@ func (s *NICScanner) readNIC(addr string, d pciDevice) NIC {
 	for _, nd := range n.Netdevs {
 		dir := s.netdevDir(netdevs[nd], nd)
 		n.LinkUp[nd] = linkUp(dir)
+		up, err := adminUp(dir)
+		if err != nil {
+			problem(fmt.Errorf("netdev %s: %w; its link is not judged", nd, err))
+		}
+		n.AdminUp[nd] = up
 		if n.LinkType == "" {
 			n.LinkType = netdevLinkType(dir)
 		}
 	}
 	n.IBDevices = dirNames(filepath.Join(dev, "infiniband"))
 	n.RDMADevices = dirNames(filepath.Join(dev, "infiniband_verbs"))
+	for _, ib := range n.IBDevices {
+		ports, errs := rdmaPorts(filepath.Join(dev, "infiniband", ib), ib)
+		n.RDMAPorts = append(n.RDMAPorts, ports...)
+		for _, err := range errs {
+			problem(err)
+		}
+	}
 	if n.LinkType == "" {
 		// A NIC whose netdev is in a pod's namespace still shows its
 		// RDMA port in the host's sysfs.
@@ -382,10 +492,96 @@ func (s *NICScanner) readNIC(addr string, d pciDevice) NIC {
 
 	// Config space reads all ones once a device has fallen off the bus;
 	// the vendor file, cached at enumeration, would still look fine.
-	if b, err := os.ReadFile(filepath.Join(dev, "config")); err == nil && len(b) >= 4 && bytes.Equal(b[:4], []byte{0xff, 0xff, 0xff, 0xff}) {
+	if b, err := readConfigID(filepath.Join(dev, "config")); err == nil && bytes.Equal(b, []byte{0xff, 0xff, 0xff, 0xff}) {
 		n.Failed = "config space reads all ones (fell off the bus)"
 	}
 	return n
+}
+
+// readConfigID reads the first 4 bytes of PCI config space (vendor and
+// device ID) and no more: a rescan of every NIC every few seconds should
+// not pull 4 KiB of extended config space through the device each time.
+func readConfigID(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// iffUp is IFF_UP from <linux/if.h>: the interface is administratively up.
+const iffUp = 0x1
+
+// adminUp reads a netdev's flags. A missing file counts as up, the rule
+// before flags were read; unparsable content is an error and not up.
+func adminUp(dir string) (bool, error) {
+	path := filepath.Join(dir, "flags")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	s := strings.TrimSpace(string(b))
+	h, ok := strings.CutPrefix(s, "0x")
+	v, perr := strconv.ParseUint(h, 16, 32)
+	if !ok || perr != nil {
+		return false, fmt.Errorf("reading %s: %q is not a hex flags word (example: 0x1003): %w", path, s, ErrMalformed)
+	}
+	return v&iffUp != 0, nil
+}
+
+// rdmaPorts reads every port of one RDMA device. state and phys_state read
+// "4: ACTIVE" and "5: LinkUp"; an unreadable or garbled one leaves that
+// field empty (not judged) and is returned as an error to note.
+func rdmaPorts(ibdev, name string) ([]RDMAPort, []error) {
+	var ports []RDMAPort
+	var errs []error
+	names := dirNames(filepath.Join(ibdev, "ports"))
+	slices.SortFunc(names, func(a, b string) int {
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return cmp.Or(cmp.Compare(x, y), cmp.Compare(a, b))
+	})
+	for _, port := range names {
+		dir := filepath.Join(ibdev, "ports", port)
+		p := RDMAPort{Device: name, Port: port, LinkLayer: readTrimmed(filepath.Join(dir, "link_layer"))}
+		var err error
+		if p.State, err = portState(dir, "state"); err != nil {
+			errs = append(errs, fmt.Errorf("RDMA port %s/%s: %w; its state is not judged", name, port, err))
+		}
+		if p.PhysState, err = portState(dir, "phys_state"); err != nil {
+			errs = append(errs, fmt.Errorf("RDMA port %s/%s: %w; its physical state is not judged", name, port, err))
+		}
+		ports = append(ports, p)
+	}
+	return ports, errs
+}
+
+// portState reads "<number>: <NAME>" and returns NAME; empty, without an
+// error, when the file is missing.
+func portState(dir, file string) (string, error) {
+	path := filepath.Join(dir, file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	s := strings.TrimSpace(string(b))
+	num, name, ok := strings.Cut(s, ":")
+	name = strings.TrimSpace(name)
+	if _, err := strconv.Atoi(strings.TrimSpace(num)); !ok || err != nil || name == "" {
+		return "", fmt.Errorf("reading %s: %q is not \"<number>: <state>\" (example: \"4: ACTIVE\"): %w", path, s, ErrMalformed)
+	}
+	return name, nil
 }
 
 // netdevDirs maps each netdev of a PCI function to the directory that

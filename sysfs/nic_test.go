@@ -97,8 +97,9 @@ func TestScanDGXH100(t *testing.T) {
 				Address: c.addr, Vendor: "15b3", Device: "1021",
 				VendorName: "Mellanox Technologies", DeviceName: "MT2910 Family [ConnectX-7]",
 				Class: 0x020700, Driver: "mlx5_core", NUMANode: c.numa,
-				Netdevs: []string{c.netdev}, LinkUp: map[string]bool{c.netdev: true}, LinkType: LinkInfiniBand,
+				Netdevs: []string{c.netdev}, LinkUp: map[string]bool{c.netdev: true}, AdminUp: map[string]bool{c.netdev: true}, LinkType: LinkInfiniBand,
 				IBDevices: []string{fmt.Sprintf("mlx5_%d", i)}, RDMADevices: []string{fmt.Sprintf("uverbs%d", i)},
+				RDMAPorts:  []RDMAPort{{Device: fmt.Sprintf("mlx5_%d", i), Port: "1", State: "ACTIVE", LinkLayer: "InfiniBand"}},
 				IOMMUGroup: fmt.Sprint(20 + i),
 			}
 			if !reflect.DeepEqual(got, w) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"text/tabwriter"
 
@@ -18,26 +19,91 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
-// listedGPU is one row of `list`.
+// The types below are the `list -o json` interface: scripts read it, so
+// every key is lowerCamelCase, always present (empty rather than left
+// out), listed in the README and pinned by testdata/list.golden.json. They
+// are mapped from nvml.GPU and sysfs.NIC field by field, so a field added
+// there does not change the output by accident.
+
+// listing is the whole output of `list`.
+type listing struct {
+	DriverVersion string      `json:"driverVersion"`
+	NVMLVersion   string      `json:"nvmlVersion"`
+	GPUs          []listedGPU `json:"gpus"`
+	NICs          []listedNIC `json:"nics"`
+}
+
+// listedGPU is one GPU row of `list`.
 type listedGPU struct {
-	nvml.GPU
-	Health string `json:"health"`
-	Reason string `json:"reason,omitempty"`
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Minor       int    `json:"minor"`
+	Name        string `json:"name"`
+	MemoryBytes uint64 `json:"memoryBytes"`
+	PCIBusID    string `json:"pciBusID"`
+	NUMANode    int    `json:"numaNode"`
+	MIGEnabled  bool   `json:"migEnabled"`
+	Health      string `json:"health"`
+	Reason      string `json:"reason"`
 }
 
 // listedNIC is one NIC row of `list`: every NIC found, pooled or not.
+// Pool, Health and Reason are empty for a NIC in no pool: nothing serves
+// it, so nothing judges it.
 type listedNIC struct {
-	sysfs.NIC
-	Pool   string `json:"pool,omitempty"`
-	Health string `json:"health,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	Address      string          `json:"address"`
+	Vendor       string          `json:"vendor"`
+	Device       string          `json:"device"`
+	VendorName   string          `json:"vendorName"`
+	DeviceName   string          `json:"deviceName"`
+	Class        string          `json:"class"`
+	Driver       string          `json:"driver"`
+	NUMANode     int             `json:"numaNode"`
+	Netdevs      []string        `json:"netdevs"`
+	LinkUp       map[string]bool `json:"linkUp"`
+	LinkType     string          `json:"linkType"`
+	IBDevices    []string        `json:"ibDevices"`
+	RDMADevices  []string        `json:"rdmaDevices"`
+	IOMMUGroup   string          `json:"iommuGroup"`
+	PF           string          `json:"pf"`
+	VFs          []string        `json:"vfs"`
+	NumVFs       int             `json:"numVFs"`
+	DefaultRoute bool            `json:"defaultRoute"`
+	Failed       string          `json:"failed"`
+	Problems     []string        `json:"problems"`
+	Pool         string          `json:"pool"`
+	Health       string          `json:"health"`
+	Reason       string          `json:"reason"`
 }
 
-type listing struct {
-	DriverVersion string      `json:"driverVersion,omitempty"`
-	NVMLVersion   string      `json:"nvmlVersion,omitempty"`
-	GPUs          []listedGPU `json:"gpus"`
-	NICs          []listedNIC `json:"nics"`
+func newListedGPU(g nvml.GPU, health, reason string) listedGPU {
+	return listedGPU{
+		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
+		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
+		Health: health, Reason: reason,
+	}
+}
+
+func newListedNIC(n sysfs.NIC, pool, health, reason string) listedNIC {
+	linkUp := make(map[string]bool, len(n.LinkUp))
+	maps.Copy(linkUp, n.LinkUp)
+	return listedNIC{
+		Address: n.Address, Vendor: n.Vendor, Device: n.Device, VendorName: n.VendorName, DeviceName: n.DeviceName,
+		Class: fmt.Sprintf("0x%06x", n.Class), Driver: n.Driver, NUMANode: n.NUMANode,
+		Netdevs: orEmpty(n.Netdevs), LinkUp: linkUp, LinkType: n.LinkType,
+		IBDevices: orEmpty(n.IBDevices), RDMADevices: orEmpty(n.RDMADevices), IOMMUGroup: n.IOMMUGroup,
+		PF: n.PF, VFs: orEmpty(n.VFs), NumVFs: n.NumVFs, DefaultRoute: n.DefaultRoute,
+		Failed: n.Failed, Problems: orEmpty(n.Problems),
+		Pool: pool, Health: health, Reason: reason,
+	}
+}
+
+// orEmpty makes a nil list [] in JSON, not null.
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // listNICs scans the NICs once and judges them as serve would.
@@ -64,7 +130,7 @@ func listNICs(cfg config.Config, log *slog.Logger) ([]listedNIC, error) {
 	out := make([]listedNIC, 0, len(scan))
 	for _, n := range scan {
 		m := members[n.Address]
-		out = append(out, listedNIC{NIC: n, Pool: m.pool, Health: m.health, Reason: m.reason})
+		out = append(out, newListedNIC(n, m.pool, m.health, m.reason))
 	}
 	return out, nil
 }
@@ -95,26 +161,33 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	w.Poll()
-	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs))}
+	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
 	for i, g := range inv.GPUs {
 		healthy, reason := w.State(i)
 		state := "Healthy"
 		if !healthy {
 			state = "Unhealthy"
 		}
-		out.GPUs = append(out.GPUs, listedGPU{GPU: g, Health: state, Reason: reason})
+		out.GPUs = append(out.GPUs, newListedGPU(g, state, reason))
 	}
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
-	if out.NICs, err = listNICs(cfg, log); err != nil {
+	if nics, err := listNICs(cfg, log); err != nil {
 		log.Warn("NICs not listed", "err", err)
+	} else {
+		out.NICs = nics
 	}
 	if output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(stdout, out)
 	}
 	return writeTable(stdout, out)
+}
+
+func writeJSON(w io.Writer, l listing) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // a reason reads "thermal=92C>=slowdown 90C", not "\u003e="
+	return enc.Encode(l)
 }
 
 func orDash(s string) string {

@@ -64,8 +64,12 @@ func startDaemon(t *testing.T, cfg config.Config, lib nvml.Library) (stop func()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	open := func(string) (nvml.Library, error) { return lib, nil }
+	// Never the machine's own directories.
 	if cfg.StateDir == config.DefaultStateDir {
-		cfg.StateDir = t.TempDir() // never the machine's own
+		cfg.StateDir = t.TempDir()
+	}
+	if cfg.DeviceInfoDir == config.DefaultDeviceInfoDir {
+		cfg.DeviceInfoDir = t.TempDir()
 	}
 	go func() { done <- daemon.Run(ctx, cfg, open, log) }()
 	var once sync.Once

@@ -115,6 +115,7 @@ func StartPlugin(o PluginOptions) (p *Plugin, err error) {
 		"--log-format", "json",
 		// Never the machine's own; a test may pass another after these.
 		"--state-dir", filepath.Join(work, "state"),
+		"--device-info-dir", filepath.Join(work, "devinfo"),
 	}
 	if o.HealthPollInterval > 0 {
 		args = append(args, "--health-poll-interval", o.HealthPollInterval.String())

@@ -33,6 +33,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
@@ -59,7 +60,7 @@ var gpuResource = v1.ResourceName(gpu.ResourceName)
 // and only that pod's, through the kubelet's own device manager; a GPU that
 // recovers shows as Healthy again.
 func TestAllocatedResourcesStatus(t *testing.T) {
-	if !isolated(t) {
+	if !harness.Isolated(t) {
 		return
 	}
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ResourceHealthStatus, true)
@@ -329,6 +330,7 @@ func startPlugin(t *testing.T) *node {
 	}
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
+	cfg.DeviceInfoDir = t.TempDir()
 	cfg.DevicePluginDir = pluginapi.DevicePluginPath
 	cfg.SysfsRoot = t.TempDir()
 	cfg.DevRoot = t.TempDir()

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -107,9 +108,45 @@ func (s *scenario) nicPools(t *testing.T, ctx context.Context) {
 	if wantIB := []string{"/dev/infiniband/rdma_cm", "/dev/infiniband/" + nics[i].UVerbs}; !slices.Equal(ib, wantIB) {
 		t.Errorf("pod %s has %v, want %v", podNIC, ib, wantIB)
 	}
+	checkDevInfoFile(t, pool, addr)
 	q := pod.Status.ContainerStatuses[0].AllocatedResources[pool]
 	t.Logf("pod %s: %s %s: %s=%s (NUMA %d), devices %v", podNIC, pool, q.String(), envName, addr, nics[i].NUMA, ib)
 	if err := deletePods(ctx, podNIC); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkDevInfoFile checks the device-information file Allocate wrote on
+// the node for the NIC at addr, as Multus would read it: named as the
+// Network Plumbing WG's device-info spec says (section 4.1), "pci" type,
+// the NIC's PCI address.
+func checkDevInfoFile(t *testing.T, pool corev1.ResourceName, addr string) {
+	t.Helper()
+	if env.DevInfoDir == "" {
+		t.Log("E2E_DEVINFO_DIR is not set and the node's /var/run is not known: device-information file not checked")
+		return
+	}
+	name := strings.ReplaceAll(string(pool), "/", "-") + "-" + addr + "-device.json"
+	p := filepath.Join(env.DevInfoDir, name)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		entries, _ := os.ReadDir(env.DevInfoDir)
+		t.Errorf("device-information file of %s: %v (directory holds %v)", addr, err, entries)
+		return
+	}
+	var info struct {
+		Type    string `json:"type"`
+		Version string `json:"version"`
+		PCI     struct {
+			Address string `json:"pci-address"`
+		} `json:"pci"`
+	}
+	if err := json.Unmarshal(data, &info); err != nil {
+		t.Errorf("%s: %v\n%s", p, err, data)
+		return
+	}
+	if info.Type != "pci" || info.Version != "1.1.0" || info.PCI.Address != addr {
+		t.Errorf("%s holds %s, want type pci, version 1.1.0, pci-address %s", p, data, addr)
+	}
+	t.Logf("device information for Multus: %s", name)
 }

@@ -28,6 +28,11 @@ type settings struct {
 	// is that directory as this process sees it.
 	CDISpecDir string
 	CDIDir     string
+	// DevInfoDir is the node's /var/run/k8s.cni.cncf.io/devinfo/dp, where
+	// the plugin writes each allocated NIC's device-information file, as
+	// this process sees it: E2E_DEVINFO_DIR, or beside CDIDir when that is
+	// the node's /var/run/cdi.
+	DevInfoDir string
 	// PluginImage and ProbeImage are on the node already (never pulled).
 	PluginImage string
 	ProbeImage  string
@@ -59,6 +64,10 @@ func loadSettings() (*settings, error) {
 	}
 	if s.CDISpecDir == "" {
 		s.CDISpecDir = "/var/run/cdi"
+	}
+	s.DevInfoDir = os.Getenv("E2E_DEVINFO_DIR")
+	if s.DevInfoDir == "" && s.CDIDir != "" && s.CDISpecDir == "/var/run/cdi" {
+		s.DevInfoDir = filepath.Join(filepath.Dir(s.CDIDir), "k8s.cni.cncf.io", "devinfo", "dp")
 	}
 	var missing []string
 	for name, v := range map[string]string{

@@ -47,3 +47,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- clean .Values.cdiHook.hostDir }}
 {{- end }}
+
+{{/* "true" when config.nicResources declares NIC pools, else empty. */}}
+{{- define "gpu-device-plugin.nicPools" -}}
+{{- if get (.Values.config | default dict) "nicResources" }}true{{ end }}
+{{- end }}
+
+{{/* Where NIC pools write device-information files for CNI plugins: fixed
+by the Network Plumbing WG's device-info spec, the same on the host and in
+the pod. */}}
+{{- define "gpu-device-plugin.deviceInfoDir" -}}
+/var/run/k8s.cni.cncf.io/devinfo/dp
+{{- end }}

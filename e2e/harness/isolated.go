@@ -1,4 +1,4 @@
-package healthstatus
+package harness
 
 import (
 	"errors"
@@ -16,14 +16,16 @@ import (
 
 // childEnv marks the re-run test process. Its value is the parent's mount
 // namespace, so the child can prove it is in another one before mounting.
-const childEnv = "HEALTHSTATUS_PARENT_MOUNT_NS"
+const childEnv = "E2E_PARENT_MOUNT_NS"
 
-// isolated gives the calling test an empty, private
-// pluginapi.DevicePluginPath. In the parent process it re-runs the test in
-// a child in a new mount namespace, reports the child's output and result,
-// and returns false: the caller must return. In the child it mounts a tmpfs
-// over the directory and returns true: the caller runs the scenario.
-func isolated(t *testing.T) bool {
+// Isolated gives the calling test an empty, private
+// pluginapi.DevicePluginPath: the kubelet's real device manager
+// (devicemanager.NewManagerImpl) only listens, and writes its checkpoint,
+// in that fixed directory. In the parent process it re-runs the test in a
+// child in a new mount namespace, reports the child's output and result,
+// and returns false: the caller must return. In the child it mounts a
+// tmpfs over the directory and returns true: the caller runs the scenario.
+func Isolated(t *testing.T) bool {
 	t.Helper()
 	if parent, ok := os.LookupEnv(childEnv); ok {
 		mountPluginDir(t, parent)
