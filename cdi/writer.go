@@ -1,7 +1,6 @@
 package cdi
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/atomicfile"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -96,60 +97,16 @@ func (w Writer) Write(spec *specs.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if old, err := os.ReadFile(final); err == nil && bytes.Equal(old, data) {
-		return final, nil
-	}
-	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating CDI spec directory: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(final)+".tmp")
-	if err != nil {
-		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
-	}
-	defer func() {
-		if tmp != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	check := func(tmp string) error {
+		if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
+			return fmt.Errorf("CDI spec %s refused by the CDI library: %w", spec.Kind, err)
 		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
+		return nil
 	}
-	// CreateTemp makes the file 0600; runtimes may read it as another user.
-	if err := tmp.Chmod(0o644); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if _, err := cdiapi.ReadSpec(tmp.Name(), 0); err != nil {
-		return "", fmt.Errorf("CDI spec %s refused by the CDI library: %w", spec.Kind, err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
-	}
-	tmp = nil
-	// The rename is durable only once the directory is synced.
-	if err := syncDir(dir); err != nil {
+	if _, err := atomicfile.Write(final, data, atomicfile.Options{Sync: true, Check: check}); err != nil {
 		return "", fmt.Errorf("writing CDI spec %s: %w", spec.Kind, err)
 	}
 	return final, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // RemoveStale removes this owner's spec files that are not in keep (paths

@@ -1,7 +1,6 @@
 package devinfo
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/atomicfile"
 )
 
 const (
@@ -95,39 +96,12 @@ func (d Dir) Write(resource string, n sysfs.NIC) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if old, err := os.ReadFile(final); err == nil && bytes.Equal(old, data) {
-		return final, nil
-	}
-	if err := os.MkdirAll(d.Path, 0o755); err != nil {
-		return "", fmt.Errorf("creating the device information directory: %w", err)
-	}
-	// A leading dot and no -device.json suffix: no reader takes it for a
-	// device's file. No fsync: the directory is on tmpfs (/var/run) and
-	// the files must not outlive a reboot anyway.
-	tmp, err := os.CreateTemp(d.Path, "."+filepath.Base(final)+".tmp")
-	if err != nil {
+	// No fsync: the directory is on tmpfs (/var/run) and the files must
+	// not outlive a reboot anyway. The temporary file's leading dot and
+	// suffix keep readers from taking it for a device's file.
+	if _, err := atomicfile.Write(final, data, atomicfile.Options{}); err != nil {
 		return "", fmt.Errorf("writing device information of %s: %w", n.Address, err)
 	}
-	defer func() {
-		if tmp != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	// CreateTemp makes the file 0600; Multus may read it as another user.
-	if err := tmp.Chmod(0o644); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return "", fmt.Errorf("writing device information of %s: %w", n.Address, err)
-	}
-	tmp = nil
 	return final, nil
 }
 

@@ -17,8 +17,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/atomicfile"
 )
 
 // DefaultBootIDPath is where Linux says which boot this is.
@@ -97,27 +98,7 @@ func (s Store) Save(v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	dir := filepath.Dir(s.Path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("writing state: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(s.Path)+".tmp")
-	if err != nil {
-		return fmt.Errorf("writing state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing state %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing state %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing state %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.Path); err != nil {
+	if _, err := atomicfile.Write(s.Path, append(b, '\n'), atomicfile.Options{Sync: true}); err != nil {
 		return fmt.Errorf("writing state: %w", err)
 	}
 	return nil
