@@ -16,14 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
-	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
@@ -166,26 +163,13 @@ func startAligningKubelet(t *testing.T, policy, scope string) *aligningKubelet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dm, err := devicemanager.NewManagerImpl(log, machine, tm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm.AddHintProvider(log, dm)
-	k.tm, k.dm = tm, dm
-	active := func() []*v1.Pod {
+	dm := harness.StartDeviceManager(t, log, machine, tm, func() []*v1.Pod {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		return slices.Clone(k.pods)
-	}
-	ready := kubeletconfig.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	if err := dm.Start(log, active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
-		t.Fatalf("starting the device manager: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dm.Stop(log); err != nil {
-			t.Errorf("stopping the device manager: %v", err)
-		}
 	})
+	tm.AddHintProvider(log, dm)
+	k.tm, k.dm = tm, dm
 	return k
 }
 

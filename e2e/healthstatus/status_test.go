@@ -18,17 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
-	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
@@ -146,24 +143,10 @@ func startKubelet(t *testing.T) *kubelet {
 	t.Helper()
 	log := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
 	k := &kubelet{log: log, ctx: klog.NewContext(context.Background(), log)}
-	m, err := devicemanager.NewManagerImpl(log, nil, topologymanager.NewFakeManager(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.m = m
-	active := func() []*v1.Pod {
+	k.m = harness.StartDeviceManager(t, log, nil, topologymanager.NewFakeManager(log), func() []*v1.Pod {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		return slices.Clone(k.pods)
-	}
-	ready := kubeletconfig.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	if err := m.Start(log, active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
-		t.Fatalf("starting the device manager: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(log); err != nil {
-			t.Errorf("stopping the device manager: %v", err)
-		}
 	})
 	return k
 }
