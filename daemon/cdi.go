@@ -160,13 +160,28 @@ func (s *specStore) writeLocked(resource string) {
 
 // ready is nil when resource's current spec is on disk, else why not.
 func (s *specStore) ready(resource string) error {
+	if err := s.unwritten(resource); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.wanted[resource]; !ok {
+		return fmt.Errorf("%w: no CDI spec of %s yet", deviceplugin.ErrNotReady, resource)
+	}
+	return nil
+}
+
+// unwritten is an error when resource's spec is wanted but its last write
+// failed; a resource with no spec at all (NICs without device nodes) is
+// not its business. Nil on a nil store.
+func (s *specStore) unwritten(resource string) error {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err, ok := s.failed[resource]; ok {
 		return fmt.Errorf("%w: the CDI spec of %s is not written yet: %w", deviceplugin.ErrNotReady, resource, err)
-	}
-	if _, ok := s.wanted[resource]; !ok {
-		return fmt.Errorf("%w: no CDI spec of %s yet", deviceplugin.ErrNotReady, resource)
 	}
 	return nil
 }

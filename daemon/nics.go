@@ -233,6 +233,10 @@ type nicBackend struct {
 // network would come up without its device information is worse than one
 // the kubelet retries.
 func (b nicBackend) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	// No CDI name nothing defines (read-only or full spec dir).
+	if err := b.s.specs.unwritten(b.pool.Resource()); err != nil {
+		return nil, err
+	}
 	resp, err := b.pool.Allocate(ids)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
@@ -96,6 +98,30 @@ func TestNICAllocateWritesDeviceInfo(t *testing.T) {
 	if got["type"] != "pci" || got["version"] != devinfo.Version || pci["pci-address"] != "0000:18:00.0" || pci["rdma-device"] != "mlx5_0" {
 		t.Errorf("%s holds %s", p, data)
 	}
+
+	t.Run("refuses while the pool's CDI spec cannot be written", func(t *testing.T) {
+		blocker := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := s.specs.writer.Dir
+		s.specs.writer.Dir = filepath.Join(blocker, "cdi")
+		defer func() { s.specs.writer.Dir = dir }()
+		spec, err := pool.CDISpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.specs.publish(pool.Resource(), spec)
+		_, err = (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"})
+		if !errors.Is(err, deviceplugin.ErrNotReady) || !strings.Contains(err.Error(), pool.Resource()) {
+			t.Fatalf("Allocate with the spec unwritten: %v, want ErrNotReady naming the pool", err)
+		}
+		s.specs.writer.Dir = dir
+		s.specs.publish(pool.Resource(), spec)
+		if _, err := (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"}); err != nil {
+			t.Fatalf("Allocate once the spec is written: %v", err)
+		}
+	})
 
 	t.Run("fails Allocate when the file cannot be written", func(t *testing.T) {
 		blocker := filepath.Join(t.TempDir(), "file")
