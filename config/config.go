@@ -55,6 +55,19 @@ type Config struct {
 	DeviceInfoDir     string   `json:"deviceInfoDir"`
 	NICRescanInterval Duration `json:"nicRescanInterval"`
 
+	// KubeletAPI picks the front-end: the device-plugin API (v1beta1) or
+	// Dynamic Resource Allocation. A node serves its devices through one.
+	KubeletAPI string `json:"kubeletAPI"`
+	// Kubeconfig, NodeName, PodUID, DRAPluginDir and PluginRegistryDir
+	// are DRA mode's: API access (empty kubeconfig: in-cluster), the node
+	// whose ResourceSlices we own, the pod for rolling-update hand-over,
+	// and the kubelet's directories.
+	Kubeconfig        string `json:"kubeconfig"`
+	NodeName          string `json:"nodeName"`
+	PodUID            string `json:"podUID"`
+	DRAPluginDir      string `json:"draPluginDir"`
+	PluginRegistryDir string `json:"pluginRegistryDir"`
+
 	// NICResources are the NIC pools, file-only (no flag): see nics.go.
 	NICResources []NICResource `json:"nicResources,omitempty"`
 }
@@ -143,6 +156,12 @@ func Settings() []Setting {
 		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "deviceInfoDir", Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
+		{Key: "kubeletAPI", Flag: "kubelet-api", Default: d.KubeletAPI, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)"},
+		{Key: "kubeconfig", Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode: kubeconfig file for API access; empty uses the pod's service account"},
+		{Key: "nodeName", Flag: "node-name", Default: d.NodeName, Usage: "DRA mode: this node's name (the chart sets it from the downward API); empty uses the host name"},
+		{Key: "podUID", Flag: "pod-uid", Default: d.PodUID, Usage: "DRA mode: this pod's UID (the chart sets it); lets two plugin pods hand over during a rolling update"},
+		{Key: "draPluginDir", Flag: "dra-plugin-dir", Default: d.DRAPluginDir, Usage: "DRA mode: the kubelet's directory for this driver's socket and checkpoint"},
+		{Key: "pluginRegistryDir", Flag: "plugin-registry-dir", Default: d.PluginRegistryDir, Usage: "DRA mode: the kubelet's plugin registration directory"},
 	}
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
@@ -185,8 +204,23 @@ func Default() Config {
 		ProcRoot:           "/proc",
 		DeviceInfoDir:      DefaultDeviceInfoDir,
 		NICRescanInterval:  Duration{10 * time.Second},
+
+		KubeletAPI:        KubeletAPIDevicePlugin,
+		DRAPluginDir:      "/var/lib/kubelet/plugins/" + DRADriverName,
+		PluginRegistryDir: "/var/lib/kubelet/plugins_registry",
 	}
 }
+
+// The kubelet APIs the plugin serves through (kubeletAPI).
+const (
+	KubeletAPIDevicePlugin = "device-plugin"
+	KubeletAPIDRA          = "dra"
+)
+
+// DRADriverName is the DRA driver name: the ResourceSlices' driver, the
+// domain of device attributes and taint keys, and the DeviceClasses'
+// selector. It is the CDI vendor of our specs too.
+const DRADriverName = "gpu-device-plugin.github.io"
 
 // DefaultDeviceInfoDir is the directory the Device Information spec fixes
 // for device plugins.
@@ -416,6 +450,18 @@ func (c *Config) Set(key, value string) error {
 		c.ProcRoot = value
 	case "deviceInfoDir":
 		c.DeviceInfoDir = value
+	case "kubeletAPI":
+		c.KubeletAPI = value
+	case "kubeconfig":
+		c.Kubeconfig = value
+	case "nodeName":
+		c.NodeName = value
+	case "podUID":
+		c.PodUID = value
+	case "draPluginDir":
+		c.DRAPluginDir = value
+	case "pluginRegistryDir":
+		c.PluginRegistryDir = value
 	case "nicRescanInterval":
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -515,6 +561,14 @@ func (c Config) Validate() error {
 	absolute("deviceInfoDir", c.DeviceInfoDir)
 	if c.NICRescanInterval.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
+	}
+	oneOf("kubeletAPI", c.KubeletAPI, KubeletAPIDevicePlugin, KubeletAPIDRA)
+	if c.KubeletAPI == KubeletAPIDRA {
+		absolute("draPluginDir", c.DRAPluginDir)
+		absolute("pluginRegistryDir", c.PluginRegistryDir)
+		if c.Kubeconfig != "" {
+			absolute("kubeconfig", c.Kubeconfig)
+		}
 	}
 	errs = append(errs, ValidateNICResources(c.NICResources, c.DeviceListStrategy)...)
 	return errors.Join(errs...)
