@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
@@ -166,7 +166,7 @@ func (s *specStore) ready(resource string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.wanted[resource]; !ok {
-		return fmt.Errorf("%w: no CDI spec of %s yet", deviceplugin.ErrNotReady, resource)
+		return fmt.Errorf("%w: no CDI spec of %s yet", device.ErrNotReady, resource)
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func (s *specStore) unwritten(resource string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err, ok := s.failed[resource]; ok {
-		return fmt.Errorf("%w: the CDI spec of %s is not written yet: %w", deviceplugin.ErrNotReady, resource, err)
+		return fmt.Errorf("%w: the CDI spec of %s is not written yet: %w", device.ErrNotReady, resource, err)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
@@ -155,7 +155,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Ensure(); !errors.Is(err, deviceplugin.ErrNotReady) {
+	if err := g.Ensure(); !errors.Is(err, device.ErrNotReady) {
 		t.Fatalf("Ensure with an unwritable dir = %v, want ErrNotReady", err)
 	}
 	// A few failed rounds, logged as an error once.

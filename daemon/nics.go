@@ -9,9 +9,8 @@ import (
 	"sync"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
@@ -127,7 +126,7 @@ func (s *nicServer) rescan(first bool) {
 
 // record passes health to the pool's metrics: every device's at first
 // sight, and a transition at each change.
-func (s *nicServer) record(p *nic.Pool, devs []deviceplugin.Device, first bool) {
+func (s *nicServer) record(p *nic.Pool, devs []device.Device, first bool) {
 	rec := s.recs[p]
 	if rec == nil {
 		return
@@ -232,7 +231,7 @@ type nicBackend struct {
 // Allocate fails when a file cannot be written: a pod whose secondary
 // network would come up without its device information is worse than one
 // the kubelet retries.
-func (b nicBackend) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (b nicBackend) Allocate(ids []string) (*device.Answer, error) {
 	// No CDI name nothing defines (read-only or full spec dir).
 	if err := b.s.specs.unwritten(b.pool.Resource()); err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
@@ -82,8 +82,8 @@ func TestNICAllocateWritesDeviceInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Envs["PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0"] != "0000:18:00.0" {
-		t.Errorf("the pool's own answer is lost: %v", resp.Envs)
+	if resp.Env["PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0"] != "0000:18:00.0" {
+		t.Errorf("the pool's own answer is lost: %v", resp.Env)
 	}
 	p := filepath.Join(f.infoDir, "example.com-rdma_numa0-0000:18:00.0-device.json")
 	data, err := os.ReadFile(p)
@@ -113,7 +113,7 @@ func TestNICAllocateWritesDeviceInfo(t *testing.T) {
 		}
 		s.specs.publish(pool.Resource(), spec)
 		_, err = (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"})
-		if !errors.Is(err, deviceplugin.ErrNotReady) || !strings.Contains(err.Error(), pool.Resource()) {
+		if !errors.Is(err, device.ErrNotReady) || !strings.Contains(err.Error(), pool.Resource()) {
 			t.Fatalf("Allocate with the spec unwritten: %v, want ErrNotReady naming the pool", err)
 		}
 		s.specs.writer.Dir = dir

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 )
 
 // BenchmarkListAndWatchFanOut measures one health change reaching every
@@ -20,9 +22,9 @@ func BenchmarkListAndWatchFanOut(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			devs := make([]Device, 8)
+			devs := make([]device.Device, 8)
 			for i := range devs {
-				devs[i] = Device{ID: fmt.Sprintf("GPU-%d", i), NUMANode: i / 4, Healthy: true}
+				devs[i] = device.Device{ID: fmt.Sprintf("GPU-%d", i), NUMANode: i / 4, Healthy: true}
 			}
 			s.SetDevices(devs)
 			ctx, cancel := context.WithCancel(context.Background())

@@ -2,23 +2,13 @@ package deviceplugin
 
 import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 )
 
-// NoNUMANode marks a device whose NUMA node is unknown. Such a device is
-// advertised without topology: the kubelet's topology manager never
-// matches a negative node.
-const NoNUMANode = -1
-
-// Device is one schedulable unit of a resource.
-type Device struct {
-	ID       string
-	NUMANode int
-	Healthy  bool
-	// Reason says why the device is unhealthy; empty when healthy.
-	Reason string
-}
-
-func (d Device) api() *pluginapi.Device {
+// apiDevice is d as ListAndWatch sends it. A device with no known NUMA
+// node (device.NoNUMANode) gets no topology.
+func apiDevice(d device.Device) *pluginapi.Device {
 	out := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
 	if !d.Healthy {
 		out.Health = pluginapi.Unhealthy
@@ -34,13 +24,13 @@ func (d Device) api() *pluginapi.Device {
 // channel, which wakes every ListAndWatch stream at once without the
 // server keeping a list of subscribers.
 type snapshot struct {
-	devices []Device
+	devices []device.Device
 	byID    map[string]int
 	resp    *pluginapi.ListAndWatchResponse
 	changed chan struct{}
 }
 
-func newSnapshot(devices []Device) *snapshot {
+func newSnapshot(devices []device.Device) *snapshot {
 	s := &snapshot{
 		devices: devices,
 		byID:    make(map[string]int, len(devices)),
@@ -49,15 +39,15 @@ func newSnapshot(devices []Device) *snapshot {
 	}
 	for i, d := range devices {
 		s.byID[d.ID] = i
-		s.resp.Devices[i] = d.api()
+		s.resp.Devices[i] = apiDevice(d)
 	}
 	return s
 }
 
-func (s *snapshot) lookup(id string) (Device, bool) {
+func (s *snapshot) lookup(id string) (device.Device, bool) {
 	i, ok := s.byID[id]
 	if !ok {
-		return Device{}, false
+		return device.Device{}, false
 	}
 	return s.devices[i], true
 }

@@ -16,21 +16,21 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 )
 
 // DefaultSocketDir is where the kubelet expects device-plugin sockets.
 const DefaultSocketDir = pluginapi.DevicePluginPath
 
 // Backend supplies what is specific to a resource. Allocate gets IDs the
-// server has already checked: known, healthy, each once.
+// server has already checked: known, healthy, each once. Its answer is in
+// the API-neutral device terms; the server translates it (see Response).
+// An error wrapping device.ErrNotReady reaches the kubelet as Unavailable,
+// which it retries, rather than Internal.
 type Backend interface {
-	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
+	Allocate(ids []string) (*device.Answer, error)
 }
-
-// ErrNotReady, wrapped in a Backend's Allocate error, says the devices
-// cannot be handed out yet (their CDI spec is not written, say): the
-// kubelet gets Unavailable rather than Internal.
-var ErrNotReady = errors.New("not ready")
 
 // PreferredAllocator is implemented by backends that can choose devices.
 // The server advertises GetPreferredAllocation only when it is, and calls
@@ -125,7 +125,7 @@ func (s *Server) current() *snapshot {
 }
 
 // replace installs a new snapshot and wakes every ListAndWatch stream.
-func (s *Server) replace(devices []Device) {
+func (s *Server) replace(devices []device.Device) {
 	next := newSnapshot(devices)
 	s.mu.Lock()
 	prev := s.snap
@@ -135,12 +135,12 @@ func (s *Server) replace(devices []Device) {
 }
 
 // Devices returns a copy of the current device list.
-func (s *Server) Devices() []Device {
+func (s *Server) Devices() []device.Device {
 	return slices.Clone(s.current().devices)
 }
 
 // SetDevices replaces the device list.
-func (s *Server) SetDevices(devices []Device) {
+func (s *Server) SetDevices(devices []device.Device) {
 	s.replace(slices.Clone(devices))
 }
 

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 )
 
 const waitFor = 10 * time.Second
@@ -90,8 +92,8 @@ func (k *fakeKubelet) next(t *testing.T) *pluginapi.RegisterRequest {
 // recordingBackend returns one env var naming the IDs it got.
 type recordingBackend struct{}
 
-func (recordingBackend) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
-	return &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"IDS": strings.Join(ids, ",")}}, nil
+func (recordingBackend) Allocate(ids []string) (*device.Answer, error) {
+	return &device.Answer{Env: map[string]string{"IDS": strings.Join(ids, ",")}}, nil
 }
 
 type preferringBackend struct{ recordingBackend }
@@ -119,11 +121,11 @@ func (failingPreferrer) Preferred([]string, []string, int) ([]string, error) {
 	return nil, errors.New("no choice")
 }
 
-func testDevices() []Device {
-	return []Device{
+func testDevices() []device.Device {
+	return []device.Device{
 		{ID: "GPU-a", NUMANode: 0, Healthy: true},
 		{ID: "GPU-b", NUMANode: 1, Healthy: true},
-		{ID: "GPU-c", NUMANode: NoNUMANode, Healthy: true},
+		{ID: "GPU-c", NUMANode: device.NoNUMANode, Healthy: true},
 	}
 }
 

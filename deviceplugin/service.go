@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 )
 
 // service implements the DevicePlugin gRPC API over a Server's state.
@@ -85,15 +87,15 @@ func (v *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*
 		if err := snap.usable(creq.GetDevicesIds()); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", v.s.resource, err)
 		}
-		cresp, err := v.s.backend.Allocate(creq.GetDevicesIds())
+		answer, err := v.s.backend.Allocate(creq.GetDevicesIds())
 		if err != nil {
 			code := codes.Internal
-			if errors.Is(err, ErrNotReady) {
+			if errors.Is(err, device.ErrNotReady) {
 				code = codes.Unavailable
 			}
 			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.GetDevicesIds(), err)
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+		resp.ContainerResponses = append(resp.ContainerResponses, Response(answer))
 	}
 	return resp, nil
 }

@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
@@ -45,7 +43,7 @@ const AnnotationOwner = "gpu-device-plugin"
 
 // CDISpecs is asked before Allocate hands out CDI names: nil when the spec
 // that defines them is on disk and current, else why not (wrapping
-// deviceplugin.ErrNotReady). The daemon implements it.
+// device.ErrNotReady). The daemon implements it.
 type CDISpecs interface {
 	Ensure() error
 }
@@ -70,7 +68,7 @@ type gpuEntry struct {
 	gpu     nvml.GPU
 	visible string
 	cdiName string
-	node    *pluginapi.DeviceSpec
+	node    device.Node
 }
 
 // Resource serves a fixed set of GPUs. Device IDs are GPU UUIDs: unlike
@@ -122,7 +120,7 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 			visible = strconv.Itoa(g.Index)
 		}
 		name := "nvidia" + strconv.Itoa(g.Minor)
-		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, g.UUID), node: devSpec(o.DevRoot, name)})
+		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, g.UUID), node: devNode(o.DevRoot, name)})
 		r.byUUID[g.UUID] = i
 	}
 	r.graph = NewGraph(gpus, topo)
@@ -141,8 +139,8 @@ func NewGraph(gpus []nvml.GPU, topo nvml.Topology) *allocator.Graph {
 	return allocator.NewGraph(ids, numa, func(i, j int) int { return LinkWeight(topo.Between(i, j)) })
 }
 
-func devSpec(devRoot, name string) *pluginapi.DeviceSpec {
-	return &pluginapi.DeviceSpec{ContainerPath: "/dev/" + name, HostPath: filepath.Join(devRoot, name), Permissions: "rw"}
+func devNode(devRoot, name string) device.Node {
+	return device.Node{ContainerPath: "/dev/" + name, HostPath: filepath.Join(devRoot, name), Permissions: "rw"}
 }
 
 // LinkWeight ranks a GPU pair's connection: any NVLink beats any PCIe
@@ -160,14 +158,14 @@ func LinkWeight(l nvml.Link) int {
 }
 
 // Devices lists the GPUs as healthy devices, in discovery order.
-func (r *Resource) Devices() []deviceplugin.Device {
-	out := make([]deviceplugin.Device, len(r.gpus))
+func (r *Resource) Devices() []device.Device {
+	out := make([]device.Device, len(r.gpus))
 	for i, e := range r.gpus {
 		numa := e.gpu.NUMANode
 		if numa < 0 {
-			numa = deviceplugin.NoNUMANode
+			numa = device.NoNUMANode
 		}
-		out[i] = deviceplugin.Device{ID: e.gpu.UUID, NUMANode: numa, Healthy: true}
+		out[i] = device.Device{ID: e.gpu.UUID, NUMANode: numa, Healthy: true}
 	}
 	return out
 }
@@ -175,8 +173,10 @@ func (r *Resource) Devices() []deviceplugin.Device {
 // Allocate answers for one container. The GPUs are listed in index order
 // whatever order the kubelet used, so CUDA's numbering inside the
 // container follows the host's. Control nodes are looked up each time:
-// nvidia-uvm often appears only at the first CUDA call after boot.
-func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+// nvidia-uvm often appears only at the first CUDA call after boot. The
+// answer is in no kubelet API's terms; the front-end serving the resource
+// translates it.
+func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 	sel := make([]*gpuEntry, 0, len(ids))
 	seen := make([]bool, len(r.gpus))
 	for _, id := range ids {
@@ -198,19 +198,19 @@ func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse,
 		}
 	}
 	slices.SortFunc(sel, func(a, b *gpuEntry) int { return cmp.Compare(a.gpu.Index, b.gpu.Index) })
-	resp := &pluginapi.ContainerAllocateResponse{}
+	resp := &device.Answer{}
 	if r.envvar {
 		visible := make([]string, len(sel))
 		controls := cdi.PresentControlNodes(r.devRoot)
-		resp.Devices = make([]*pluginapi.DeviceSpec, 0, len(sel)+len(controls))
+		resp.Nodes = make([]device.Node, 0, len(sel)+len(controls))
 		for k, e := range sel {
 			visible[k] = e.visible
-			resp.Devices = append(resp.Devices, e.node)
+			resp.Nodes = append(resp.Nodes, e.node)
 		}
 		for _, name := range controls {
-			resp.Devices = append(resp.Devices, devSpec(r.devRoot, name))
+			resp.Nodes = append(resp.Nodes, devNode(r.devRoot, name))
 		}
-		resp.Envs = map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")}
+		resp.Env = map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")}
 	}
 	if r.cdiCRI || r.cdiAnnotations {
 		names := make([]string, len(sel))
@@ -218,10 +218,7 @@ func (r *Resource) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse,
 			names[k] = e.cdiName
 		}
 		if r.cdiCRI {
-			resp.CdiDevices = make([]*pluginapi.CDIDevice, len(names))
-			for k, n := range names {
-				resp.CdiDevices[k] = &pluginapi.CDIDevice{Name: n}
-			}
+			resp.CDIDevices = names
 		}
 		if r.cdiAnnotations {
 			ann, err := cdi.Annotations(AnnotationOwner, cdi.GPUKind, names)

@@ -9,10 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
@@ -45,10 +43,10 @@ func devRoot(t testing.TB, names ...string) string {
 	return dir
 }
 
-func paths(specs []*pluginapi.DeviceSpec) []string {
+func paths(nodes []device.Node) []string {
 	var out []string
-	for _, s := range specs {
-		out = append(out, s.ContainerPath)
+	for _, n := range nodes {
+		out = append(out, n.ContainerPath)
 	}
 	return out
 }
@@ -78,13 +76,13 @@ func TestAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := resp.Envs[VisibleDevicesEnv]; got != tt.env {
+			if got := resp.Env[VisibleDevicesEnv]; got != tt.env {
 				t.Errorf("%s = %q, want %q", VisibleDevicesEnv, got, tt.env)
 			}
-			if got := paths(resp.Devices); !slices.Equal(got, tt.nodes) {
+			if got := paths(resp.Nodes); !slices.Equal(got, tt.nodes) {
 				t.Errorf("device nodes = %v, want %v", got, tt.nodes)
 			}
-			for _, d := range resp.Devices {
+			for _, d := range resp.Nodes {
 				if d.HostPath != filepath.Join(root, filepath.Base(d.ContainerPath)) || d.Permissions != "rw" {
 					t.Errorf("device spec %+v", d)
 				}
@@ -135,7 +133,7 @@ func TestDevicesCarryNUMA(t *testing.T) {
 		t.Fatal(err)
 	}
 	devs := r.Devices()
-	if len(devs) != 8 || devs[5].NUMANode != 1 || devs[3].NUMANode != -1 || !devs[0].Healthy || devs[2].ID != "GPU-00000002" {
+	if len(devs) != 8 || devs[5].NUMANode != 1 || devs[3].NUMANode != device.NoNUMANode || !devs[0].Healthy || devs[2].ID != "GPU-00000002" {
 		t.Fatalf("devices = %+v", devs)
 	}
 }
@@ -205,15 +203,19 @@ func TestDeviceListStrategies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, has := resp.Envs[VisibleDevicesEnv]; has != tt.env || (len(resp.Devices) > 0) != tt.env {
-				t.Errorf("env %v and %d device nodes, want env and nodes: %v", resp.Envs, len(resp.Devices), tt.env)
+			if _, has := resp.Env[VisibleDevicesEnv]; has != tt.env || (len(resp.Nodes) > 0) != tt.env {
+				t.Errorf("env %v and %d device nodes, want env and nodes: %v", resp.Env, len(resp.Nodes), tt.env)
 			}
-			var names []string
-			for _, d := range resp.CdiDevices {
-				names = append(names, d.Name)
+			if !slices.Equal(resp.CDIDevices, tt.cdi) {
+				t.Errorf("CDI devices = %v, want %v", resp.CDIDevices, tt.cdi)
 			}
-			if !slices.Equal(names, tt.cdi) {
-				t.Errorf("CDI devices = %v, want %v", names, tt.cdi)
+			// Whatever a strategy does not set stays nil, so a front-end
+			// sends nothing for it.
+			if !tt.env && (resp.Env != nil || resp.Nodes != nil) {
+				t.Errorf("envvar not chosen, yet env %v and nodes %v", resp.Env, resp.Nodes)
+			}
+			if (resp.CDIDevices == nil) != (tt.cdi == nil) {
+				t.Errorf("CDI devices %#v, want nil: %t", resp.CDIDevices, tt.cdi == nil)
 			}
 			if tt.annotations {
 				v := resp.Annotations["cdi.k8s.io/gpu-device-plugin_gpu-device-plugin.github.io_gpu"]
@@ -243,7 +245,7 @@ func TestAllocateFindsControlNodesThatAppearLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := paths(resp.Devices); !slices.Equal(got, []string{"/dev/nvidia0", "/dev/nvidiactl"}) {
+	if got := paths(resp.Nodes); !slices.Equal(got, []string{"/dev/nvidia0", "/dev/nvidiactl"}) {
 		t.Fatalf("devices %v before nvidia-uvm exists", got)
 	}
 	for _, n := range []string{"nvidia-uvm", "nvidia-uvm-tools"} {
@@ -255,7 +257,7 @@ func TestAllocateFindsControlNodesThatAppearLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := paths(resp.Devices), []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !slices.Equal(got, want) {
+	if got, want := paths(resp.Nodes), []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}; !slices.Equal(got, want) {
 		t.Fatalf("devices %v after nvidia-uvm appeared, want %v", got, want)
 	}
 }
@@ -270,7 +272,7 @@ func (f *fakeSpecs) Ensure() error { f.calls++; return f.err }
 // A CDI name is handed out only once the spec that defines it is on disk.
 func TestAllocateWaitsForCDISpec(t *testing.T) {
 	gpus, topo := eightGPUs()
-	notReady := fmt.Errorf("%w: spec dir read-only", deviceplugin.ErrNotReady)
+	notReady := fmt.Errorf("%w: spec dir read-only", device.ErrNotReady)
 	tests := []struct {
 		name       string
 		strategies []string
@@ -294,7 +296,7 @@ func TestAllocateWaitsForCDISpec(t *testing.T) {
 				t.Errorf("Ensure called %d times, want %d", specs.calls, tt.wantCalls)
 			}
 			if tt.err != nil && tt.wantCalls > 0 {
-				if !errors.Is(err, deviceplugin.ErrNotReady) || resp != nil {
+				if !errors.Is(err, device.ErrNotReady) || resp != nil {
 					t.Fatalf("Allocate = %v, %v; want an error wrapping ErrNotReady", resp, err)
 				}
 				return

@@ -1,7 +1,11 @@
 // Package nic serves pools of PCI NICs (RDMA, GPUDirect, DPDK) as
 // extended resources: it sorts discovered NICs into the pools the config
 // file defines, keeps each pool's device list and health across rescans,
-// and answers allocation for a deviceplugin.Server.
+// and answers allocation as a device.Answer.
+//
+// It knows no kubelet API: a front-end (package deviceplugin, through
+// the daemon) translates its devices and answers, so the same pools can
+// back another front-end alike.
 //
 // It never reads hardware itself: every fact comes from a sysfs.NIC scan
 // handed in by the caller, and the only thing it checks on disk is which

@@ -12,19 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
-)
-
-var (
-	_ deviceplugin.Backend            = (*Pool)(nil)
-	_ deviceplugin.PreferredAllocator = (*Pool)(nil)
 )
 
 // ErrUnknownNIC marks an allocation naming a NIC that is not in the pool.
@@ -65,8 +59,9 @@ type Pools struct {
 	routeRefused string
 }
 
-// Pool is one NIC resource. It is the deviceplugin.Backend (and
-// PreferredAllocator) for that resource's server.
+// Pool is one NIC resource. Its Allocate and Preferred are what a
+// front-end (the device plugin's Backend and PreferredAllocator, say)
+// needs to serve it.
 type Pool struct {
 	resource string
 	env      string
@@ -88,14 +83,14 @@ type poolState struct {
 	members []string             // PCI addresses, sorted
 	nics    map[string]sysfs.NIC // latest facts; a removed NIC keeps its last
 	present map[string]bool      // in the latest scan
-	devices []deviceplugin.Device
+	devices []device.Device
 	graph   *allocator.Graph
 }
 
 // Update is one pool's device list after a rescan.
 type Update struct {
 	Pool    *Pool
-	Devices []deviceplugin.Device
+	Devices []device.Device
 	// Changed is false when Devices equal the previous list, so the
 	// caller can skip waking the kubelet's ListAndWatch streams.
 	Changed bool
@@ -253,7 +248,7 @@ func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.L
 		members: members,
 		nics:    make(map[string]sysfs.NIC, len(members)),
 		present: make(map[string]bool, len(members)),
-		devices: make([]deviceplugin.Device, len(members)),
+		devices: make([]device.Device, len(members)),
 	}
 	ids := make([]string, len(members))
 	numa := make([]int, len(members))
@@ -267,9 +262,9 @@ func (p *Pool) update(members []string, byAddr map[string]sysfs.NIC, log *slog.L
 		h := p.check(n, present)
 		node := n.NUMANode
 		if node < 0 {
-			node = deviceplugin.NoNUMANode
+			node = device.NoNUMANode
 		}
-		next.devices[k] = deviceplugin.Device{ID: addr, NUMANode: node, Healthy: h.Healthy, Reason: h.Reason}
+		next.devices[k] = device.Device{ID: addr, NUMANode: node, Healthy: h.Healthy, Reason: h.Reason}
 		ids[k], numa[k] = addr, n.NUMANode
 
 		before, known := prev.device(addr)
@@ -317,10 +312,10 @@ func healthWord(ok bool) string {
 	return "unhealthy"
 }
 
-func (s *poolState) device(id string) (deviceplugin.Device, bool) {
+func (s *poolState) device(id string) (device.Device, bool) {
 	i, ok := slices.BinarySearch(s.members, id)
 	if !ok {
-		return deviceplugin.Device{}, false
+		return device.Device{}, false
 	}
 	return s.devices[i], true
 }
@@ -333,7 +328,7 @@ func (p *Pool) EnvName() string { return p.env }
 
 // Devices returns the pool's current device list: one per NIC, the PCI
 // address as ID, sorted.
-func (p *Pool) Devices() []deviceplugin.Device {
+func (p *Pool) Devices() []device.Device {
 	return slices.Clone(p.state.Load().devices)
 }
 
@@ -350,8 +345,9 @@ func (p *Pool) NICs() []sysfs.NIC {
 // Allocate answers for one container: the PCI addresses, sorted, in
 // EnvName(); each RDMA NIC's /dev/infiniband/uverbsN and, once,
 // rdma_cm when the host has it; for NICs bound to vfio-pci, /dev/vfio/vfio
-// and each one's IOMMU group node.
-func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+// and each one's IOMMU group node. The answer is in no kubelet API's
+// terms; the front-end serving the pool translates it.
+func (p *Pool) Allocate(ids []string) (*device.Answer, error) {
 	st := p.state.Load()
 	addrs := slices.Clone(ids)
 	slices.Sort(addrs)
@@ -361,13 +357,13 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 		return nil, err
 	}
 	// The address list is useful to the workload whatever the strategy.
-	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{p.env: strings.Join(addrs, ",")}}
+	resp := &device.Answer{Env: map[string]string{p.env: strings.Join(addrs, ",")}}
 	if p.nodes {
 		seen := map[string]bool{}
 		for _, n := range append(slices.Concat(perNIC...), shared...) {
 			if !seen[n.Path] {
 				seen[n.Path] = true
-				resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: n.Permissions})
+				resp.Nodes = append(resp.Nodes, device.Node{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: n.Permissions})
 			}
 		}
 	}
@@ -381,9 +377,7 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 	}
 	if len(names) > 0 {
 		if p.cdiCRI {
-			for _, n := range names {
-				resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: n})
-			}
+			resp.CDIDevices = names
 		}
 		if p.cdiAnnotations {
 			ann, err := cdi.Annotations(cdi.DefaultOwner, strings.ReplaceAll(p.resource, "/", "_"), names)

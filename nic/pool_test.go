@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
@@ -52,7 +53,7 @@ func pool(name string, sel config.NICSelectors) config.NICResource {
 	return config.NICResource{Name: name, Selectors: sel}
 }
 
-func ids(devs []deviceplugin.Device) []string {
+func ids(devs []device.Device) []string {
 	out := make([]string, len(devs))
 	for i, d := range devs {
 		out[i] = d.ID
@@ -102,7 +103,7 @@ func TestNUMAUnknownDevicesHaveNoTopology(t *testing.T) {
 	f := load(t, "numa-unknown")
 	ps := newPools(t, []config.NICResource{pool("example.com/roce", config.NICSelectors{Vendors: []string{"15b3"}})}, f)
 	u := ps.Rescan(f.scan(t))[0]
-	if len(u.Devices) != 1 || u.Devices[0].NUMANode != deviceplugin.NoNUMANode {
+	if len(u.Devices) != 1 || u.Devices[0].NUMANode != device.NoNUMANode {
 		t.Errorf("devices = %+v, want the non-default-route port with no NUMA node", u.Devices)
 	}
 	got, err := u.Pool.Preferred([]string{"0000:01:00.0"}, nil, 1)
@@ -112,8 +113,8 @@ func TestNUMAUnknownDevicesHaveNoTopology(t *testing.T) {
 }
 
 func TestAllocate(t *testing.T) {
-	dev := func(root, rel string) *pluginapi.DeviceSpec {
-		return &pluginapi.DeviceSpec{ContainerPath: "/dev/" + rel, HostPath: filepath.Join(root, "dev", rel), Permissions: "rw"}
+	dev := func(root, rel string) device.Node {
+		return device.Node{ContainerPath: "/dev/" + rel, HostPath: filepath.Join(root, "dev", rel), Permissions: "rw"}
 	}
 	t.Run("RDMA NICs", func(t *testing.T) {
 		f := load(t, "dgx-h100")
@@ -123,9 +124,9 @@ func TestAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &pluginapi.ContainerAllocateResponse{
-			Envs:    map[string]string{"PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0": "0000:18:00.0,0000:4f:00.0"},
-			Devices: []*pluginapi.DeviceSpec{dev(f.root, "infiniband/uverbs0"), dev(f.root, "infiniband/uverbs2"), dev(f.root, "infiniband/rdma_cm")},
+		want := &device.Answer{
+			Env:   map[string]string{"PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0": "0000:18:00.0,0000:4f:00.0"},
+			Nodes: []device.Node{dev(f.root, "infiniband/uverbs0"), dev(f.root, "infiniband/uverbs2"), dev(f.root, "infiniband/rdma_cm")},
 		}
 		if !reflect.DeepEqual(resp, want) {
 			t.Errorf("Allocate =\n%v\nwant\n%v", resp, want)
@@ -140,8 +141,8 @@ func TestAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Devices) != 1 || resp.Devices[0].ContainerPath != "/dev/infiniband/uverbs7" {
-			t.Errorf("devices = %v, want uverbs7 alone", resp.Devices)
+		if len(resp.Nodes) != 1 || resp.Nodes[0].ContainerPath != "/dev/infiniband/uverbs7" {
+			t.Errorf("devices = %v, want uverbs7 alone", resp.Nodes)
 		}
 	})
 	t.Run("vfio-pci NIC", func(t *testing.T) {
@@ -152,9 +153,9 @@ func TestAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &pluginapi.ContainerAllocateResponse{
-			Envs:    map[string]string{"PCIDEVICE_EXAMPLE_COM_DPDK": "0000:af:00.0"},
-			Devices: []*pluginapi.DeviceSpec{dev(f.root, "vfio/42"), dev(f.root, "vfio/vfio")},
+		want := &device.Answer{
+			Env:   map[string]string{"PCIDEVICE_EXAMPLE_COM_DPDK": "0000:af:00.0"},
+			Nodes: []device.Node{dev(f.root, "vfio/42"), dev(f.root, "vfio/vfio")},
 		}
 		if !reflect.DeepEqual(resp, want) {
 			t.Errorf("Allocate =\n%v\nwant\n%v", resp, want)
@@ -169,8 +170,8 @@ func TestAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.Devices[0].ContainerPath != "/dev/vfio/noiommu-42" {
-			t.Errorf("devices = %v", resp.Devices)
+		if resp.Nodes[0].ContainerPath != "/dev/vfio/noiommu-42" {
+			t.Errorf("devices = %v", resp.Nodes)
 		}
 	})
 	t.Run("vfio-pci NIC without IOMMU group", func(t *testing.T) {
@@ -291,9 +292,9 @@ func TestHealthTransitions(t *testing.T) {
 		pools[lc] = newPools(t, res, f)
 		pools[lc].Rescan(f.scan(t))
 	}
-	was := map[string]deviceplugin.Device{}
+	was := map[string]device.Device{}
 	for lc := range pools {
-		was[lc] = deviceplugin.Device{ID: addr, NUMANode: 0, Healthy: true}
+		was[lc] = device.Device{ID: addr, NUMANode: 0, Healthy: true}
 	}
 	for _, st := range steps {
 		f.apply(t, st.directives)
@@ -361,7 +362,7 @@ file dev/infiniband/uverbs4
 		t.Errorf("new VF = %+v", u.Devices[2])
 	}
 	resp, err := u.Pool.Allocate([]string{"0000:3b:00.4"})
-	if err != nil || resp.Devices[0].ContainerPath != "/dev/infiniband/uverbs4" {
+	if err != nil || resp.Nodes[0].ContainerPath != "/dev/infiniband/uverbs4" {
 		t.Fatalf("Allocate of the new VF = %v, %v", resp, err)
 	}
 	if got, err := u.Pool.Preferred(ids(u.Devices), []string{"0000:3b:00.4"}, 2); err != nil || len(got) != 2 {
@@ -488,6 +489,13 @@ func TestRescanWhileAllocating(t *testing.T) {
 	wg.Wait()
 }
 
+// A pool is served by the device plugin as it is; the package itself does
+// not import it, so the check lives here.
+var (
+	_ deviceplugin.Backend            = (*Pool)(nil)
+	_ deviceplugin.PreferredAllocator = (*Pool)(nil)
+)
+
 // TestServedByDevicePlugin runs a pool behind the real deviceplugin.Server
 // and asks it over gRPC, as the kubelet would.
 func TestServedByDevicePlugin(t *testing.T) {
@@ -594,19 +602,15 @@ func TestCDI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, d := range resp.CdiDevices {
-		names = append(names, d.Name)
-	}
 	want := []string{"example.com/rdma_numa0=0000:18:00.0", "example.com/rdma_numa0=0000:4f:00.0"}
-	if !slices.Equal(names, want) {
-		t.Errorf("CDI devices = %v, want %v", names, want)
+	if !slices.Equal(resp.CDIDevices, want) {
+		t.Errorf("CDI devices = %v, want %v", resp.CDIDevices, want)
 	}
-	if len(resp.Devices) != 0 {
-		t.Errorf("CDI-only answer carries device nodes %v", resp.Devices)
+	if resp.Nodes != nil {
+		t.Errorf("CDI-only answer carries device nodes %v", resp.Nodes)
 	}
-	if resp.Envs["PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0"] != "0000:18:00.0,0000:4f:00.0" {
-		t.Errorf("env = %v", resp.Envs)
+	if resp.Env["PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0"] != "0000:18:00.0,0000:4f:00.0" {
+		t.Errorf("env = %v", resp.Env)
 	}
 	if got := resp.Annotations["cdi.k8s.io/gpu-device-plugin_example.com_rdma_numa0"]; got != strings.Join(want, ",") {
 		t.Errorf("annotations = %v", resp.Annotations)

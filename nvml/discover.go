@@ -74,6 +74,7 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 		}
 		gpu.NUMANode = numaNode(h, inv.syms, sysfsRoot, gpu.PCIBusID, log)
 		gpu.MIGEnabled = migEnabled(h, inv.syms, gpu.UUID, log)
+		describe(&gpu, h, inv.syms)
 		inv.GPUs = append(inv.GPUs, gpu)
 		inv.handles = append(inv.handles, h)
 	}
@@ -122,6 +123,47 @@ func readGPU(lib Library, i int, gpuAddrs map[string]bool) (GPU, gonvml.Device, 
 		gpu.MemoryBytes = mem.Total
 	}
 	return gpu, h, nil
+}
+
+// describe fills in what DRA selectors match on. None of it is needed to
+// serve the GPU, so a query that fails leaves its field empty.
+func describe(g *GPU, h gonvml.Device, syms Symbols) {
+	if b, ret := h.GetBrand(); ret == gonvml.SUCCESS {
+		g.Brand = brandName(b)
+	}
+	if syms.Has(symArchitecture) {
+		if a, ret := h.GetArchitecture(); ret == gonvml.SUCCESS {
+			g.Architecture = archName(a)
+		}
+	}
+	if major, minor, ret := h.GetCudaComputeCapability(); ret == gonvml.SUCCESS {
+		g.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	}
+}
+
+// brandName and archName spell NVML's enums in lower case; a value newer
+// than the table stays empty rather than wrong. Discovery runs once, so
+// building the table per call costs nothing worth a package variable.
+func brandName(b gonvml.BrandType) string {
+	return map[gonvml.BrandType]string{
+		gonvml.BRAND_QUADRO: "quadro", gonvml.BRAND_TESLA: "tesla", gonvml.BRAND_NVS: "nvs",
+		gonvml.BRAND_GRID: "grid", gonvml.BRAND_GEFORCE: "geforce", gonvml.BRAND_TITAN: "titan",
+		gonvml.BRAND_NVIDIA_VAPPS: "nvidia-vapps", gonvml.BRAND_NVIDIA_VPC: "nvidia-vpc",
+		gonvml.BRAND_NVIDIA_VCS: "nvidia-vcs", gonvml.BRAND_NVIDIA_VWS: "nvidia-vws",
+		gonvml.BRAND_NVIDIA_CLOUD_GAMING: "nvidia-cloud-gaming", gonvml.BRAND_QUADRO_RTX: "quadro-rtx",
+		gonvml.BRAND_NVIDIA_RTX: "nvidia-rtx", gonvml.BRAND_NVIDIA: "nvidia",
+		gonvml.BRAND_GEFORCE_RTX: "geforce-rtx", gonvml.BRAND_TITAN_RTX: "titan-rtx",
+	}[b]
+}
+
+func archName(a gonvml.DeviceArchitecture) string {
+	return map[gonvml.DeviceArchitecture]string{
+		gonvml.DEVICE_ARCH_KEPLER: "kepler", gonvml.DEVICE_ARCH_MAXWELL: "maxwell",
+		gonvml.DEVICE_ARCH_PASCAL: "pascal", gonvml.DEVICE_ARCH_VOLTA: "volta",
+		gonvml.DEVICE_ARCH_TURING: "turing", gonvml.DEVICE_ARCH_AMPERE: "ampere",
+		gonvml.DEVICE_ARCH_ADA: "ada", gonvml.DEVICE_ARCH_HOPPER: "hopper",
+		gonvml.DEVICE_ARCH_BLACKWELL: "blackwell", gonvml.DEVICE_ARCH_RUBIN: "rubin",
+	}[a]
 }
 
 // numaNode prefers the kernel's numa_node: it is the CPU-side locality the

@@ -108,6 +108,10 @@ func TestDiscoverDGXA100(t *testing.T) {
 			MemoryBytes: 42949672960,
 			PCIBusID:    nvmltest.GPUAddress(i),
 			NUMANode:    i / 4,
+
+			Brand:                 "nvidia",
+			Architecture:          "ampere",
+			CUDAComputeCapability: "8.0",
 		}
 		if g != want {
 			t.Errorf("GPU %d = %+v, want %+v", i, g, want)

@@ -14,6 +14,11 @@ type GPU struct {
 	// MIGEnabled is true when the GPU is in MIG mode now. Such a GPU is not
 	// handed out whole: CUDA in the container would see no device.
 	MIGEnabled bool `json:"migEnabled,omitempty"`
+	// Brand, Architecture ("hopper") and CUDAComputeCapability ("9.0")
+	// describe the GPU for DRA selectors; empty when NVML does not say.
+	Brand                 string `json:"brand,omitempty"`
+	Architecture          string `json:"architecture,omitempty"`
+	CUDAComputeCapability string `json:"cudaComputeCapability,omitempty"`
 }
 
 // LinkLevel is the PCIe relation of two GPUs, nearest first. The values

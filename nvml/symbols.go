@@ -24,13 +24,14 @@ const (
 	symMigMode               = "nvmlDeviceGetMigMode"                      // R450+
 	symRemappedRows          = "nvmlDeviceGetRemappedRows"                 // R460+
 	symFieldValues           = "nvmlDeviceGetFieldValues"                  // R410+; the recovery-action field is R550+
+	symArchitecture          = "nvmlDeviceGetArchitecture"                 // R460+
 )
 
 // optionalSymbols are checked at start, in this order.
 func optionalSymbols() []string {
 	return []string{
 		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
-		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues,
+		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture,
 	}
 }
 

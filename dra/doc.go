@@ -1,0 +1,12 @@
+// Package dra is the Dynamic Resource Allocation front-end: it serves the
+// node's GPUs and NIC pools to the kubelet as a DRA driver, through the
+// kubeletplugin helper of k8s.io/dynamic-resource-allocation.
+//
+// It translates the shared model (discovered GPUs, NIC pools, health
+// reasons, CDI names) into DRA's terms: one ResourceSlice pool per node
+// whose devices carry attributes for CEL selectors and taints for
+// unhealthy devices; Prepare answers with CDI device IDs and keeps a
+// checkpoint so claims outlive a plugin restart; health reaches each pod's
+// allocatedResourcesStatus with the reason as its message. It knows
+// nothing of the device-plugin API, as deviceplugin knows nothing of DRA.
+package dra
