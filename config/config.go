@@ -236,9 +236,10 @@ const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi
 // deviceListStrategies are the values deviceListStrategy takes.
 func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
 
-// UsesCDI says whether any strategy needs CDI specs on disk.
+// UsesCDI says whether CDI specs must be on disk: DRA answers in CDI
+// device IDs only; otherwise a cdi-* strategy needs them.
 func (c Config) UsesCDI() bool {
-	return slices.Contains(c.DeviceListStrategy, "cdi-cri") || slices.Contains(c.DeviceListStrategy, "cdi-annotations")
+	return c.KubeletAPI == KubeletAPIDRA || slices.Contains(c.DeviceListStrategy, "cdi-cri") || slices.Contains(c.DeviceListStrategy, "cdi-annotations")
 }
 
 func formatList(xs []uint64) string {
@@ -570,6 +571,11 @@ func (c Config) Validate() error {
 			absolute("kubeconfig", c.Kubeconfig)
 		}
 	}
-	errs = append(errs, ValidateNICResources(c.NICResources, c.DeviceListStrategy)...)
+	strategies := c.DeviceListStrategy
+	if c.KubeletAPI == KubeletAPIDRA {
+		// DRA names NICs by CDI ID, as cdi-cri does.
+		strategies = append(slices.Clone(strategies), "cdi-cri")
+	}
+	errs = append(errs, ValidateNICResources(c.NICResources, strategies)...)
 	return errors.Join(errs...)
 }

@@ -78,9 +78,21 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 			cancel()
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, log)) })
+	// The one place the kubelet API is chosen: everything above and in
+	// serveGPUs and serveNICs is shared by both front-ends.
+	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
+	nics := newNICPlugins
+	if cfg.KubeletAPI == config.KubeletAPIDRA {
+		drv, err := startDRA(ctx, cfg, specs, log)
+		if err != nil {
+			return err
+		}
+		gpus, nics = draGPUs{drv}, drv.nicFront
+		wg.Go(func() { fail(drv.run(ctx)) })
+	}
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, gpus, log)) })
 	if len(cfg.NICResources) > 0 {
-		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, log)) })
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, nics, log)) })
 	}
 	<-ctx.Done()
 	select {
@@ -91,8 +103,20 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	}
 }
 
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, log *slog.Logger) error {
-	lib, err := waitForNVML(ctx, cfg, open, log)
+// gpuFront is what serves the discovered GPUs to the kubelet: the
+// device-plugin server of nvidia.com/gpu, or the DRA driver.
+type gpuFront interface {
+	// take builds what serves inv's GPUs (specs is nil without CDI) and
+	// returns where their health goes.
+	take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error)
+	// run serves until ctx ends.
+	run(ctx context.Context) error
+	// absent is told once that NVML did not load at the first try.
+	absent(ctx context.Context)
+}
+
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, front gpuFront, log *slog.Logger) error {
+	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
 	if err != nil || lib == nil {
 		return err
 	}
@@ -105,7 +129,6 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode)
 	}
-	opts := gpu.Options{IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot}
 	// The spec first: the kubelet may hand out a CDI name as soon as the
 	// resource registers.
 	var gspecs *gpuSpecs
@@ -113,24 +136,13 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, log); err != nil {
 			return err
 		}
-		opts.Specs = gspecs
 	}
-	res, err := gpu.New(inv.GPUs, inv.Topology, opts)
-	if err != nil {
-		return fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
-	}
-	srv, err := deviceplugin.New(deviceplugin.Options{
-		ResourceName: gpu.ResourceName,
-		SocketDir:    cfg.DevicePluginDir,
-		Backend:      res,
-		Log:          log,
-	})
+	notify, err := front.take(inv, gspecs)
 	if err != nil {
 		return err
 	}
-	srv.SetDevices(res.Devices())
 
-	// Health reaches the server, which pushes it to the kubelet at once.
+	// Health reaches the front-end, which tells the kubelet at once.
 	ids := make([]string, len(inv.GPUs))
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
@@ -140,15 +152,15 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		rec = metrics.For(gpu.ResourceName)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, srv, rec, log, keptHealth(cfg, log)...)
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, keptHealth(cfg, log)...)
 	if err != nil {
 		return err
 	}
-	// One poll before the kubelet can connect, so a GPU that must not be
-	// handed out (MIG enabled, a pending reset) is never offered healthy.
+	// One poll before the kubelet can see the GPUs, so one that must not
+	// be handed out (MIG enabled, a pending reset) is never offered healthy.
 	watcher.Poll()
 	// Deferred in this order so the goroutines are told to stop before
-	// they are waited for, however srv.Run returns.
+	// they are waited for, however run returns.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -163,13 +175,48 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	if gspecs != nil {
 		wg.Go(func() { gspecs.watch(ctx, log) })
 	}
-	return srv.Run(ctx)
+	return front.run(ctx)
 }
+
+// gpuPlugin serves the GPUs as nvidia.com/gpu through the device-plugin API.
+type gpuPlugin struct {
+	cfg config.Config
+	log *slog.Logger
+	srv *deviceplugin.Server
+}
+
+func (p *gpuPlugin) take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error) {
+	opts := gpu.Options{IDStrategy: p.cfg.DeviceIDStrategy, Strategies: p.cfg.DeviceListStrategy, DevRoot: p.cfg.DevRoot}
+	if specs != nil {
+		opts.Specs = specs
+	}
+	res, err := gpu.New(inv.GPUs, inv.Topology, opts)
+	if err != nil {
+		return nil, fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
+	}
+	p.srv, err = deviceplugin.New(deviceplugin.Options{
+		ResourceName: gpu.ResourceName,
+		SocketDir:    p.cfg.DevicePluginDir,
+		Backend:      res,
+		Log:          p.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.srv.SetDevices(res.Devices())
+	return p.srv, nil
+}
+
+func (p *gpuPlugin) run(ctx context.Context) error { return p.srv.Run(ctx) }
+
+// absent: the resource registers once NVML loads.
+func (p *gpuPlugin) absent(context.Context) {}
 
 // waitForNVML opens NVML, retrying while the driver is missing. It logs
 // the first failure clearly and later ones quietly. It returns a nil
 // library and no error when ctx ends first.
-func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger) (nvml.Library, error) {
+// absent is called once, after the first failure.
+func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent func(), log *slog.Logger) (nvml.Library, error) {
 	path := nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary)
 	for attempt := 1; ; attempt++ {
 		lib, err := open(path)
@@ -185,6 +232,7 @@ func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, log *slo
 				level = slog.LevelWarn
 			}
 			log.Log(ctx, level, "NVML unavailable; serving no GPUs until it loads", "err", err, "retryEvery", cfg.NVMLRetryInterval.String())
+			absent()
 		} else {
 			log.Debug("NVML still unavailable", "err", err, "attempt", attempt)
 		}

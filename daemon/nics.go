@@ -18,16 +18,24 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
-// nicServer serves every configured NIC pool, each on its own socket, and
-// rescans sysfs at cfg.NICRescanInterval: hot-plugged NICs join their
-// pool, removed or failed ones turn unhealthy. A pool that starts empty is
-// served anyway, so NICs that arrive later can join it. rescan runs on one
-// goroutine only (start, then run's loop); Allocate runs on the servers'.
+// nicFront is what serves the NIC pools to the kubelet: a device-plugin
+// server per pool, or the DRA driver.
+type nicFront interface {
+	// setDevices passes on a pool's devices; first is the scan at start.
+	setDevices(p *nic.Pool, devs []device.Device, first bool)
+	run(ctx context.Context) error
+}
+
+// nicServer serves every configured NIC pool and rescans sysfs at
+// cfg.NICRescanInterval: hot-plugged NICs join their pool, removed or
+// failed ones turn unhealthy. A pool that starts empty is served anyway,
+// so NICs that arrive later can join it. rescan runs on one goroutine only
+// (start, then run's loop); Allocate runs on the servers'.
 type nicServer struct {
 	cfg     config.Config
 	scanner *sysfs.NICScanner
 	pools   *nic.Pools
-	servers map[*nic.Pool]*deviceplugin.Server
+	front   nicFront
 	specs   *specStore
 	recs    map[*nic.Pool]health.Recorder // nil without metrics
 	log     *slog.Logger
@@ -43,7 +51,8 @@ type nicServer struct {
 	healthy map[*nic.Pool]map[string]bool
 }
 
-func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, log *slog.Logger) (*nicServer, error) {
+// newNICServer builds the pools; front makes their front-end.
+func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) (*nicServer, error) {
 	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Strategies: cfg.DeviceListStrategy, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("NIC pools: %w", err)
@@ -52,7 +61,6 @@ func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, 
 		cfg:     cfg,
 		scanner: sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}),
 		pools:   pools,
-		servers: map[*nic.Pool]*deviceplugin.Server{},
 		specs:   specs,
 		recs:    map[*nic.Pool]health.Recorder{},
 		log:     log,
@@ -60,22 +68,20 @@ func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, 
 		healthy: map[*nic.Pool]map[string]bool{},
 	}
 	for _, p := range pools.All() {
-		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: cfg.DevicePluginDir, Backend: nicBackend{pool: p, s: s}, Log: log})
-		if err != nil {
-			return nil, err
-		}
-		s.servers[p] = srv
 		if metrics != nil {
 			s.recs[p] = metrics.For(p.Resource())
 		}
 		s.healthy[p] = map[string]bool{}
 	}
+	if s.front, err = front(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // serveNICs serves the NIC pools until ctx ends.
-func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, metrics *health.Metrics, log *slog.Logger) error {
-	s, err := newNICServer(cfg, specs, metrics, log)
+func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, metrics *health.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) error {
+	s, err := newNICServer(cfg, specs, metrics, front, log)
 	if err != nil {
 		return err
 	}
@@ -115,7 +121,7 @@ func (s *nicServer) rescan(first bool) {
 		}
 		s.record(u.Pool, u.Devices, first)
 		if u.Changed || first {
-			s.servers[u.Pool].SetDevices(u.Devices)
+			s.front.setDevices(u.Pool, u.Devices, first)
 		}
 		if first {
 			s.log.Info("NIC pool", "resource", u.Pool.Resource(), "devices", len(u.Devices))
@@ -189,15 +195,13 @@ func (s *nicServer) run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, len(s.servers))
-	for _, srv := range s.servers {
-		wg.Go(func() {
-			if err := srv.Run(ctx); err != nil {
-				errc <- fmt.Errorf("serving %s: %w", srv.Resource(), err)
-				cancel()
-			}
-		})
-	}
+	errc := make(chan error, 1)
+	wg.Go(func() {
+		if err := s.front.run(ctx); err != nil {
+			errc <- err
+			cancel()
+		}
+	})
 	tick := time.NewTicker(s.cfg.NICRescanInterval.Duration)
 	defer tick.Stop()
 	for {
@@ -212,6 +216,46 @@ func (s *nicServer) run(ctx context.Context) error {
 		case <-tick.C:
 			s.rescan(false)
 		}
+	}
+}
+
+// nicPlugins serves each pool on its own device-plugin socket.
+type nicPlugins map[*nic.Pool]*deviceplugin.Server
+
+func newNICPlugins(s *nicServer) (nicFront, error) {
+	out := nicPlugins{}
+	for _, p := range s.pools.All() {
+		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: s.cfg.DevicePluginDir, Backend: nicBackend{pool: p, s: s}, Log: s.log})
+		if err != nil {
+			return nil, err
+		}
+		out[p] = srv
+	}
+	return out, nil
+}
+
+func (ps nicPlugins) setDevices(p *nic.Pool, devs []device.Device, _ bool) { ps[p].SetDevices(devs) }
+
+func (ps nicPlugins) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(ps))
+	for _, srv := range ps {
+		wg.Go(func() {
+			if err := srv.Run(ctx); err != nil {
+				errc <- fmt.Errorf("serving %s: %w", srv.Resource(), err)
+				cancel()
+			}
+		})
+	}
+	<-ctx.Done()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
 	}
 }
 

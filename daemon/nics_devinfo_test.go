@@ -50,7 +50,7 @@ func newNICFixture(t *testing.T) *nicFixture {
 
 func (f *nicFixture) server(t *testing.T, metrics *health.Metrics) *nicServer {
 	t.Helper()
-	s, err := newNICServer(f.cfg, f.specs, metrics, slog.New(slog.DiscardHandler))
+	s, err := newNICServer(f.cfg, f.specs, metrics, newNICPlugins, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,12 +73,14 @@ type devHealth struct {
 type Driver struct {
 	o Options
 
-	mu       sync.Mutex
-	gpus     []entry
-	nics     map[string][]entry // by pool name
-	byName   map[string]*entry
-	health   map[string]*devHealth // by device name
-	reported int                   // sources that have reported
+	mu     sync.Mutex
+	gpus   []entry
+	nics   map[string][]entry // by pool name
+	byName map[string]*entry
+	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
+	// report before the devices are set.
+	health   map[string]*devHealth
+	reported map[string]bool // sources that have reported
 	cp       checkpoint
 	// changed is closed and replaced at every health change, waking
 	// every WatchHealthStatus stream at once.
@@ -118,12 +120,13 @@ func New(o Options) (*Driver, error) {
 		o.Log.Info("restored prepared claims", "count", len(cp.Claims), "path", o.CheckpointPath)
 	}
 	return &Driver{
-		o:       o,
-		nics:    map[string][]entry{},
-		byName:  map[string]*entry{},
-		health:  map[string]*devHealth{},
-		cp:      cp,
-		changed: make(chan struct{}),
+		o:        o,
+		nics:     map[string][]entry{},
+		byName:   map[string]*entry{},
+		health:   map[string]*devHealth{},
+		reported: map[string]bool{},
+		cp:       cp,
+		changed:  make(chan struct{}),
 	}, nil
 }
 
@@ -136,14 +139,15 @@ func (d *Driver) SetPublisher(ctx context.Context, p Publisher) {
 	d.publish(ctx)
 }
 
-// SetGPUs replaces the node's GPUs and publishes. Their health starts as
-// what SetHealth said last for the same UUID, else healthy.
+// SetGPUs replaces the node's GPUs and publishes; none when NVML is not
+// there (yet). Their health starts as what SetHealth said last for the
+// same UUID, else healthy.
 func (d *Driver) SetGPUs(ctx context.Context, in GPUs) {
 	es := gpuEntries(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
 	d.mu.Lock()
 	d.gpus = es
 	d.reindex()
-	d.reported++
+	d.reported["gpus"] = true
 	d.mu.Unlock()
 	d.publish(ctx)
 }
@@ -157,10 +161,10 @@ func (d *Driver) SetNICPool(ctx context.Context, p NICPool, devs []device.Device
 	d.nics[p.Name] = es
 	d.reindex()
 	if first {
-		d.reported++
+		d.reported["nic:"+p.Name] = true
 	}
 	for _, dv := range devs {
-		d.setHealthLocked(NICDeviceName(dv.ID), dv.Healthy, dv.Reason)
+		d.setHealthLocked(dv.ID, dv.Healthy, dv.Reason)
 	}
 	d.mu.Unlock()
 	d.publish(ctx)
@@ -170,13 +174,7 @@ func (d *Driver) SetNICPool(ctx context.Context, p NICPool, devs []device.Device
 // its taints and wakes the health streams. It is health.Notifier.
 func (d *Driver) SetHealth(uuid string, healthy bool, reason string) bool {
 	d.mu.Lock()
-	name := ""
-	for i := range d.gpus {
-		if d.gpus[i].id == uuid {
-			name = d.gpus[i].dev.Name
-		}
-	}
-	changed := name != "" && d.setHealthLocked(name, healthy, reason)
+	changed := d.setHealthLocked(uuid, healthy, reason)
 	d.mu.Unlock()
 	if changed {
 		d.publish(context.Background())
@@ -184,11 +182,11 @@ func (d *Driver) SetHealth(uuid string, healthy bool, reason string) bool {
 	return changed
 }
 
-func (d *Driver) setHealthLocked(name string, healthy bool, reason string) bool {
-	h := d.health[name]
+func (d *Driver) setHealthLocked(id string, healthy bool, reason string) bool {
+	h := d.health[id]
 	if h == nil {
 		h = &devHealth{healthy: true}
-		d.health[name] = h
+		d.health[id] = h
 	}
 	if h.healthy == healthy && h.reason == reason {
 		return false
@@ -229,7 +227,7 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	add := func(es []entry) {
 		for _, e := range es {
 			dev := e.dev
-			if h := d.health[dev.Name]; h != nil && len(h.taints) > 0 {
+			if h := d.health[e.id]; h != nil && len(h.taints) > 0 {
 				dev.Taints = slices.Clone(h.taints)
 			}
 			devs = append(devs, dev)
@@ -256,7 +254,7 @@ func (d *Driver) publish(ctx context.Context) {
 		return
 	}
 	d.mu.Lock()
-	if d.reported < d.o.Sources {
+	if len(d.reported) < d.o.Sources {
 		d.mu.Unlock()
 		return
 	}
@@ -325,7 +323,7 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 		if h, busy := holders[r.Device]; busy && !admin {
 			return p, fmt.Errorf("request %q: device %s is prepared for claim %s", r.Request, r.Device, h)
 		}
-		if h := d.health[r.Device]; h != nil && !h.healthy {
+		if h := d.health[e.id]; h != nil && !h.healthy {
 			d.o.Log.Warn("preparing an unhealthy device (the claim tolerates its taint)", "device", r.Device, "reason", h.reason, "claim", c.Namespace+"/"+c.Name)
 		}
 		for _, id := range e.cdiIDs {
@@ -433,7 +431,7 @@ func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
 				PoolName: d.o.NodeName, DeviceName: e.dev.Name, Health: kubeletplugin.HealthStatusHealthy,
 				HealthCheckTimeout: d.o.HealthTimeout,
 			}
-			if h := d.health[e.dev.Name]; h != nil {
+			if h := d.health[e.id]; h != nil {
 				dh.LastUpdated = h.since
 				if !h.healthy {
 					dh.Health = kubeletplugin.HealthStatusUnhealthy

@@ -407,6 +407,16 @@ func TestCheckpointJSON(t *testing.T) {
 	}
 }
 
+func TestHealthBeforeDevices(t *testing.T) {
+	d, pub := newTestDriver(t, t.TempDir(), Options{Sources: 1})
+	// The watcher's first poll runs before the GPUs are published.
+	d.SetHealth("GPU-a", false, "mig-enabled")
+	d.SetGPUs(context.Background(), testGPUs())
+	if ts := byName(pub.last(t))["gpu-0"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/mig-enabled" {
+		t.Errorf("first publication's taints = %+v", ts)
+	}
+}
+
 func TestHealthReports(t *testing.T) {
 	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, HealthResend: time.Hour})
 	d.SetGPUs(context.Background(), testGPUs())

@@ -458,6 +458,18 @@ func (p *Pool) CDISpec() (*specs.Spec, error) {
 	return cdi.Spec(p.resource, devs, cdi.Edits{Nodes: shared})
 }
 
+// CDIName is the CDI device ID of the NIC at address in the pool's spec,
+// or "" when it has no device node of its own (a netdev-only NIC) or is
+// not in the pool.
+func (p *Pool) CDIName(address string) string {
+	st := p.state.Load()
+	n, ok := st.nics[address]
+	if !ok || len(n.RDMADevices) == 0 && n.Driver != sysfs.DriverVFIO {
+		return ""
+	}
+	return cdi.QualifiedName(p.resource, address)
+}
+
 // Preferred picks size NICs from available with mustInclude among them,
 // packing them onto one NUMA node when one has room.
 func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, error) {
