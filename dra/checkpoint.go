@@ -45,6 +45,9 @@ type preparedDevice struct {
 // instead of crash-looping on a file only a person can judge.
 func loadCheckpoint(path string) (checkpoint, error) {
 	empty := checkpoint{Version: checkpointVersion, Claims: map[types.UID]preparedClaim{}}
+	if path == "" {
+		return empty, nil
+	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return empty, nil
@@ -73,6 +76,9 @@ func loadCheckpoint(path string) (checkpoint, error) {
 // save writes the checkpoint atomically and durably: a claim is reported
 // prepared only once it is on disk.
 func (c checkpoint) save(path string) error {
+	if path == "" {
+		return errors.New("no DRA checkpoint path: this driver only previews devices and prepares no claims")
+	}
 	data, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encoding DRA checkpoint: %w", err)

@@ -42,7 +42,8 @@ type Options struct {
 	NodeName string
 	// SysfsRoot is where sysfs is mounted (PCIe roots are read there).
 	SysfsRoot string
-	// CheckpointPath keeps prepared claims across restarts.
+	// CheckpointPath keeps prepared claims across restarts; empty makes
+	// a driver that only previews its devices (list) and prepares none.
 	CheckpointPath string
 	// GPUCDIID and NICCDIID name a device's CDI device ID; NICCDIID
 	// returns "" for a NIC without one.
@@ -129,6 +130,9 @@ func New(o Options) (*Driver, error) {
 		changed:  make(chan struct{}),
 	}, nil
 }
+
+// NodeName is the node, and the name of its pool.
+func (d *Driver) NodeName() string { return d.o.NodeName }
 
 // SetPublisher starts publishing through p, at once if every source has
 // reported.

@@ -248,7 +248,8 @@ func TestTaintsOf(t *testing.T) {
 		"xid=79":                                "d/xid=79",
 		"gpu-lost":                              "d/gpu-lost=",
 		"hw-slowdown+hw-power-brake":            "d/hw-slowdown=;d/hw-power-brake=",
-		"nvml: ERROR_UNKNOWN: bad, mig-enabled": "d/nvml=;d/mig-enabled=",
+		"nvml: ERROR_UNKNOWN: bad, mig-enabled": "d/nvml=ERROR_UNKNOWN-bad;d/mig-enabled=",
+		"RDMA port down: mlx5_1/1":              "d/rdma-port-down=mlx5_1-1",
 		"recovery-action=reset, xid=48":         "d/recovery-action=reset;d/xid=48",
 		"xid=1, xid=2":                          "d/xid=1",
 	} {

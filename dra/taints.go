@@ -14,11 +14,11 @@ import (
 // driver's domain) and value.
 type taint struct{ key, value string }
 
-// taintsOf turns a health reason ("xid=79, thermal=95C>=slowdown 90C")
-// into taints: each condition "name=value" becomes <domain>/name with the
-// value made a label value; "name" alone a taint without value; a
-// condition joined with "+" (hw-slowdown+hw-power-brake) one per part.
-// Names and values that cannot be made valid are cut to what can.
+// taintsOf turns a health reason ("xid=79, thermal=95C>=slowdown 90C",
+// "RDMA port down: mlx5_1/1") into taints: each condition "name=value" or
+// "name: detail" becomes <domain>/name (lower case) with the value or
+// detail made a label value; "name" alone a taint without value; a name
+// joined with "+" (hw-slowdown+hw-power-brake) one taint per part.
 func taintsOf(domain, reason string) []taint {
 	var out []taint
 	seen := map[string]bool{}
@@ -27,11 +27,12 @@ func taintsOf(domain, reason string) []taint {
 		if cond == "" {
 			continue
 		}
-		name, value, _ := strings.Cut(cond, "=")
-		// "nvml: <error>": the text after the colon is for people.
-		name, _, _ = strings.Cut(name, ":")
+		name, value, ok := strings.Cut(cond, "=")
+		if !ok {
+			name, value, _ = strings.Cut(cond, ":")
+		}
 		for _, part := range strings.Split(name, "+") {
-			k := labelish(part)
+			k := strings.ToLower(labelish(part))
 			if k == "" || seen[k] {
 				continue
 			}

@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
+	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/dra"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
@@ -31,6 +36,17 @@ type listing struct {
 	NVMLVersion   string      `json:"nvmlVersion"`
 	GPUs          []listedGPU `json:"gpus"`
 	NICs          []listedNIC `json:"nics"`
+	DRA           listedDRA   `json:"dra"`
+}
+
+// listedDRA is what DRA mode would publish in this node's ResourceSlices,
+// so CEL selectors and constraints can be written offline. Devices are
+// the ResourceSlice's device entries as the API has them (name,
+// attributes, capacity, taints).
+type listedDRA struct {
+	Driver  string               `json:"driver"`
+	Pool    string               `json:"pool"`
+	Devices []resourceapi.Device `json:"devices"`
 }
 
 // listedGPU is one GPU row of `list`.
@@ -106,8 +122,9 @@ func orEmpty(s []string) []string {
 	return s
 }
 
-// listNICs scans the NICs once and judges them as serve would.
-func listNICs(cfg config.Config, log *slog.Logger) ([]listedNIC, error) {
+// listNICs scans the NICs once and judges them as serve would, and passes
+// each pool to the DRA preview.
+func listNICs(cfg config.Config, preview *dra.Driver, log *slog.Logger) ([]listedNIC, error) {
 	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
 	if err != nil {
 		return nil, fmt.Errorf("scanning NICs: %w", err)
@@ -119,6 +136,7 @@ func listNICs(cfg config.Config, log *slog.Logger) ([]listedNIC, error) {
 	type member struct{ pool, health, reason string }
 	members := map[string]member{}
 	for _, u := range pools.Rescan(scan) {
+		preview.SetNICPool(context.Background(), dra.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, u.Devices, true)
 		for _, d := range u.Devices {
 			m := member{pool: u.Pool.Resource(), health: "Healthy"}
 			if !d.Healthy {
@@ -156,11 +174,16 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
 	}
-	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log)
+	preview, err := draPreview(cfg, log)
+	if err != nil {
+		return err
+	}
+	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), preview, nil, log)
 	if err != nil {
 		return err
 	}
 	w.Poll()
+	preview.SetGPUs(context.Background(), dra.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
 	for i, g := range inv.GPUs {
 		healthy, reason := w.State(i)
@@ -172,10 +195,20 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	}
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
-	if nics, err := listNICs(cfg, log); err != nil {
+	if nics, err := listNICs(cfg, preview, log); err != nil {
 		log.Warn("NICs not listed", "err", err)
 	} else {
 		out.NICs = nics
+	}
+	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: preview.NodeName(), Devices: []resourceapi.Device{}}
+	for _, sl := range preview.Resources().Pools[preview.NodeName()].Slices {
+		for _, d := range sl.Devices {
+			// When a condition began is the running plugin's to say.
+			for i := range d.Taints {
+				d.Taints[i].TimeAdded = nil
+			}
+			out.DRA.Devices = append(out.DRA.Devices, d)
+		}
 	}
 	if output == "json" {
 		return writeJSON(stdout, out)
@@ -197,10 +230,28 @@ func orDash(s string) string {
 	return s
 }
 
-// discard takes health transitions nobody serves.
-type discard struct{}
-
-func (discard) SetHealth(string, bool, string) bool { return false }
+// draPreview is a DRA driver that only builds devices, as serve would in
+// DRA mode: same node name, sysfs and CDI names, no checkpoint.
+func draPreview(cfg config.Config, log *slog.Logger) (*dra.Driver, error) {
+	node := cfg.NodeName
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("no --node-name and no host name: %w", err)
+		}
+		node = strings.ToLower(h)
+	}
+	return dra.New(dra.Options{
+		DriverName: config.DRADriverName,
+		NodeName:   node,
+		SysfsRoot:  cfg.SysfsRoot,
+		GPUCDIID:   func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
+		// The pool's own naming needs its scan; list shows attributes,
+		// and NIC CDI IDs appear only in Prepare's answers.
+		NICCDIID: func(string, string) string { return "" },
+		Log:      log,
+	})
+}
 
 func writeTable(w io.Writer, l listing) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -234,6 +285,34 @@ func writeTable(w io.Writer, l listing) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Address, n.Vendor, n.Device, orDash(n.Driver),
 				orDash(strings.Join(n.Netdevs, ",")), orDash(strings.Join(n.RDMADevices, ",")), numa, pool, health)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(l.DRA.Devices) > 0 {
+		fmt.Fprintf(tw, "\nDRA DEVICE (%s, pool %s)\tTYPE\tID\tPCIE ROOT\tNUMA\tTAINTS\n", l.DRA.Driver, l.DRA.Pool)
+		for _, d := range l.DRA.Devices {
+			attr := func(name resourceapi.QualifiedName) string {
+				a := d.Attributes[name]
+				switch {
+				case a.StringValue != nil:
+					return *a.StringValue
+				case a.IntValue != nil:
+					return fmt.Sprint(*a.IntValue)
+				}
+				return "-"
+			}
+			id := attr("uuid")
+			if id == "-" {
+				id = attr("resource.kubernetes.io/pciBusID")
+			}
+			var taints []string
+			for _, t := range d.Taints {
+				taints = append(taints, t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, attr("type"), id, attr("resource.kubernetes.io/pcieRoot"),
+				attr("resource.kubernetes.io/numaNode"), orDash(strings.Join(taints, ",")))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -46,7 +46,7 @@ func TestListGolden(t *testing.T) {
 		nvmltest.Device(s, 1).GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 92, gonvml.SUCCESS }
 		return s, nil
 	}
-	args := []string{"--config", "../../config/testdata/example-nics.yaml",
+	args := []string{"--config", "../../config/testdata/example-nics.yaml", "--node-name", "golden-node",
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev")}
 
 	tests := []struct {
