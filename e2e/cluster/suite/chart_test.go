@@ -102,6 +102,11 @@ func renderChart(strategies ...string) (*release, error) {
 	if err != nil {
 		return nil, err
 	}
+	return renderValues(values)
+}
+
+// renderValues renders deploy/helm/gpu-device-plugin with values.
+func renderValues(values chartutil.Values) (*release, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -110,9 +115,14 @@ func renderChart(strategies ...string) (*release, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart: %w", err)
 	}
+	// The cluster's version, as helm install would see it.
+	caps := chartutil.DefaultCapabilities.Copy()
+	if v, err := k8s.kube.Discovery().ServerVersion(); err == nil {
+		caps.KubeVersion = chartutil.KubeVersion{Version: v.GitVersion, Major: v.Major, Minor: v.Minor}
+	}
 	vals, err := chartutil.ToRenderValues(c, values,
 		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
-		chartutil.DefaultCapabilities)
+		caps)
 	if err != nil {
 		return nil, fmt.Errorf("chart values: %w", err)
 	}

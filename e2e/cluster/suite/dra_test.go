@@ -1,0 +1,650 @@
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
+)
+
+// The DRA lane: the same node served through Dynamic Resource Allocation.
+const (
+	draDriver   = "gpu-device-plugin.github.io"
+	gpuClass    = "gpu.gpu-device-plugin.github.io"
+	draPodClaim = "dra-claim"    // a pod with a ResourceClaimTemplate for one GPU
+	draPodExt   = "dra-extended" // an unchanged pod asking nvidia.com/gpu: 1
+	draPodPair  = "dra-aligned"  // two GPUs and an RDMA NIC on one NUMA node
+	oneGPU      = "one-gpu"
+	alignedTmpl = "two-gpus-one-nic"
+)
+
+var draPods = []string{draPodClaim, draPodExt, draPodPair}
+
+// TestDRANode runs the plugin's life on the node in DRA mode, in order.
+func TestDRANode(t *testing.T) {
+	ctx := t.Context()
+	s := &draScenario{}
+	steps := []struct {
+		name string
+		run  func(*testing.T, context.Context)
+	}{
+		{"install in DRA mode", s.install},
+		{"ResourceSlice lists every GPU and NIC with their attributes", s.slice},
+		{"pod with a ResourceClaimTemplate gets a GPU through CDI", s.claimPod},
+		{"pod asking nvidia.com/gpu is served through DRA", s.extendedPod},
+		{"two GPUs and an RDMA NIC on one NUMA node in one claim", s.alignedClaim},
+		{"XID 79 reaches the pod status and taints the device until it recovers", s.xid},
+		{"plugin restart keeps prepared claims", s.pluginRestart},
+		{"deleting the pods unprepares their claims", s.unprepare},
+		{"uninstall removes the slices; the documented step the CDI specs", s.uninstall},
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		t.Logf("plugin logs at failure:%s", pluginLogs(ctx))
+		deletePods(ctx, draPods...)
+		if s.release != nil {
+			s.release.uninstall(ctx)
+		}
+		removeSpecs()
+	})
+	for _, step := range steps {
+		start := time.Now()
+		ok := t.Run(step.name, func(t *testing.T) { step.run(t, ctx) })
+		t.Logf("%s: %s", step.name, time.Since(start).Round(time.Millisecond))
+		if !ok {
+			t.Fatalf("stopping at %q", step.name)
+		}
+	}
+}
+
+type draScenario struct {
+	release *release
+	plugin  string
+	// claimGPU is the device (gpu-N) the claim pod holds, and its UUID.
+	claimGPU, claimUUID string
+	// claims are the pods' ResourceClaim UIDs, by pod.
+	claims map[string][]string
+}
+
+// draValues are chartValues in DRA mode. The node has no kube-proxy, so
+// the plugin reaches the API server at the address the suite uses.
+func draValues() (map[string]any, error) {
+	v, err := chartValues("envvar")
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(k8s.config.Host)
+	if err != nil {
+		return nil, fmt.Errorf("API server address %q: %w", k8s.config.Host, err)
+	}
+	v["kubeletAPI"] = "dra"
+	v["env"] = append(v["env"].([]any),
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": u.Hostname()},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": u.Port()},
+	)
+	return v, nil
+}
+
+// draPluginDir is the kubelet's directory of our DRA driver, as this
+// process sees it.
+func draPluginDir() string {
+	return filepath.Join(filepath.Dir(env.DevicePluginDir), "plugins", draDriver)
+}
+
+// checkpointClaims are the claim UIDs in the plugin's DRA checkpoint.
+func checkpointClaims() ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(draPluginDir(), "checkpoint.json"))
+	if err != nil {
+		return nil, err
+	}
+	var c struct {
+		Claims map[string]json.RawMessage `json:"claims"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	return sortedKeys(c.Claims), nil
+}
+
+// nodeSlices are our driver's ResourceSlices of this node, and their
+// devices by name.
+func nodeSlices(ctx context.Context) ([]resourceapi.ResourceSlice, map[string]resourceapi.Device, error) {
+	l, err := k8s.kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.driver=" + draDriver + ",spec.nodeName=" + env.Node,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	devs := map[string]resourceapi.Device{}
+	for _, s := range l.Items {
+		for _, d := range s.Spec.Devices {
+			devs[d.Name] = d
+		}
+	}
+	return l.Items, devs, nil
+}
+
+// waitSlices polls the slices until ok holds.
+func waitSlices(ctx context.Context, what string, ok func(map[string]resourceapi.Device) bool) (map[string]resourceapi.Device, error) {
+	var last map[string]resourceapi.Device
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, devs, err := nodeSlices(ctx)
+		if err != nil {
+			return false, nil
+		}
+		last = devs
+		return ok(devs), nil
+	})
+	if err != nil {
+		b, _ := json.MarshalIndent(last, "", "  ")
+		return last, fmt.Errorf("ResourceSlices not %s: %w\n%s", what, err, b)
+	}
+	return last, nil
+}
+
+func strAttr(d resourceapi.Device, name resourceapi.QualifiedName) string {
+	a := d.Attributes[name]
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue)
+	}
+	return ""
+}
+
+func (s *draScenario) install(t *testing.T, ctx context.Context) {
+	if err := prepareNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := deletePods(ctx, draPods...); err != nil {
+		t.Fatal(err)
+	}
+	values, err := draValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := renderValues(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.release = r
+	t.Logf("installed %s", r)
+	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *draScenario) slice(t *testing.T, ctx context.Context) {
+	nics, err := fixtureNICs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(env.Profile.GPUs) + len(nics)
+	devs, err := waitSlices(ctx, fmt.Sprintf("holding %d devices", want), func(d map[string]resourceapi.Device) bool { return len(d) == want })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time from the plugin's container start to the slice, for the report.
+	if pod, err := k8s.kube.CoreV1().Pods(releaseNamespace).Get(ctx, s.plugin, metav1.GetOptions{}); err == nil {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.State.Running != nil {
+				sl, _, _ := nodeSlices(ctx)
+				for _, x := range sl {
+					t.Logf("first ResourceSlice %s created %s after the plugin container started", x.Name, x.CreationTimestamp.Sub(cs.State.Running.StartedAt.Time))
+				}
+			}
+		}
+	}
+	for _, g := range env.Profile.GPUs {
+		d, ok := devs[fmt.Sprintf("gpu-%d", g.Index)]
+		if !ok {
+			t.Errorf("no device gpu-%d", g.Index)
+			continue
+		}
+		for name, want := range map[resourceapi.QualifiedName]string{
+			"type": "gpu", "uuid": g.UUID, "index": fmt.Sprint(g.Index), "minor": fmt.Sprint(g.Minor),
+			"resource.kubernetes.io/pciBusID": g.BusID, "resource.kubernetes.io/numaNode": fmt.Sprint(g.NUMANode),
+		} {
+			if got := strAttr(d, name); got != want {
+				t.Errorf("gpu-%d %s = %q, want %q", g.Index, name, got, want)
+			}
+		}
+		for _, name := range []resourceapi.QualifiedName{"productName", "driverVersion", "cudaComputeCapability", "nvlinkClique"} {
+			if strAttr(d, name) == "" {
+				t.Errorf("gpu-%d has no %s", g.Index, name)
+			}
+		}
+		if q, ok := d.Capacity["memory"]; !ok || q.Value.IsZero() {
+			t.Errorf("gpu-%d memory capacity = %v", g.Index, d.Capacity)
+		}
+	}
+	for _, n := range nics {
+		name := "nic-" + strings.NewReplacer(":", "-", ".", "-").Replace(n.Address)
+		d, ok := devs[name]
+		if !ok {
+			t.Errorf("no device %s", name)
+			continue
+		}
+		for attr, want := range map[resourceapi.QualifiedName]string{
+			"type": "nic", "pool": string(nicPool(n.NUMA)), "rdma": "true",
+			"resource.kubernetes.io/pciBusID": n.Address, "resource.kubernetes.io/numaNode": fmt.Sprint(n.NUMA),
+		} {
+			if got := strAttr(d, attr); got != want {
+				t.Errorf("%s %s = %q, want %q", name, attr, got, want)
+			}
+		}
+		if strAttr(d, "resource.kubernetes.io/pcieRoot") == "" {
+			t.Errorf("%s has no pcieRoot", name)
+		}
+	}
+}
+
+// claimProbePod is cudaProbePod taking its GPUs from a ResourceClaim made
+// from template.
+func claimProbePod(name, template string) *corev1.Pod {
+	p := cudaProbePod(name, 0)
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "devices"}}}
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &template}}
+	return p
+}
+
+func createTemplate(ctx context.Context, name string, spec resourceapi.DeviceClaim) error {
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: spec}},
+	}
+	err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Create(ctx, tmpl, metav1.CreateOptions{})
+	return err
+}
+
+// podClaims are the allocation results of pod's ResourceClaims.
+func podClaims(ctx context.Context, pod *corev1.Pod) ([]resourceapi.ResourceClaim, error) {
+	var out []resourceapi.ResourceClaim
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		c, err := k8s.kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+		c, err := k8s.kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, ext.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	return out, nil
+}
+
+// ourDevices are the devices of claims that our driver allocated.
+func ourDevices(claims []resourceapi.ResourceClaim) []string {
+	var out []string
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == draDriver {
+				out = append(out, r.Device)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *draScenario) record(pod string, claims []resourceapi.ResourceClaim) {
+	if s.claims == nil {
+		s.claims = map[string][]string{}
+	}
+	for _, c := range claims {
+		s.claims[pod] = append(s.claims[pod], string(c.UID))
+	}
+}
+
+// uuidOf is the UUID of device gpu-N.
+func uuidOf(dev string) string {
+	for _, g := range env.Profile.GPUs {
+		if dev == fmt.Sprintf("gpu-%d", g.Index) {
+			return g.UUID
+		}
+	}
+	return ""
+}
+
+func (s *draScenario) claimPod(t *testing.T, ctx context.Context) {
+	if err := createTemplate(ctx, oneGPU, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := createPod(ctx, claimProbePod(draPodClaim, oneGPU), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := podClaims(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := ourDevices(claims)
+	if len(devs) != 1 {
+		t.Fatalf("claim devices = %v, want one GPU", devs)
+	}
+	s.claimGPU, s.claimUUID = devs[0], uuidOf(devs[0])
+	s.record(draPodClaim, claims)
+	rep, err := probeOutput(ctx, draPodClaim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGPUDevices(t, rep, []string{s.claimUUID})
+	checkCUDA(t, rep)
+}
+
+func (s *draScenario) extendedPod(t *testing.T, ctx context.Context) {
+	pod, err := createPod(ctx, probePod(draPodExt, 1), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Status.ExtendedResourceClaimStatus == nil {
+		t.Fatalf("pod %s runs, but not through DRA: no extendedResourceClaimStatus%s", draPodExt, describePod(ctx, pod))
+	}
+	claims, err := podClaims(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := ourDevices(claims)
+	if len(devs) != 1 || devs[0] == s.claimGPU {
+		t.Fatalf("extended-resource claim devices = %v, want one GPU other than %s", devs, s.claimGPU)
+	}
+	s.record(draPodExt, claims)
+	rep, err := probeOutput(ctx, draPodExt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGPUDevices(t, rep, []string{uuidOf(devs[0])})
+}
+
+func (s *draScenario) alignedClaim(t *testing.T, ctx context.Context) {
+	nicClass := ""
+	for _, u := range s.release.objects {
+		if u.GetKind() == "DeviceClass" && u.GetName() != gpuClass && strings.Contains(u.GetName(), "numa0") {
+			nicClass = u.GetName()
+		}
+	}
+	if nicClass == "" {
+		t.Fatalf("the chart made no DeviceClass for the NUMA 0 NIC pool: %s", s.release)
+	}
+	numa := resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode")
+	err := createTemplate(ctx, alignedTmpl, resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{
+			{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}},
+			{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nicClass}},
+		},
+		Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpus", "nic"}, MatchAttribute: &numa}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := claimProbePod(draPodPair, alignedTmpl)
+	pod, err = createPod(ctx, pod, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := podClaims(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.record(draPodPair, claims)
+	_, devs, err := nodeSlices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ourDevices(claims)
+	nodes := map[string]bool{}
+	var gpus, nics int
+	for _, name := range got {
+		d := devs[name]
+		nodes[strAttr(d, "resource.kubernetes.io/numaNode")] = true
+		switch strAttr(d, "type") {
+		case "gpu":
+			gpus++
+		case "nic":
+			nics++
+		}
+	}
+	if gpus != 2 || nics != 1 || len(nodes) != 1 || nodes["0"] != true {
+		t.Fatalf("claim got %v (NUMA nodes %v), want two GPUs and a NIC on NUMA node 0", got, nodes)
+	}
+	t.Logf("aligned claim: %v on NUMA node 0", got)
+}
+
+// claimHealth is what the kubelet reports of the claim pod's devices, by
+// resource ID.
+func claimHealth(p *corev1.Pod) map[string]corev1.ResourceHealth {
+	m := map[string]corev1.ResourceHealth{}
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			if !strings.HasPrefix(string(rs.Name), "claim:") {
+				continue
+			}
+			for _, h := range rs.Resources {
+				m[string(h.ResourceID)] = h
+			}
+		}
+	}
+	return m
+}
+
+func (s *draScenario) xid(t *testing.T, ctx context.Context) {
+	ctl, err := mocknvml.OpenControl(env.controlFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	index := env.uuidIndex()[s.claimUUID]
+	cdiID := "gpu-device-plugin.github.io/gpu=" + s.claimUUID
+	taintKey := draDriver + "/xid"
+	hasTaint := func(d resourceapi.Device) bool {
+		return slices.ContainsFunc(d.Taints, func(tt resourceapi.DeviceTaint) bool {
+			return tt.Key == taintKey && tt.Value == "79" && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule
+		})
+	}
+	health := func(want corev1.ResourceHealthStatus, msg string) (time.Time, error) {
+		_, err := waitPod(ctx, draPodClaim, time.Minute, fmt.Sprintf("reporting %s %s %q", cdiID, want, msg), func(p *corev1.Pod) (bool, error) {
+			h, ok := claimHealth(p)[cdiID]
+			return ok && h.Health == want && (msg == "" || h.Message != nil && *h.Message == msg), nil
+		})
+		return time.Now(), err
+	}
+	if _, err := health("Healthy", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	injected := time.Now()
+	if err := ctl.InjectContext(ctx, fmt.Sprintf("xid %d 79", index)); err != nil {
+		t.Fatal(err)
+	}
+	var tainted, reported time.Time
+	done := make(chan error, 1)
+	go func() {
+		_, err := waitSlices(ctx, "tainting "+s.claimGPU, func(d map[string]resourceapi.Device) bool { return hasTaint(d[s.claimGPU]) })
+		tainted = time.Now()
+		done <- err
+	}()
+	if reported, err = health("Unhealthy", "xid=79: fallen off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("XID 79 on %s: pod status after %s, slice taint after %s", s.claimGPU,
+		reported.Sub(injected).Round(time.Millisecond), tainted.Sub(injected).Round(time.Millisecond))
+	recordDRA(fmt.Sprintf(`{"step":"xid79","podStatusAfter":%q,"taintAfter":%q}`,
+		reported.Sub(injected).Round(time.Millisecond), tainted.Sub(injected).Round(time.Millisecond)))
+
+	// A fatal XID clears once the driver asked for a reset and then says
+	// none is needed any more: the GPU was reset.
+	for _, cmd := range []string{fmt.Sprintf("recovery %d reset", index), fmt.Sprintf("recovery %d none", index)} {
+		if err := ctl.InjectContext(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(cmd, "reset") {
+			if _, err := waitSlices(ctx, "showing the reset", func(d map[string]resourceapi.Device) bool {
+				return slices.ContainsFunc(d[s.claimGPU].Taints, func(tt resourceapi.DeviceTaint) bool { return tt.Key == draDriver+"/recovery-action" })
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := waitSlices(ctx, "untainting "+s.claimGPU, func(d map[string]resourceapi.Device) bool { return len(d[s.claimGPU].Taints) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := health("Healthy", ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordDRA appends a line to the DRA report.
+func recordDRA(line string) {
+	if env.ReportDir == "" {
+		return
+	}
+	if err := os.MkdirAll(env.ReportDir, 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(env.ReportDir, "dra.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.WriteString(line + "\n")
+}
+
+func (s *draScenario) pluginRestart(t *testing.T, ctx context.Context) {
+	before, err := checkpointClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, uids := range s.claims {
+		want = append(want, uids...)
+	}
+	slices.Sort(want)
+	if !slices.Equal(before, want) {
+		t.Fatalf("checkpoint holds %v, want the pods' claims %v", before, want)
+	}
+	zero := int64(0)
+	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, s.plugin, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	old := s.plugin
+	if s.plugin, err = waitPluginRunning(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	after, err := checkpointClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after, want) {
+		t.Errorf("after the restart the checkpoint holds %v, want %v", after, want)
+	}
+	// The pods keep running on their devices.
+	for _, p := range draPods {
+		if _, err := waitPod(ctx, p, 30*time.Second, "running", func(p *corev1.Pod) (bool, error) {
+			return p.Status.Phase == corev1.PodRunning, nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func (s *draScenario) unprepare(t *testing.T, ctx context.Context) {
+	if err := deletePods(ctx, draPods...); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		left, err = checkpointClaims()
+		return err == nil && len(left) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("checkpoint still holds %v after the pods went: %v", left, err)
+	}
+	// The freed GPUs serve a new pod.
+	pod, err := createPod(ctx, probePodFor(draPodExt, corev1.ResourceList{gpuResource: *resource.NewQuantity(int64(len(env.Profile.GPUs)), resource.DecimalSI)}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := podClaims(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ourDevices(claims); len(got) != len(env.Profile.GPUs) {
+		t.Errorf("a pod asking for every GPU got %v", got)
+	}
+	if err := deletePods(ctx, draPodExt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *draScenario) uninstall(t *testing.T, ctx context.Context) {
+	for _, n := range []string{oneGPU, alignedTmpl} {
+		if err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	}
+	if err := s.release.uninstall(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.release = nil
+	// The kubelet removes a driver's slices once the driver is gone.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		sl, _, err := nodeSlices(ctx)
+		return err == nil && len(sl) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("ResourceSlices of %s still there after uninstalling: %v", draDriver, err)
+	}
+	if err := removeSpecs(); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := leftovers(); err != nil || len(left) > 0 {
+		t.Errorf("left on the node: %v %v", left, err)
+	}
+}
