@@ -39,6 +39,9 @@ type preparedDevice struct {
 	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
+// errCorrupt marks a checkpoint that did not parse and was set aside.
+var errCorrupt = errors.New("corrupt DRA checkpoint")
+
 // loadCheckpoint reads path. A missing file is an empty checkpoint. A file
 // that does not parse is renamed to path+".corrupt" and reported in err
 // next to an empty checkpoint, so the plugin serves on (and says so)
@@ -70,7 +73,7 @@ func loadCheckpoint(path string) (checkpoint, error) {
 	if err := os.Rename(path, aside); err != nil {
 		return empty, fmt.Errorf("DRA checkpoint %s is unreadable (%v) and could not be set aside: %w", path, perr, err)
 	}
-	return empty, fmt.Errorf("DRA checkpoint %s is unreadable (%v); moved to %s and starting with no prepared claims: claims prepared before are prepared again when their pods start", path, perr, aside)
+	return empty, fmt.Errorf("%w: %s does not parse (%v); moved to %s and starting with no prepared claims: claims prepared before are prepared again when their pods start", errCorrupt, path, perr, aside)
 }
 
 // save writes the checkpoint atomically and durably: a claim is reported

@@ -276,6 +276,7 @@ func (d *Driver) publish(ctx context.Context) {
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reloadLocked()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []types.UID
 	for _, c := range claims {
@@ -346,6 +347,25 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 	return p, nil
 }
 
+// reloadLocked reads the checkpoint again: during a rolling update two
+// plugin processes serve side by side, the helper serialising their calls
+// with a file lock, and the other one may have prepared or unprepared a
+// claim since. A file that cannot be read keeps what this process knows;
+// one that does not parse is set aside (loadCheckpoint).
+func (d *Driver) reloadLocked() {
+	if d.o.CheckpointPath == "" {
+		return
+	}
+	cp, err := loadCheckpoint(d.o.CheckpointPath)
+	if err != nil {
+		d.o.Log.Error("DRA checkpoint", "err", err)
+		if !errors.Is(err, errCorrupt) {
+			return
+		}
+	}
+	d.cp = cp
+}
+
 // holdersLocked maps each device held by a prepared claim (not for admin
 // access) to that claim's namespace/name.
 func (d *Driver) holdersLocked() map[string]string {
@@ -376,6 +396,7 @@ func (p preparedClaim) result() []kubeletplugin.Device {
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.reloadLocked()
 	out := make(map[types.UID]error, len(claims))
 	removed := map[types.UID]preparedClaim{}
 	for _, c := range claims {

@@ -374,6 +374,34 @@ func TestPrepareRefusals(t *testing.T) {
 	}
 }
 
+func TestTwoProcessesShareTheCheckpoint(t *testing.T) {
+	// A rolling update: the old and the new pod serve side by side, the
+	// helper's file lock taking their calls one at a time.
+	dir := t.TempDir()
+	ctx := context.Background()
+	oldPod, _ := newTestDriver(t, dir, Options{Sources: 1})
+	newPod, _ := newTestDriver(t, dir, Options{Sources: 1})
+	oldPod.SetGPUs(ctx, testGPUs())
+	newPod.SetGPUs(ctx, testGPUs())
+	if got, _ := oldPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-1", "first", result("g", "gpu-0"))}); got["uid-1"].Err != nil {
+		t.Fatal(got["uid-1"].Err)
+	}
+	got, _ := newPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-2", "second", result("g", "gpu-0"))})
+	if e := got["uid-2"].Err; e == nil || !strings.Contains(e.Error(), "ns/first") {
+		t.Errorf("the new process gave away a GPU the old one prepared: err = %v", e)
+	}
+	if got, _ := newPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-3", "third", result("g", "gpu-1"))}); got["uid-3"].Err != nil {
+		t.Fatal(got["uid-3"].Err)
+	}
+	if _, err := newPod.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := loadCheckpoint(filepath.Join(dir, "checkpoint.json"))
+	if err != nil || len(cp.Claims) != 1 || cp.Claims["uid-3"].Name != "third" {
+		t.Errorf("checkpoint = %+v, %v; want only claim third", cp.Claims, err)
+	}
+}
+
 func TestCorruptCheckpointIsSetAside(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "checkpoint.json")

@@ -99,9 +99,19 @@ func TestHelmCDIHookDirMustBeAbsolute(t *testing.T) {
 }
 
 func TestHelmLint(t *testing.T) {
-	for _, values := range []string{"", filepath.Join("testdata", "values-all.yaml")} {
-		t.Run("values="+values, func(t *testing.T) {
-			l := lint.AllWithKubeVersion(chartDir(t), readValues(t, values), releaseNamespace, nil)
+	allDRA := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	allDRA["kubeletAPI"] = "dra"
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+	}{
+		{"defaults", readValues(t, "")},
+		{"values-all.yaml", readValues(t, filepath.Join("testdata", "values-all.yaml"))},
+		{"kubeletAPI=dra with NIC pools", draValues(nicPoolValues(t))},
+		{"values-all.yaml with kubeletAPI=dra", allDRA},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := lint.AllWithKubeVersion(chartDir(t), tc.vals, releaseNamespace, nil)
 			for _, m := range l.Messages {
 				if m.Severity >= support.WarningSev {
 					t.Errorf("helm lint: %s", m)

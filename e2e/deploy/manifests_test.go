@@ -78,6 +78,16 @@ type wantDaemonSet struct {
 	privileged      bool
 	image           string // repository
 	maxUnavailable  intstr.IntOrString
+	maxSurge        *intstr.IntOrString // checked when set
+	dra             *wantDRA            // DRA mode (kubeletAPI: dra); nil: device-plugin mode
+}
+
+// wantDRA is what DRA mode adds to the pod: API access and the kubelet's
+// plugin directories instead of its device-plugin directory.
+type wantDRA struct {
+	serviceAccount string
+	pluginDir      string // the driver's socket directory, host path = pod path
+	registryDir    string // the kubelet's plugins_registry, host path = pod path
 }
 
 // checkDaemonSet pins what the static manifest and the chart both promise.
@@ -100,8 +110,23 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		us.RollingUpdate.MaxUnavailable == nil || *us.RollingUpdate.MaxUnavailable != want.maxUnavailable {
 		t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable %s", us, want.maxUnavailable.String())
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken is not false: the plugin never talks to the API server")
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; want.maxSurge != nil && (ru == nil || ru.MaxSurge == nil || *ru.MaxSurge != *want.maxSurge) {
+		t.Errorf("updateStrategy %+v, want maxSurge %s", ds.Spec.UpdateStrategy, want.maxSurge.String())
+	}
+	if want.dra == nil {
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Error("automountServiceAccountToken is not false: in device-plugin mode the plugin never talks to the API server")
+		}
+		if spec.ServiceAccountName != "" {
+			t.Errorf("serviceAccountName %q in device-plugin mode, which needs no API access", spec.ServiceAccountName)
+		}
+	} else {
+		if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+			t.Error("automountServiceAccountToken is not true: DRA mode publishes ResourceSlices through the API server")
+		}
+		if spec.ServiceAccountName != want.dra.serviceAccount {
+			t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, want.dra.serviceAccount)
+		}
 	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(spec.Containers))
@@ -136,17 +161,24 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		}
 		return v.HostPath.Path, m
 	}
-	for _, f := range []struct {
+	type pathFlag struct {
 		flag, hostPath string
 		readOnly       bool
-	}{
-		{"device-plugin-dir", want.devicePluginDir, false},
+	}
+	pathFlags := []pathFlag{
 		{"driver-root", want.hostDriverRoot, true},
 		{"dev-root", "/dev", false},
 		{"sysfs-root", "/sys", true},
 		{"cdi-spec-dir", want.cdiSpecDir, false},
 		{"state-dir", want.stateDir, false},
-	} {
+	}
+	if want.dra == nil {
+		pathFlags = append(pathFlags, pathFlag{"device-plugin-dir", want.devicePluginDir, false})
+	} else {
+		pathFlags = append(pathFlags, pathFlag{"dra-plugin-dir", want.dra.pluginDir, false}, pathFlag{"plugin-registry-dir", want.dra.registryDir, false})
+		checkDRAPod(t, spec, c, want.dra, volumes)
+	}
+	for _, f := range pathFlags {
 		mountPath, ok := flagValue(c.Args, f.flag)
 		if !ok {
 			t.Errorf("no --%s in args %q", f.flag, c.Args)

@@ -11,18 +11,30 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/apis/admissionregistration"
+	_ "k8s.io/kubernetes/pkg/apis/admissionregistration/install"
+	admissionregistrationvalidation "k8s.io/kubernetes/pkg/apis/admissionregistration/validation"
 	"k8s.io/kubernetes/pkg/apis/apps"
 	_ "k8s.io/kubernetes/pkg/apis/apps/install"
 	appsvalidation "k8s.io/kubernetes/pkg/apis/apps/validation"
 	"k8s.io/kubernetes/pkg/apis/core"
 	_ "k8s.io/kubernetes/pkg/apis/core/install"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	"k8s.io/kubernetes/pkg/apis/rbac"
+	_ "k8s.io/kubernetes/pkg/apis/rbac/install"
+	rbacvalidation "k8s.io/kubernetes/pkg/apis/rbac/validation"
+	"k8s.io/kubernetes/pkg/apis/resource"
+	_ "k8s.io/kubernetes/pkg/apis/resource/install"
+	resourcevalidation "k8s.io/kubernetes/pkg/apis/resource/validation"
 	"k8s.io/kubernetes/pkg/capabilities"
 	"sigs.k8s.io/yaml"
 
@@ -34,6 +46,14 @@ type objects struct {
 	ConfigMaps []*corev1.ConfigMap
 	DaemonSets []*appsv1.DaemonSet
 	Services   []*corev1.Service
+
+	// DRA mode's (kubeletAPI: dra).
+	ServiceAccounts     []*corev1.ServiceAccount
+	ClusterRoles        []*rbacv1.ClusterRole
+	ClusterRoleBindings []*rbacv1.ClusterRoleBinding
+	Policies            []*admissionregistrationv1.ValidatingAdmissionPolicy
+	PolicyBindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	DeviceClasses       []*resourcev1.DeviceClass
 }
 
 // decodeStrict splits a YAML stream into documents and decodes each into
@@ -72,6 +92,24 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 		case "v1/Service":
 			o := &corev1.Service{}
 			out.Services, target = append(out.Services, o), o
+		case "v1/ServiceAccount":
+			o := &corev1.ServiceAccount{}
+			out.ServiceAccounts, target = append(out.ServiceAccounts, o), o
+		case "rbac.authorization.k8s.io/v1/ClusterRole":
+			o := &rbacv1.ClusterRole{}
+			out.ClusterRoles, target = append(out.ClusterRoles, o), o
+		case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
+			o := &rbacv1.ClusterRoleBinding{}
+			out.ClusterRoleBindings, target = append(out.ClusterRoleBindings, o), o
+		case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":
+			o := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			out.Policies, target = append(out.Policies, o), o
+		case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding":
+			o := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			out.PolicyBindings, target = append(out.PolicyBindings, o), o
+		case "resource.k8s.io/v1/DeviceClass":
+			o := &resourcev1.DeviceClass{}
+			out.DeviceClasses, target = append(out.DeviceClasses, o), o
 		default:
 			return out, fmt.Errorf("%s: document %d: unexpected %s %s", source, i, tm.APIVersion, tm.Kind)
 		}
@@ -107,6 +145,37 @@ func (o objects) validate() field.ErrorList {
 		var in core.Service
 		errs = append(errs, convert(svc.DeepCopy(), &in)...)
 		errs = append(errs, prefix("Service "+svc.Name, corevalidation.ValidateServiceCreate(&in))...)
+	}
+	for _, sa := range o.ServiceAccounts {
+		var in core.ServiceAccount
+		errs = append(errs, convert(sa.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ServiceAccount "+sa.Name, corevalidation.ValidateServiceAccount(&in))...)
+	}
+	for _, cr := range o.ClusterRoles {
+		var in rbac.ClusterRole
+		errs = append(errs, convert(cr.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ClusterRole "+cr.Name, rbacvalidation.ValidateClusterRole(&in, rbacvalidation.ClusterRoleValidationOptions{}))...)
+	}
+	for _, crb := range o.ClusterRoleBindings {
+		var in rbac.ClusterRoleBinding
+		errs = append(errs, convert(crb.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ClusterRoleBinding "+crb.Name, rbacvalidation.ValidateClusterRoleBinding(&in))...)
+	}
+	// These compile every CEL expression, as the API server does on create.
+	for _, p := range o.Policies {
+		var in admissionregistration.ValidatingAdmissionPolicy
+		errs = append(errs, convert(p.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ValidatingAdmissionPolicy "+p.Name, admissionregistrationvalidation.ValidateValidatingAdmissionPolicy(&in))...)
+	}
+	for _, b := range o.PolicyBindings {
+		var in admissionregistration.ValidatingAdmissionPolicyBinding
+		errs = append(errs, convert(b.DeepCopy(), &in)...)
+		errs = append(errs, prefix("ValidatingAdmissionPolicyBinding "+b.Name, admissionregistrationvalidation.ValidateValidatingAdmissionPolicyBinding(&in))...)
+	}
+	for _, dc := range o.DeviceClasses {
+		var in resource.DeviceClass
+		errs = append(errs, convert(dc.DeepCopy(), &in)...)
+		errs = append(errs, prefix("DeviceClass "+dc.Name, resourcevalidation.ValidateDeviceClass(&in))...)
 	}
 	return errs
 }

@@ -59,3 +59,50 @@ the pod. */}}
 {{- define "gpu-device-plugin.deviceInfoDir" -}}
 /var/run/k8s.cni.cncf.io/devinfo/dp
 {{- end }}
+
+{{/* "true" in DRA mode (kubeletAPI: dra), else empty. Checks kubeletAPI:
+RBAC, DeviceClasses and the pod's mounts all follow it, so it is a chart
+value, not a config key. */}}
+{{- define "gpu-device-plugin.dra" -}}
+{{- if hasKey (.Values.config | default dict) "kubeletAPI" }}
+{{- fail "config.kubeletAPI: set the chart value kubeletAPI instead (device-plugin or dra); the chart's RBAC, DeviceClasses and mounts follow it" }}
+{{- end }}
+{{- if eq .Values.kubeletAPI "dra" }}true
+{{- else if ne .Values.kubeletAPI "device-plugin" }}
+{{- fail (printf "kubeletAPI %q: want device-plugin or dra" .Values.kubeletAPI) }}
+{{- end }}
+{{- end }}
+
+{{/* The DRA driver name: ResourceSlices' driver, attribute domain,
+DeviceClass suffix. Fixed by the plugin (config.DRADriverName). */}}
+{{- define "gpu-device-plugin.draDriver" -}}
+gpu-device-plugin.github.io
+{{- end }}
+
+{{/* The ServiceAccount of DRA mode (device-plugin mode uses none). */}}
+{{- define "gpu-device-plugin.serviceAccountName" -}}
+{{- include "gpu-device-plugin.fullname" . }}
+{{- end }}
+
+{{/* A DRA host directory, checked and cleaned: the kubelet is told the
+socket paths the plugin sees, so it is mounted at the same path. */}}
+{{- define "gpu-device-plugin.draDir" -}}
+{{- $v := index . 0 }}
+{{- $name := index . 1 }}
+{{- if not (isAbs $v) }}
+{{- fail (printf "dra.%s %q: want an absolute host path" $name $v) }}
+{{- end }}
+{{- clean $v }}
+{{- end }}
+
+{{/* The DeviceClass of a NIC pool: its name lower-cased, "/" and "_" turned
+into "-", then ".gpu-device-plugin.github.io": example.com/rdma_a becomes
+example.com-rdma-a.gpu-device-plugin.github.io. A pool name always has a
+"/", so no pool's class is the GPU class. */}}
+{{- define "gpu-device-plugin.nicDeviceClassName" -}}
+{{- $n := printf "%s.%s" (. | lower | replace "/" "-" | replace "_" "-") (include "gpu-device-plugin.draDriver" .) }}
+{{- if or (gt (len $n) 253) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $n)) }}
+{{- fail (printf "config.nicResources: pool %q gives DeviceClass name %q, which is not a DNS subdomain; rename the pool (example: example.com/rdma_numa0)" . $n) }}
+{{- end }}
+{{- $n }}
+{{- end }}

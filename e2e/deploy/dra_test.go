@@ -1,0 +1,792 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+)
+
+// draDriver is the plugin's DRA driver name, fixed by the Go side.
+const draDriver = config.DRADriverName
+
+// draValues is the chart in DRA mode, with vals over it.
+func draValues(vals chartutil.Values) chartutil.Values {
+	out := chartutil.Values{"kubeletAPI": "dra"}
+	for k, v := range vals {
+		out[k] = v
+	}
+	return out
+}
+
+// renderNotes renders the chart with vals and decodes it, with NOTES.txt.
+func renderNotes(t *testing.T, vals chartutil.Values) (objects, string) {
+	t.Helper()
+	c := loadChart(t)
+	out, err := renderValues(t, c, vals)
+	if err != nil {
+		t.Fatalf("rendering the chart with %v: %v", vals, err)
+	}
+	return renderWith(t, vals), out[filepath.Join(c.Name(), "templates", "NOTES.txt")]
+}
+
+// readDRAManifest is deploy/manifests/gpu-device-plugin-dra.yaml.
+func readDRAManifest(t *testing.T) objects {
+	t.Helper()
+	p := repoPath(t, "deploy", "manifests", "gpu-device-plugin-dra.yaml")
+	objs, err := decodeStrict(p, mustRead(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// defaultDRA is what the chart's defaults and the DRA manifest promise.
+var defaultDRA = wantDRA{
+	serviceAccount: "gpu-device-plugin",
+	pluginDir:      "/var/lib/kubelet/plugins/" + draDriver,
+	registryDir:    "/var/lib/kubelet/plugins_registry",
+}
+
+func defaultDRADaemonSet() wantDaemonSet {
+	return wantDaemonSet{
+		namespace: releaseNamespace, hostDriverRoot: "/", cdiSpecDir: "/var/run/cdi",
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage,
+		maxUnavailable: intstr.FromInt32(0), maxSurge: ptr.To(intstr.FromInt32(1)), dra: &defaultDRA,
+	}
+}
+
+// checkDRAPod pins DRA mode's pod beyond its path flags (checkDaemonSet):
+// the mode flag, the downward-API environment the plugin needs, and no
+// trace of the device-plugin API.
+func checkDRAPod(t *testing.T, spec corev1.PodSpec, c corev1.Container, want *wantDRA, volumes map[string]corev1.Volume) {
+	t.Helper()
+	if v, _ := flagValue(c.Args, "kubelet-api"); v != "dra" {
+		t.Errorf("--kubelet-api=%q, want dra", v)
+	}
+	if v, ok := flagValue(c.Args, "device-plugin-dir"); ok {
+		t.Errorf("--device-plugin-dir=%s in DRA mode", v)
+	}
+	for _, f := range []struct{ flag, path string }{{"dra-plugin-dir", want.pluginDir}, {"plugin-registry-dir", want.registryDir}} {
+		// The kubelet dials the paths the plugin registers: the pod path
+		// must be the host path.
+		if v, _ := flagValue(c.Args, f.flag); v != f.path {
+			t.Errorf("--%s=%q, want the host path %s (the kubelet dials the sockets at the paths the plugin sees)", f.flag, v, f.path)
+		}
+	}
+	types := map[string]corev1.HostPathType{want.pluginDir: corev1.HostPathDirectoryOrCreate, want.registryDir: corev1.HostPathDirectory}
+	for _, m := range c.VolumeMounts {
+		hp := volumes[m.Name].HostPath
+		if hp == nil {
+			continue
+		}
+		if strings.HasSuffix(hp.Path, "device-plugins") || strings.HasSuffix(m.MountPath, "device-plugins") {
+			t.Errorf("mount %s of host %s: DRA mode mounts no device-plugins directory", m.MountPath, hp.Path)
+		}
+		if wt, ok := types[hp.Path]; ok && (hp.Type == nil || *hp.Type != wt) {
+			t.Errorf("host path %s has type %v, want %s", hp.Path, hp.Type, wt)
+		}
+		// Not the kubelet's whole plugins/ directory: other drivers' and
+		// CSI sockets are there.
+		if filepath.Base(hp.Path) == "plugins" {
+			t.Errorf("host path %s mounted: want only the driver's own directory %s", hp.Path, want.pluginDir)
+		}
+	}
+	for _, e := range []struct{ name, fieldPath string }{
+		{"GPU_DEVICE_PLUGIN_NODE_NAME", "spec.nodeName"},
+		{"GPU_DEVICE_PLUGIN_POD_UID", "metadata.uid"},
+	} {
+		i := slices.IndexFunc(c.Env, func(v corev1.EnvVar) bool { return v.Name == e.name })
+		if i < 0 {
+			t.Errorf("no %s in the environment", e.name)
+			continue
+		}
+		if vf := c.Env[i].ValueFrom; vf == nil || vf.FieldRef == nil || vf.FieldRef.FieldPath != e.fieldPath {
+			t.Errorf("%s is %+v, want the downward API's %s", e.name, c.Env[i], e.fieldPath)
+		}
+	}
+	// Names that config.Settings gives the two settings: a rename on the
+	// Go side must show here.
+	for _, s := range config.Settings() {
+		if (s.Key == "nodeName" && s.Env != "GPU_DEVICE_PLUGIN_NODE_NAME") || (s.Key == "podUID" && s.Env != "GPU_DEVICE_PLUGIN_POD_UID") {
+			t.Errorf("setting %s reads %s, the chart sets another", s.Key, s.Env)
+		}
+	}
+}
+
+// The RBAC of DRA mode, exactly: adding a verb, a resource or a rule
+// fails here, on purpose.
+var wantDRARules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+}
+
+// grants flattens rules into group/resource/verb triples, so that the same
+// grants written as other rules compare equal.
+func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
+	var out []string
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: resourceNames and nonResourceURLs are not expected", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, fmt.Sprintf("%s/%s:%s", g, res, v))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func checkDRARBAC(t *testing.T, objs objects, namespace, sa string) {
+	t.Helper()
+	if len(objs.ServiceAccounts) != 1 || len(objs.ClusterRoles) != 1 || len(objs.ClusterRoleBindings) != 1 {
+		t.Fatalf("want one ServiceAccount, ClusterRole and ClusterRoleBinding, got %d, %d, %d",
+			len(objs.ServiceAccounts), len(objs.ClusterRoles), len(objs.ClusterRoleBindings))
+	}
+	if a := objs.ServiceAccounts[0]; a.Name != sa || a.Namespace != namespace {
+		t.Errorf("ServiceAccount %s/%s, want %s/%s", a.Namespace, a.Name, namespace, sa)
+	}
+	role := objs.ClusterRoles[0]
+	if got, want := grants(t, role.Rules), grants(t, wantDRARules); !slices.Equal(got, want) {
+		t.Errorf("ClusterRole %s grants\n  %s\nwant exactly\n  %s", role.Name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if role.AggregationRule != nil {
+		t.Error("ClusterRole aggregates other roles")
+	}
+	b := objs.ClusterRoleBindings[0]
+	if b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name}) {
+		t.Errorf("ClusterRoleBinding refers to %+v, want ClusterRole %s", b.RoleRef, role.Name)
+	}
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}; !slices.Equal(b.Subjects, want) {
+		t.Errorf("ClusterRoleBinding subjects %+v, want %+v", b.Subjects, want)
+	}
+}
+
+// With kubeletAPI: dra, the chart gives the plugin the API access DRA
+// needs and no more, the kubelet's plugin directories, and a rolling update
+// that surges.
+func TestHelmDRA(t *testing.T) {
+	objs, notes := renderNotes(t, draValues(nil))
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 0 {
+		t.Fatalf("want one ConfigMap and one DaemonSet, got %d ConfigMaps, %d DaemonSets, %d Services",
+			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
+	}
+	ds, cm := objs.DaemonSets[0], objs.ConfigMaps[0]
+	checkDRARBAC(t, objs, releaseNamespace, "gpu-device-plugin")
+	checkDaemonSet(t, ds, cm, defaultDRADaemonSet())
+	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, ds) })
+	checkAcceptedByPlugin(t, ds, cm)
+	if len(objs.Policies) != 1 || len(objs.PolicyBindings) != 1 {
+		t.Errorf("%d ValidatingAdmissionPolicies, %d bindings: want the one restricting ResourceSlices to the pod's node", len(objs.Policies), len(objs.PolicyBindings))
+	}
+	if len(objs.DeviceClasses) != 1 || objs.DeviceClasses[0].Name != "gpu."+draDriver {
+		t.Errorf("want DeviceClass gpu.%s alone, got %d", draDriver, len(objs.DeviceClasses))
+	}
+	for _, want := range []string{
+		"kind: ResourceClaimTemplate", "deviceClassName: gpu." + draDriver, "nvidia.com/gpu: 2",
+		"kubectl get resourceslices", "rm -f /var/run/cdi/gpu-device-plugin_*.json",
+	} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "allocatable") {
+		t.Errorf("NOTES.txt of DRA mode points at node allocatable, which DRA does not fill:\n%s", notes)
+	}
+}
+
+// Device-plugin mode, the default, needs no API access: no token, no
+// service account, no RBAC, nor any DRA object, even with every dra.*
+// value changed.
+func TestHelmDevicePluginModeHasNoAPIAccess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+	}{
+		{"defaults", chartutil.Values{}},
+		{"explicit", chartutil.Values{"kubeletAPI": "device-plugin"}},
+		{"values-all.yaml", readValues(t, filepath.Join("testdata", "values-all.yaml"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := renderWith(t, tc.vals)
+			if n := len(objs.ServiceAccounts) + len(objs.ClusterRoles) + len(objs.ClusterRoleBindings) + len(objs.Policies) + len(objs.PolicyBindings) + len(objs.DeviceClasses); n != 0 {
+				t.Errorf("%d ServiceAccounts, RBAC, admission or DeviceClass objects in device-plugin mode", n)
+			}
+			spec := objs.DaemonSets[0].Spec.Template.Spec
+			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken || spec.ServiceAccountName != "" {
+				t.Errorf("automountServiceAccountToken %v, serviceAccountName %q: want false and none", spec.AutomountServiceAccountToken, spec.ServiceAccountName)
+			}
+			c := spec.Containers[0]
+			for _, f := range []string{"kubelet-api", "dra-plugin-dir", "plugin-registry-dir"} {
+				if v, ok := flagValue(c.Args, f); ok {
+					t.Errorf("--%s=%s in device-plugin mode", f, v)
+				}
+			}
+			if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return strings.HasPrefix(e.Name, "GPU_DEVICE_PLUGIN_NODE") }); i >= 0 {
+				t.Errorf("env %s in device-plugin mode", c.Env[i].Name)
+			}
+		})
+	}
+}
+
+// Every dra.* value reaches its object, on top of values-all.yaml (which
+// keeps kubeletAPI at device-plugin for TestHelmEveryOption).
+func TestHelmDRAEveryOption(t *testing.T) {
+	vals := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	vals["kubeletAPI"] = "dra"
+	objs, _ := renderNotes(t, vals)
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	ds, cm := objs.DaemonSets[0], objs.ConfigMaps[0]
+	checkDRARBAC(t, objs, releaseNamespace, "gpu-plugin-all")
+	checkDaemonSet(t, ds, cm, wantDaemonSet{
+		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver", cdiSpecDir: "/etc/cdi",
+		cdiHookDir: "/opt/gpu-device-plugin/bin", stateDir: "/opt/gpu-device-plugin/state",
+		image: "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromInt32(2), maxSurge: ptr.To(intstr.FromInt32(0)),
+		dra: &wantDRA{
+			serviceAccount: "gpu-plugin-all",
+			pluginDir:      "/var/lib/k0s/kubelet/plugins/" + draDriver, // values-all.yaml's, cleaned
+			registryDir:    "/var/lib/k0s/kubelet/plugins_registry",
+		},
+	})
+	checkAcceptedByPlugin(t, ds, cm)
+	if len(objs.Policies)+len(objs.PolicyBindings) != 0 {
+		t.Error("dra.restrictSlicesToNode: false still renders the admission policy")
+	}
+	if len(objs.DeviceClasses) != 1 || objs.DeviceClasses[0].Spec.ExtendedResourceName != nil {
+		t.Error("dra.gpuExtendedResource: false still names nvidia.com/gpu in the GPU DeviceClass")
+	}
+	// dra.nicExtendedResources: false, with pools.
+	vals["config"] = nicPoolValues(t)["config"]
+	for _, dc := range renderWith(t, vals).DeviceClasses {
+		if dc.Spec.ExtendedResourceName != nil {
+			t.Errorf("DeviceClass %s serves %s with dra.nicExtendedResources and gpuExtendedResource false", dc.Name, *dc.Spec.ExtendedResourceName)
+		}
+	}
+}
+
+// Mistakes that would leave a node without a working plugin are refused
+// at install time, with the value to change.
+func TestHelmDRARefuses(t *testing.T) {
+	pools := nicPoolValues(t)["config"]
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+		want string
+	}{
+		{"unknown kubeletAPI", chartutil.Values{"kubeletAPI": "csi"}, `kubeletAPI "csi"`},
+		{"kubeletAPI in config", chartutil.Values{"config": map[string]any{"kubeletAPI": "dra"}}, "config.kubeletAPI"},
+		{"relative pluginDir", draValues(chartutil.Values{"dra": map[string]any{"pluginDir": "var/lib/kubelet/plugins/x"}}), "dra.pluginDir"},
+		{"relative pluginRegistryDir", draValues(chartutil.Values{"dra": map[string]any{"pluginRegistryDir": "plugins_registry"}}), "dra.pluginRegistryDir"},
+		// The surge pod would need the metrics host port the old one holds.
+		{"surge, metrics and host network", draValues(chartutil.Values{"metrics": map[string]any{"enabled": true}, "hostNetwork": true}), "dra.updateStrategy"},
+		{"surge, metrics and NIC pools", draValues(chartutil.Values{"metrics": map[string]any{"enabled": true}, "config": pools}), "dra.updateStrategy"},
+		{"two pools, one DeviceClass", draValues(chartutil.Values{"config": map[string]any{"nicResources": []any{
+			map[string]any{"name": "example.com/rdma_a"}, map[string]any{"name": "example.com/rdma-a"}}}}), "both give DeviceClass example.com-rdma-a." + draDriver},
+		{"pool name no DeviceClass name", draValues(chartutil.Values{"config": map[string]any{"nicResources": []any{
+			map[string]any{"name": "example.com/a._b"}}}}), "not a DNS subdomain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderValues(t, loadChart(t), tc.vals)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("rendering with %v: %v, want an error containing %q", tc.vals, err, tc.want)
+			}
+		})
+	}
+	// Without metrics, or with maxSurge 0, the host network is fine.
+	renderWith(t, draValues(chartutil.Values{"hostNetwork": true}))
+	renderWith(t, draValues(chartutil.Values{"metrics": map[string]any{"enabled": true}, "hostNetwork": true,
+		"dra": map[string]any{"updateStrategy": map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxSurge": 0, "maxUnavailable": 1}}}}))
+}
+
+// sampleDevice is a device as a ResourceSlice of driver publishes it, with
+// attributes named as the Go side may write them: bare (in the driver's
+// domain) or qualified.
+func sampleDevice(driver string, qualified bool, attrs map[string]string) dracel.Device {
+	d := dracel.Device{Driver: driver, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}}
+	for k, v := range attrs {
+		name := k
+		if qualified {
+			name = driver + "/" + k
+		}
+		d.Attributes[resourcev1.QualifiedName(name)] = resourcev1.DeviceAttribute{StringValue: ptr.To(v)}
+	}
+	return d
+}
+
+// selects compiles a DeviceClass's selectors as the scheduler does and
+// says whether they all select d, described by what.
+func selects(t *testing.T, dc *resourcev1.DeviceClass, d dracel.Device, what string) bool {
+	t.Helper()
+	if len(dc.Spec.Selectors) == 0 {
+		t.Fatalf("DeviceClass %s has no selectors: it would select every device of every driver", dc.Name)
+	}
+	for _, s := range dc.Spec.Selectors {
+		if s.CEL == nil {
+			t.Fatalf("DeviceClass %s: a selector without CEL", dc.Name)
+		}
+		r := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(s.CEL.Expression, dracel.Options{})
+		if r.Error != nil {
+			t.Fatalf("DeviceClass %s: %q does not compile: %v", dc.Name, s.CEL.Expression, r.Error)
+		}
+		ok, _, err := r.DeviceMatches(context.Background(), d)
+		if err != nil {
+			// The scheduler takes an error as "no" but reports it:
+			// a class must not fail on any device.
+			t.Errorf("DeviceClass %s on %s: %v", dc.Name, what, err)
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// The DeviceClasses select exactly the plugin's GPUs, and each NIC pool's
+// NICs, whatever else the cluster's drivers publish; each serves its
+// extended resource; their names follow the documented rule.
+func TestHelmDRADeviceClasses(t *testing.T) {
+	objs := renderWith(t, draValues(nicPoolValues(t)))
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	classes := map[string]*resourcev1.DeviceClass{}
+	for _, dc := range objs.DeviceClasses {
+		classes[dc.Name] = dc
+	}
+	pools := []string{"example.com/rdma_numa0", "example.com/rdma_numa1"}
+	want := map[string]string{ // class: extended resource
+		"gpu." + draDriver:                    "nvidia.com/gpu",
+		"example.com-rdma-numa0." + draDriver: pools[0],
+		"example.com-rdma-numa1." + draDriver: pools[1],
+	}
+	if len(classes) != len(want) {
+		t.Errorf("DeviceClasses %v, want %v", slices.Sorted(func(yield func(string) bool) {
+			for k := range classes {
+				if !yield(k) {
+					return
+				}
+			}
+		}), want)
+	}
+	for name, er := range want {
+		dc := classes[name]
+		if dc == nil {
+			t.Errorf("no DeviceClass %s", name)
+			continue
+		}
+		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != er {
+			t.Errorf("DeviceClass %s: extendedResourceName %v, want %s", name, dc.Spec.ExtendedResourceName, er)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	devices := map[string]map[string]string{
+		"gpu":   {"type": "gpu"},
+		"nic0":  {"type": "nic", "pool": pools[0]},
+		"nic1":  {"type": "nic", "pool": pools[1]},
+		"other": {"type": "fpga"},
+	}
+	wantSel := map[string]string{ // device: the one class that selects it
+		"gpu": "gpu." + draDriver, "nic0": "example.com-rdma-numa0." + draDriver, "nic1": "example.com-rdma-numa1." + draDriver,
+	}
+	for _, qualified := range []bool{false, true} {
+		for dev, attrs := range devices {
+			for _, driver := range []string{draDriver, "gpu.nvidia.com"} {
+				d := sampleDevice(driver, qualified, attrs)
+				what := fmt.Sprintf("%s %v of driver %s (qualified attribute names: %v)", dev, attrs, driver, qualified)
+				for name, dc := range classes {
+					exp := driver == draDriver && wantSel[dev] == name
+					if got := selects(t, dc, d, what); got != exp {
+						t.Errorf("DeviceClass %s selects %s: %v, want %v", name, what, got, exp)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The DeviceClass name of a NIC pool: the pool name lower-cased, "/" and
+// "_" made "-", then ".gpu-device-plugin.github.io". The Go side and the
+// README rely on this rule.
+func TestHelmDRANICDeviceClassName(t *testing.T) {
+	for pool, want := range map[string]string{
+		"example.com/rdma_a":        "example.com-rdma-a." + draDriver,
+		"example.com/RDMA_Numa0":    "example.com-rdma-numa0." + draDriver,
+		"nvidia.com/mlx5.ib":        "nvidia.com-mlx5.ib." + draDriver,
+		"rdma.example.org/pf-numa1": "rdma.example.org-pf-numa1." + draDriver,
+	} {
+		objs := renderWith(t, draValues(chartutil.Values{"config": map[string]any{"nicResources": []any{map[string]any{"name": pool}}}}))
+		var names []string
+		for _, dc := range objs.DeviceClasses {
+			names = append(names, dc.Name)
+		}
+		if !slices.Contains(names, want) {
+			t.Errorf("pool %s: DeviceClasses %q, want %s", pool, names, want)
+		}
+		if errs := objs.validate(); len(errs) > 0 {
+			t.Errorf("pool %s: %v", pool, errs.ToAggregate())
+		}
+	}
+}
+
+// policyVerdict evaluates a ValidatingAdmissionPolicy on one request as
+// the API server's admission plugin does (validating.compilePolicy, which
+// is not exported, line for line), leaving out the match constraints,
+// which checkPolicyScope pins. It returns "" for admit, else the message.
+func policyVerdict(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, op admission.Operation, u user.Info, obj, old runtime.Object) string {
+	t.Helper()
+	comp, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	msgVars := plugincel.OptionalVariableDeclarations{}
+	var named []plugincel.NamedExpressionAccessor
+	for _, v := range p.Spec.Variables {
+		named = append(named, &validating.Variable{Name: v.Name, Expression: v.Expression})
+	}
+	comp.CompileAndStoreVariables(named, vars, environment.StoredExpressions)
+	var matcher matchconditions.Matcher
+	if len(p.Spec.MatchConditions) > 0 {
+		var mcs []plugincel.ExpressionAccessor
+		for i := range p.Spec.MatchConditions {
+			mcs = append(mcs, (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i]))
+		}
+		matcher = matchconditions.NewMatcher(comp.CompileCondition(mcs, vars, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	v := validating.NewValidator(comp.CompileCondition(validations, vars, environment.StoredExpressions), matcher,
+		comp.CompileCondition(nil, vars, environment.StoredExpressions), comp.CompileCondition(messages, msgVars, environment.StoredExpressions),
+		p.Spec.FailurePolicy, nil)
+
+	gvr := resourcev1.SchemeGroupVersion.WithResource("resourceslices")
+	gvk := resourcev1.SchemeGroupVersion.WithKind("ResourceSlice")
+	attrs := admission.NewAttributesRecord(obj, old, gvk, "", "slice", gvr, "", op, nil, false, u)
+	res := v.Validate(context.Background(), gvr, &admission.VersionedAttributes{
+		Attributes: attrs, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old), VersionedKind: gvk,
+	}, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	var msgs []string
+	for _, d := range res.Decisions {
+		if d.Evaluation == validating.EvalError {
+			t.Errorf("policy %s: evaluation error: %s", p.Name, d.Message)
+		}
+		if d.Action == validating.ActionDeny {
+			msgs = append(msgs, d.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// checkPolicyScope pins what the policy applies to: every write of a
+// ResourceSlice in any version, denied on failure.
+func checkPolicyScope(t *testing.T, objs objects) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	if len(objs.Policies) != 1 || len(objs.PolicyBindings) != 1 {
+		t.Fatalf("%d ValidatingAdmissionPolicies and %d bindings, want one each", len(objs.Policies), len(objs.PolicyBindings))
+	}
+	p, b := objs.Policies[0], objs.PolicyBindings[0]
+	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail: a policy that cannot run must not let writes through", p.Spec.FailurePolicy)
+	}
+	mc := p.Spec.MatchConstraints
+	if mc == nil || len(mc.ResourceRules) != 1 || mc.NamespaceSelector != nil && len(mc.NamespaceSelector.MatchLabels)+len(mc.NamespaceSelector.MatchExpressions) > 0 {
+		t.Fatalf("matchConstraints %+v, want one resource rule", mc)
+	}
+	r := mc.ResourceRules[0]
+	if !slices.Equal(r.APIGroups, []string{"resource.k8s.io"}) || !slices.Equal(r.APIVersions, []string{"*"}) ||
+		!slices.Equal(r.Resources, []string{"resourceslices"}) || len(r.ResourceNames) > 0 ||
+		!slices.Equal(sorted(opStrings(r.Operations)), []string{"CREATE", "DELETE", "UPDATE"}) {
+		t.Errorf("rule %+v, want CREATE, UPDATE and DELETE of resource.k8s.io resourceslices in every version", r)
+	}
+	if b.Spec.PolicyName != p.Name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) ||
+		b.Spec.MatchResources != nil || b.Spec.ParamRef != nil {
+		t.Errorf("binding %+v, want policy %s everywhere with Deny", b.Spec, p.Name)
+	}
+	return p
+}
+
+func opStrings(ops []admissionregistrationv1.OperationType) []string {
+	var out []string
+	for _, o := range ops {
+		out = append(out, string(o))
+	}
+	return out
+}
+
+// The admission policy keeps each plugin to its own node's ResourceSlices:
+// evaluated on the requests a plugin, a compromised one, and others make.
+func TestHelmDRAAdmissionPolicy(t *testing.T) {
+	objs := renderWith(t, draValues(nil))
+	p := checkPolicyScope(t, objs)
+
+	sa := "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
+	onNode := func(name, node string) user.Info {
+		extra := map[string][]string{}
+		if node != "" {
+			extra["authentication.kubernetes.io/node-name"] = []string{node}
+		}
+		return &user.DefaultInfo{Name: name, Groups: []string{"system:serviceaccounts"}, Extra: extra}
+	}
+	slice := func(node string) *resourcev1.ResourceSlice {
+		s := &resourcev1.ResourceSlice{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
+			ObjectMeta: metav1.ObjectMeta{Name: "slice"},
+			Spec:       resourcev1.ResourceSliceSpec{Driver: draDriver, Pool: resourcev1.ResourcePool{Name: "pool", ResourceSliceCount: 1}},
+		}
+		if node == "" {
+			s.Spec.AllNodes = ptr.To(true)
+		} else {
+			s.Spec.NodeName = ptr.To(node)
+		}
+		return s
+	}
+	var none *resourcev1.ResourceSlice
+	obj := func(s *resourcev1.ResourceSlice) runtime.Object {
+		if s == nil {
+			return nil
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name     string
+		op       admission.Operation
+		u        user.Info
+		obj, old *resourcev1.ResourceSlice
+		deny     string // part of the message; "" admits
+	}{
+		{"create own", admission.Create, onNode(sa, "n1"), slice("n1"), none, ""},
+		{"update own", admission.Update, onNode(sa, "n1"), slice("n1"), slice("n1"), ""},
+		{"delete own", admission.Delete, onNode(sa, "n1"), none, slice("n1"), ""},
+		{"create another node's", admission.Create, onNode(sa, "n1"), slice("n2"), none, "not node n2's"},
+		{"create for all nodes", admission.Create, onNode(sa, "n1"), slice(""), none, "one without spec.nodeName"},
+		{"move own to another node", admission.Update, onNode(sa, "n1"), slice("n2"), slice("n1"), "not node n2's"},
+		{"take over another node's", admission.Update, onNode(sa, "n1"), slice("n1"), slice("n2"), "change or delete only its own"},
+		{"delete another node's", admission.Delete, onNode(sa, "n1"), none, slice("n2"), "change or delete only its own"},
+		{"token without a node", admission.Create, onNode(sa, ""), slice("n1"), none, "the token names no node"},
+		// Not the plugin's account: the policy does not apply (RBAC and
+		// the Node authorizer decide).
+		{"another service account", admission.Create, onNode("system:serviceaccount:kube-system:other", "n1"), slice("n2"), none, ""},
+		{"the same name in another namespace", admission.Create, onNode("system:serviceaccount:default:gpu-device-plugin", "n1"), slice("n2"), none, ""},
+		{"a kubelet", admission.Create, &user.DefaultInfo{Name: "system:node:n2", Groups: []string{"system:nodes"}}, slice("n2"), none, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := policyVerdict(t, p, tc.op, tc.u, obj(tc.obj), obj(tc.old))
+			switch {
+			case tc.deny == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.deny != "" && got == "":
+				t.Errorf("admitted, want denied with %q", tc.deny)
+			case tc.deny != "" && !strings.Contains(got, tc.deny):
+				t.Errorf("denied with %q, want %q in the message", got, tc.deny)
+			}
+		})
+	}
+}
+
+// The static DRA manifest holds what the chart renders with kubeletAPI:
+// dra: every object, give or take Helm's own labels and the config
+// checksum.
+func TestHelmDRAMatchesManifest(t *testing.T) {
+	chartObjs := renderWith(t, draValues(nil))
+	static := readDRAManifest(t)
+	if errs := static.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the DRA manifest:\n%v", errs.ToAggregate())
+	}
+	a, b := comparable(t, chartObjs), comparable(t, static)
+	for key, got := range a {
+		want, ok := b[key]
+		if !ok {
+			t.Errorf("the chart renders %s, the manifest has none", key)
+			continue
+		}
+		if got != want {
+			t.Errorf("%s differs\nchart:\n%s\nmanifest:\n%s", key, got, want)
+		}
+	}
+	for key := range b {
+		if _, ok := a[key]; !ok {
+			t.Errorf("the manifest has %s, the chart renders none", key)
+		}
+	}
+}
+
+// TestManifestDRA checks the DRA manifest on its own terms, as
+// TestManifestDaemonSet and TestManifestAcceptedByPlugin do the default one.
+func TestManifestDRA(t *testing.T) {
+	objs := readDRAManifest(t)
+	if len(objs.ConfigMaps) != 1 || len(objs.DaemonSets) != 1 || len(objs.Services) != 0 {
+		t.Fatalf("want one ConfigMap and one DaemonSet, got %d ConfigMaps, %d DaemonSets, %d Services",
+			len(objs.ConfigMaps), len(objs.DaemonSets), len(objs.Services))
+	}
+	checkDRARBAC(t, objs, "kube-system", "gpu-device-plugin")
+	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], defaultDRADaemonSet())
+	checkPolicyScope(t, objs)
+	checkAcceptedByPlugin(t, objs.DaemonSets[0], objs.ConfigMaps[0])
+}
+
+// comparable gives each object as YAML, by kind and name, without what
+// only Helm adds; config.yaml is compared by content, not layout.
+func comparable(t *testing.T, objs objects) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	add := func(kind string, o metav1.Object, v any) {
+		labels := map[string]string{}
+		for k, v := range o.GetLabels() {
+			if k != "helm.sh/chart" && k != "app.kubernetes.io/managed-by" {
+				labels[k] = v
+			}
+		}
+		o.SetLabels(labels)
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[kind+" "+o.GetNamespace()+"/"+o.GetName()] = string(b)
+	}
+	for _, o := range objs.ServiceAccounts {
+		c := o.DeepCopy()
+		add("ServiceAccount", c, c)
+	}
+	for _, o := range objs.ClusterRoles {
+		c := o.DeepCopy()
+		add("ClusterRole", c, c)
+	}
+	for _, o := range objs.ClusterRoleBindings {
+		c := o.DeepCopy()
+		add("ClusterRoleBinding", c, c)
+	}
+	for _, o := range objs.Policies {
+		c := o.DeepCopy()
+		add("ValidatingAdmissionPolicy", c, c)
+	}
+	for _, o := range objs.PolicyBindings {
+		c := o.DeepCopy()
+		add("ValidatingAdmissionPolicyBinding", c, c)
+	}
+	for _, o := range objs.DeviceClasses {
+		c := o.DeepCopy()
+		add("DeviceClass", c, c)
+	}
+	for _, o := range objs.Services {
+		c := o.DeepCopy()
+		add("Service", c, c)
+	}
+	for _, o := range objs.ConfigMaps {
+		c := o.DeepCopy()
+		for k, v := range c.Data {
+			var parsed any
+			if err := yaml.Unmarshal([]byte(v), &parsed); err != nil {
+				t.Fatalf("ConfigMap %s, %s: %v", c.Name, k, err)
+			}
+			b, _ := yaml.Marshal(parsed)
+			c.Data[k] = string(b)
+		}
+		add("ConfigMap", c, c)
+	}
+	for _, o := range objs.DaemonSets {
+		c := o.DeepCopy()
+		delete(c.Spec.Template.Annotations, "checksum/config")
+		if len(c.Spec.Template.Annotations) == 0 {
+			c.Spec.Template.Annotations = nil
+		}
+		add("DaemonSet", c, c)
+	}
+	return out
+}
+
+// The node package documents DRA mode in its environment file with
+// variables the plugin reads, and its unit lets the plugin write the
+// kubelet's DRA directories (ProtectSystem=strict makes everything else
+// read-only), in either mode.
+func TestPackagingDRA(t *testing.T) {
+	env := string(mustRead(t, repoPath(t, "packaging", "gpu-device-plugin.env")))
+	var vars []string
+	for _, want := range []string{"GPU_DEVICE_PLUGIN_KUBELET_API=dra", "GPU_DEVICE_PLUGIN_KUBECONFIG=/etc/kubernetes/kubelet.conf"} {
+		if !strings.Contains(env, "#   "+want+"\n") {
+			t.Errorf("packaging/gpu-device-plugin.env does not document %s", want)
+		}
+		vars = append(vars, want)
+	}
+	// Uncommented, they are accepted by the plugin with the shipped config.
+	cmd := exec.Command(plugin(t), "version", "--config="+repoPath(t, "packaging", "config.yaml"))
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, vars...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("gpu-device-plugin version with %q: %v\n%s", vars, err, out)
+	}
+	// Set wrongly, the same variable is refused: the plugin does read it.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GPU_DEVICE_PLUGIN_KUBELET_API=dra", "GPU_DEVICE_PLUGIN_KUBECONFIG=relative/kubelet.conf"}
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("a relative GPU_DEVICE_PLUGIN_KUBECONFIG was accepted: the variable is not read\n%s", out)
+	}
+
+	unit := string(mustRead(t, repoPath(t, "packaging", "gpu-device-plugin.service")))
+	var rw, mkdir []string
+	for _, line := range strings.Split(unit, "\n") {
+		if v, ok := strings.CutPrefix(line, "ReadWritePaths="); ok {
+			for _, p := range strings.Fields(v) {
+				rw = append(rw, strings.TrimPrefix(p, "-"))
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "ExecStartPre=+/bin/mkdir -p "); ok {
+			mkdir = append(mkdir, strings.Fields(v)...)
+		}
+	}
+	d := config.Default()
+	for _, dir := range []string{d.DevicePluginDir, d.DRAPluginDir, d.PluginRegistryDir, d.CDISpecDir} {
+		if !slices.Contains(rw, dir) {
+			t.Errorf("the unit's ReadWritePaths= %q lack %s", rw, dir)
+		}
+		// A ReadWritePaths= entry missing when the unit starts is skipped.
+		if !slices.Contains(mkdir, dir) {
+			t.Errorf("the unit's ExecStartPre= does not create %s before the sandbox is set up", dir)
+		}
+	}
+}
