@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
@@ -30,6 +31,30 @@ type OpenFunc func(path string) (nvml.Library, error)
 // the GPU resource waits for NVML, retrying at cfg.NVMLRetryInterval, while
 // other resources are served.
 func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger) error {
+	return RunWith(ctx, cfg, open, log)
+}
+
+// Option changes what RunWith uses in place of what cfg names, for tests
+// and embedding.
+type Option func(*options)
+
+type options struct {
+	kubeClient kubernetes.Interface
+}
+
+// WithKubeClient makes DRA mode reach the API server through c instead of
+// cfg.Kubeconfig or the pod's service account: a fake clientset in tests,
+// the embedder's client when embedding.
+func WithKubeClient(c kubernetes.Interface) Option {
+	return func(o *options) { o.kubeClient = c }
+}
+
+// RunWith is Run with options, for tests and embedding.
+func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -83,7 +108,7 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
 	nics := newNICPlugins
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
-		drv, err := startDRA(ctx, cfg, specs, log)
+		drv, err := startDRA(ctx, cfg, specs, o.kubeClient, log)
 		if err != nil {
 			return err
 		}

@@ -46,11 +46,14 @@ type draFront struct {
 }
 
 // startDRA registers the driver with the kubelet. Slices are published
-// once the GPUs and every NIC pool have reported.
-func startDRA(ctx context.Context, cfg config.Config, specs *specStore, log *slog.Logger) (*draFront, error) {
-	client, err := kubeClient(cfg)
-	if err != nil {
-		return nil, err
+// once the GPUs and every NIC pool have reported. client, when not nil,
+// is used instead of the one cfg names (WithKubeClient).
+func startDRA(ctx context.Context, cfg config.Config, specs *specStore, client kubernetes.Interface, log *slog.Logger) (*draFront, error) {
+	var err error
+	if client == nil {
+		if client, err = kubeClient(cfg); err != nil {
+			return nil, err
+		}
 	}
 	node := cfg.NodeName
 	if node == "" {

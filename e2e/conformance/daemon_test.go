@@ -53,12 +53,12 @@ func exampleNICResources(t *testing.T) []config.NICResource {
 	return c.NICResources
 }
 
-// startDaemon runs the whole serve process, daemon.Run, on cfg with lib
-// as NVML (an nvmltest mock: its UUIDs are random, so a test that needs
-// them discovers the same instance first). stop cancels it and returns
-// what Run returned; it is also called when the test ends, and calling
-// it again is harmless.
-func startDaemon(t *testing.T, cfg config.Config, lib nvml.Library) (stop func() error) {
+// startDaemon runs the whole serve process, daemon.Run (RunWith when
+// opts are given), on cfg with lib as NVML (an nvmltest mock: its UUIDs
+// are random, so a test that needs them discovers the same instance
+// first). stop cancels it and returns what Run returned; it is also
+// called when the test ends, and calling it again is harmless.
+func startDaemon(t *testing.T, cfg config.Config, lib nvml.Library, opts ...daemon.Option) (stop func() error) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -71,7 +71,7 @@ func startDaemon(t *testing.T, cfg config.Config, lib nvml.Library) (stop func()
 	if cfg.DeviceInfoDir == config.DefaultDeviceInfoDir {
 		cfg.DeviceInfoDir = t.TempDir()
 	}
-	go func() { done <- daemon.Run(ctx, cfg, open, log) }()
+	go func() { done <- daemon.RunWith(ctx, cfg, open, log, opts...) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
