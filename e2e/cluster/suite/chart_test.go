@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 )
 
@@ -178,6 +179,16 @@ func restMapper() meta.RESTMapper {
 	return restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(k8s.kube.Discovery()))
 }
 
+// resourceFor is the API of u's kind: in u's namespace, or cluster-wide
+// for a cluster-scoped kind (RBAC roles, DeviceClasses, admission policies).
+func resourceFor(m *meta.RESTMapping, u *unstructured.Unstructured) dynamic.ResourceInterface {
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
+		u.SetNamespace("")
+		return k8s.dynamic.Resource(m.Resource)
+	}
+	return k8s.dynamic.Resource(m.Resource).Namespace(u.GetNamespace())
+}
+
 // apply creates or updates every object of the release.
 func (r *release) apply(ctx context.Context) error {
 	mapper := restMapper()
@@ -187,8 +198,7 @@ func (r *release) apply(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", gvk.Kind, err)
 		}
-		_, err = k8s.dynamic.Resource(m.Resource).Namespace(u.GetNamespace()).
-			Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		_, err = resourceFor(m, u).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 		if err != nil {
 			return fmt.Errorf("applying %s %s: %w", gvk.Kind, u.GetName(), err)
 		}
@@ -207,7 +217,7 @@ func (r *release) uninstall(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", gvk.Kind, err)
 		}
-		res := k8s.dynamic.Resource(m.Resource).Namespace(u.GetNamespace())
+		res := resourceFor(m, u)
 		if err := res.Delete(ctx, u.GetName(), metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting %s %s: %w", gvk.Kind, u.GetName(), err)
 		}
