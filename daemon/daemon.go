@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
@@ -23,6 +23,20 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/state"
 )
+
+// NewLogger is the one structured logger, at cfg's level and in its
+// format, writing to w.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
 
 // OpenFunc loads NVML. Production passes nvml.Open; tests pass a mock.
 type OpenFunc func(path string) (nvml.Library, error)
@@ -34,22 +48,21 @@ func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger
 	return RunWith(ctx, cfg, open, log)
 }
 
-// Option changes what RunWith uses in place of what cfg names, for tests
-// and embedding.
+// Option adds to what Run can do.
 type Option func(*options)
 
 type options struct {
-	kubeClient kubernetes.Interface
+	dra NewFrontEnd
 }
 
-// WithKubeClient makes DRA mode reach the API server through c instead of
-// cfg.Kubeconfig or the pod's service account: a fake clientset in tests,
-// the embedder's client when embedding.
-func WithKubeClient(c kubernetes.Interface) Option {
-	return func(o *options) { o.kubeClient = c }
+// WithDRA supplies the DRA front-end (dra.NewFrontEnd). It lives outside
+// this package so that the device-plugin executable links no Kubernetes
+// client code; gpu-device-plugin-dra passes it.
+func WithDRA(f NewFrontEnd) Option {
+	return func(o *options) { o.dra = f }
 }
 
-// RunWith is Run with options, for tests and embedding.
+// RunWith is Run with options.
 func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger, opts ...Option) error {
 	var o options
 	for _, opt := range opts {
@@ -108,12 +121,18 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
 	nics := newNICPlugins
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
-		drv, err := startDRA(ctx, cfg, specs, o.kubeClient, log)
+		if o.dra == nil {
+			return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
+		}
+		fe, err := o.dra(ctx, cfg, specReady{specs}, log)
 		if err != nil {
 			return err
 		}
-		gpus, nics = draGPUs{drv}, drv.nicFront
-		wg.Go(func() { fail(drv.run(ctx)) })
+		gpus, nics = externalGPUs{fe}, func(s *nicServer) (nicFront, error) {
+			fe.TakeNICPools(s.pools.All())
+			return externalNICs{fe}, nil
+		}
+		wg.Go(func() { fail(fe.Run(ctx)) })
 	}
 	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, gpus, log)) })
 	if len(cfg.NICResources) > 0 {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkPrepare(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			in := GPUs{DriverVersion: "580.65.06"}
+			in := draslice.GPUs{DriverVersion: "580.65.06"}
 			var results []resourceapi.DeviceRequestAllocationResult
 			for i := range 8 {
 				in.GPUs = append(in.GPUs, nvml.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: fmt.Sprintf("0000:%02x:00.0", i+1), NUMANode: -1})
@@ -66,7 +67,7 @@ func BenchmarkPrepareAgain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	in := GPUs{}
+	in := draslice.GPUs{}
 	var results []resourceapi.DeviceRequestAllocationResult
 	for i := range 8 {
 		in.GPUs = append(in.GPUs, nvml.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), NUMANode: -1})

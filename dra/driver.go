@@ -12,11 +12,14 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 )
 
@@ -67,7 +70,7 @@ type devHealth struct {
 	healthy bool
 	reason  string
 	since   time.Time
-	taints  []resourceapi.DeviceTaint
+	taints  []draslice.Taint
 }
 
 // Driver implements kubeletplugin.DRAPlugin over the node's model.
@@ -75,9 +78,9 @@ type Driver struct {
 	o Options
 
 	mu     sync.Mutex
-	gpus   []entry
-	nics   map[string][]entry // by pool name
-	byName map[string]*entry
+	gpus   []draslice.Device
+	nics   map[string][]draslice.Device // by pool name
+	byName map[string]*draslice.Device
 	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
 	// report before the devices are set.
 	health   map[string]*devHealth
@@ -122,8 +125,8 @@ func New(o Options) (*Driver, error) {
 	}
 	return &Driver{
 		o:        o,
-		nics:     map[string][]entry{},
-		byName:   map[string]*entry{},
+		nics:     map[string][]draslice.Device{},
+		byName:   map[string]*draslice.Device{},
 		health:   map[string]*devHealth{},
 		reported: map[string]bool{},
 		cp:       cp,
@@ -146,8 +149,8 @@ func (d *Driver) SetPublisher(ctx context.Context, p Publisher) {
 // SetGPUs replaces the node's GPUs and publishes; none when NVML is not
 // there (yet). Their health starts as what SetHealth said last for the
 // same UUID, else healthy.
-func (d *Driver) SetGPUs(ctx context.Context, in GPUs) {
-	es := gpuEntries(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
+func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
+	es := draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
 	d.mu.Lock()
 	d.gpus = es
 	d.reindex()
@@ -159,8 +162,8 @@ func (d *Driver) SetGPUs(ctx context.Context, in GPUs) {
 // SetNICPool replaces one pool's NICs and their health (devs, by PCI
 // address) and publishes when anything changed. A pool reports once at
 // start like a source.
-func (d *Driver) SetNICPool(ctx context.Context, p NICPool, devs []device.Device, first bool) {
-	es := nicEntries(p, d.o.SysfsRoot, d.o.NICCDIID, d.o.Log)
+func (d *Driver) SetNICPool(ctx context.Context, p draslice.NICPool, devs []device.Device, first bool) {
+	es := draslice.NICDevices(p, d.o.SysfsRoot, d.o.NICCDIID, d.o.Log)
 	d.mu.Lock()
 	d.nics[p.Name] = es
 	d.reindex()
@@ -196,11 +199,11 @@ func (d *Driver) setHealthLocked(id string, healthy bool, reason string) bool {
 		return false
 	}
 	now := d.o.Now()
-	var ts []taint
+	var ts []draslice.Taint
 	if !healthy {
-		ts = taintsOf(d.o.DriverName, reason)
+		ts = draslice.TaintsOf(d.o.DriverName, reason)
 	}
-	h.healthy, h.reason, h.since, h.taints = healthy, reason, now, nextTaints(ts, h.taints, now)
+	h.healthy, h.reason, h.since, h.taints = healthy, reason, now, draslice.Stamp(ts, h.taints, now)
 	close(d.changed)
 	d.changed = make(chan struct{})
 	return true
@@ -209,11 +212,11 @@ func (d *Driver) setHealthLocked(id string, healthy bool, reason string) bool {
 func (d *Driver) reindex() {
 	clear(d.byName)
 	for i := range d.gpus {
-		d.byName[d.gpus[i].dev.Name] = &d.gpus[i]
+		d.byName[d.gpus[i].Name] = &d.gpus[i]
 	}
 	for _, es := range d.nics {
 		for i := range es {
-			d.byName[es[i].dev.Name] = &es[i]
+			d.byName[es[i].Name] = &es[i]
 		}
 	}
 }
@@ -228,13 +231,13 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	var devs []resourceapi.Device
-	add := func(es []entry) {
+	add := func(es []draslice.Device) {
 		for _, e := range es {
-			dev := e.dev
-			if h := d.health[e.id]; h != nil && len(h.taints) > 0 {
-				dev.Taints = slices.Clone(h.taints)
+			var taints []draslice.Taint
+			if h := d.health[e.ID]; h != nil {
+				taints = h.taints
 			}
-			devs = append(devs, dev)
+			devs = append(devs, apiDevice(e, taints))
 		}
 	}
 	add(d.gpus)
@@ -328,10 +331,10 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 		if h, busy := holders[r.Device]; busy && !admin {
 			return p, fmt.Errorf("request %q: device %s is prepared for claim %s", r.Request, r.Device, h)
 		}
-		if h := d.health[e.id]; h != nil && !h.healthy {
+		if h := d.health[e.ID]; h != nil && !h.healthy {
 			d.o.Log.Warn("preparing an unhealthy device (the claim tolerates its taint)", "device", r.Device, "reason", h.reason, "claim", c.Namespace+"/"+c.Name)
 		}
-		for _, id := range e.cdiIDs {
+		for _, id := range e.CDIIDs {
 			kind, _, _ := strings.Cut(id, "=")
 			if d.o.Specs != nil {
 				if err := d.o.Specs.Ensure(kind); err != nil {
@@ -341,7 +344,7 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 		}
 		p.Devices = append(p.Devices, preparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
-			CDIDeviceIDs: slices.Clone(e.cdiIDs), AdminAccess: admin,
+			CDIDeviceIDs: slices.Clone(e.CDIIDs), AdminAccess: admin,
 		})
 	}
 	return p, nil
@@ -450,18 +453,18 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 
 func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
 	var rep kubeletplugin.DeviceHealthReport
-	add := func(es []entry) {
+	add := func(es []draslice.Device) {
 		for _, e := range es {
 			dh := kubeletplugin.DeviceHealth{
-				PoolName: d.o.NodeName, DeviceName: e.dev.Name, Health: kubeletplugin.HealthStatusHealthy,
+				PoolName: d.o.NodeName, DeviceName: e.Name, Health: kubeletplugin.HealthStatusHealthy,
 				HealthCheckTimeout: d.o.HealthTimeout,
 			}
-			if h := d.health[e.id]; h != nil {
+			if h := d.health[e.ID]; h != nil {
 				dh.LastUpdated = h.since
 				if !h.healthy {
 					dh.Health = kubeletplugin.HealthStatusUnhealthy
 					dh.Message = h.reason
-					if e.typ == TypeGPU {
+					if e.Type == draslice.TypeGPU {
 						dh.Message = health.Describe(h.reason)
 					}
 				}
@@ -474,4 +477,30 @@ func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
 		add(d.nics[pool])
 	}
 	return rep
+}
+
+// apiDevice is d as the API has it, with taints.
+func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
+	out := resourceapi.Device{Name: d.Name, Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.Attributes))}
+	for k, a := range d.Attributes {
+		out.Attributes[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version}
+	}
+	if len(d.Capacity) > 0 {
+		out.Capacity = make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.Capacity))
+		for k, c := range d.Capacity {
+			// draslice writes valid quantities; a bad one would be dropped
+			// by the API server anyway.
+			if q, err := resource.ParseQuantity(c.Value); err == nil {
+				out.Capacity[resourceapi.QualifiedName(k)] = resourceapi.DeviceCapacity{Value: q}
+			}
+		}
+	}
+	for _, t := range taints {
+		dt := resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)}
+		if t.TimeAdded != nil {
+			dt.TimeAdded = &metav1.Time{Time: *t.TimeAdded}
+		}
+		out.Taints = append(out.Taints, dt)
+	}
+	return out
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
@@ -80,7 +81,7 @@ func fakeSysfs(t *testing.T) string {
 	return root
 }
 
-func testGPUs() GPUs {
+func testGPUs() draslice.GPUs {
 	gpus := []nvml.GPU{
 		{Index: 0, UUID: "GPU-a", Minor: 0, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, PCIBusID: "0000:07:00.0", NUMANode: 0, Brand: "nvidia", Architecture: "hopper", CUDAComputeCapability: "9.0"},
 		{Index: 1, UUID: "GPU-b", Minor: 1, Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, PCIBusID: "0000:0f:00.0", NUMANode: 0},
@@ -89,7 +90,7 @@ func testGPUs() GPUs {
 	nv := nvml.Link{NVLinks: 18, PCIe: nvml.LinkCrossCPU}
 	pcie := nvml.Link{PCIe: nvml.LinkCrossCPU}
 	topo := nvml.Topology{Links: [][]nvml.Link{{{}, nv, pcie}, {nv, {}, pcie}, {pcie, pcie, {}}}}
-	return GPUs{GPUs: gpus, Topology: topo, DriverVersion: "535.104.05", CUDADriverVersion: 12020}
+	return draslice.GPUs{GPUs: gpus, Topology: topo, DriverVersion: "535.104.05", CUDADriverVersion: 12020}
 }
 
 type testSpecs struct{ err error }
@@ -192,7 +193,7 @@ func TestNICDevices(t *testing.T) {
 	}
 	nic := sysfs.NIC{Address: "0000:0c:00.0", Vendor: "15b3", Device: "1021", Driver: "mlx5_core", NUMANode: 0,
 		Netdevs: []string{"ens1np0"}, LinkType: sysfs.LinkEther, IBDevices: []string{"mlx5_0"}, RDMADevices: []string{"uverbs0"}}
-	d.SetNICPool(context.Background(), NICPool{Name: "example.com/rdma", NICs: []sysfs.NIC{nic}},
+	d.SetNICPool(context.Background(), draslice.NICPool{Name: "example.com/rdma", NICs: []sysfs.NIC{nic}},
 		[]device.Device{{ID: nic.Address, Healthy: true}}, true)
 	n := byName(pub.last(t))["nic-0000-0c-00-0"]
 	for k, v := range map[resourceapi.QualifiedName]string{
@@ -205,7 +206,7 @@ func TestNICDevices(t *testing.T) {
 		}
 	}
 	// A link going down taints the NIC; coming back removes it.
-	d.SetNICPool(context.Background(), NICPool{Name: "example.com/rdma", NICs: []sysfs.NIC{nic}},
+	d.SetNICPool(context.Background(), draslice.NICPool{Name: "example.com/rdma", NICs: []sysfs.NIC{nic}},
 		[]device.Device{{ID: nic.Address, Healthy: false, Reason: "link-down"}}, false)
 	if ts := byName(pub.last(t))["nic-0000-0c-00-0"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/link-down" {
 		t.Errorf("taints of a down NIC = %+v", ts)
@@ -240,26 +241,6 @@ func TestTaintsFollowHealth(t *testing.T) {
 	d.SetHealth("GPU-b", true, "")
 	if ts := byName(pub.last(t))["gpu-1"].Taints; len(ts) != 0 {
 		t.Errorf("taints after recovery = %+v, want none", ts)
-	}
-}
-
-func TestTaintsOf(t *testing.T) {
-	for reason, want := range map[string]string{
-		"xid=79":                                "d/xid=79",
-		"gpu-lost":                              "d/gpu-lost=",
-		"hw-slowdown+hw-power-brake":            "d/hw-slowdown=;d/hw-power-brake=",
-		"nvml: ERROR_UNKNOWN: bad, mig-enabled": "d/nvml=ERROR_UNKNOWN-bad;d/mig-enabled=",
-		"RDMA port down: mlx5_1/1":              "d/rdma-port-down=mlx5_1-1",
-		"recovery-action=reset, xid=48":         "d/recovery-action=reset;d/xid=48",
-		"xid=1, xid=2":                          "d/xid=1",
-	} {
-		var got []string
-		for _, tt := range taintsOf("d", reason) {
-			got = append(got, tt.key+"="+tt.value)
-		}
-		if strings.Join(got, ";") != want {
-			t.Errorf("taintsOf(%q) = %v, want %s", reason, got, want)
-		}
 	}
 }
 
@@ -466,22 +447,5 @@ func TestHealthReports(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("WatchHealthStatus = %v", err)
-	}
-}
-
-func TestSemver(t *testing.T) {
-	for in, want := range map[string]string{"535.104.05": "535.104.5", "9.0": "9.0.0", "550": "550.0.0", "": "", "1.2.3.4": "", "r550": ""} {
-		if got := semver(in); got != want {
-			t.Errorf("semver(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestDeviceNames(t *testing.T) {
-	if got := NICDeviceName("0000:3B:00.1"); got != "nic-0000-3b-00-1" {
-		t.Errorf("NICDeviceName = %q", got)
-	}
-	if got := GPUDeviceName(nvml.GPU{Index: 7}); got != "gpu-7" {
-		t.Errorf("GPUDeviceName = %q", got)
 	}
 }

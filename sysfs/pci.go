@@ -3,6 +3,8 @@ package sysfs
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -65,4 +67,23 @@ func parseHex(field, s string, minDigits, maxDigits int, max uint64) (uint64, er
 		return 0, fmt.Errorf("%s %q is out of range (max %#x): %w", field, s, max, ErrMalformed)
 	}
 	return v, nil
+}
+
+// PCIeRoot is the PCIe root complex above the device at addr ("pci0000:00"),
+// read from where /sys/bus/pci/devices/<addr> links to under /sys/devices.
+func PCIeRoot(sysfsRoot, addr string) (string, error) {
+	link := filepath.Join(sysfsRoot, "bus", "pci", "devices", addr)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return "", fmt.Errorf("PCIe root of %s: %w", addr, err)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(link), target)
+	}
+	rel, err := filepath.Rel(filepath.Join(sysfsRoot, "devices"), filepath.Clean(target))
+	root, _, _ := strings.Cut(rel, string(filepath.Separator))
+	if err != nil || !strings.HasPrefix(root, "pci") || filepath.Base(target) != addr {
+		return "", fmt.Errorf("PCIe root of %s: %s links to %s, not under devices/pci…: %w", addr, link, target, ErrMalformed)
+	}
+	return root, nil
 }

@@ -2,6 +2,8 @@ package sysfs
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -61,5 +63,31 @@ func TestPCIAddressMalformed(t *testing.T) {
 				t.Errorf("PCIAddress(%q) error %v does not match ErrMalformed", tt.busID, err)
 			}
 		})
+	}
+}
+
+func TestPCIeRoot(t *testing.T) {
+	root := t.TempDir()
+	mk := func(addr, target string) {
+		t.Helper()
+		link := filepath.Join(root, "bus", "pci", "devices", addr)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("0000:07:00.0", "../../../devices/pci0000:00/0000:00:01.0/0000:07:00.0")
+	mk("0000:87:00.0", filepath.Join(root, "devices/pci0000:80/0000:87:00.0"))
+	mk("0000:99:00.0", "../../../devices/platform/0000:99:00.0")
+	if err := os.MkdirAll(filepath.Join(root, "bus/pci/devices/0000:aa:00.0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]string{"0000:07:00.0": "pci0000:00", "0000:87:00.0": "pci0000:80", "0000:99:00.0": "", "0000:aa:00.0": "", "0000:bb:00.0": ""} {
+		got, err := PCIeRoot(root, addr)
+		if got != want || (want == "") != (err != nil) {
+			t.Errorf("PCIeRoot(%s) = %q, %v; want %q", addr, got, err, want)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,12 +11,11 @@ import (
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
-	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
@@ -44,9 +42,9 @@ type listing struct {
 // the ResourceSlice's device entries as the API has them (name,
 // attributes, capacity, taints).
 type listedDRA struct {
-	Driver  string               `json:"driver"`
-	Pool    string               `json:"pool"`
-	Devices []resourceapi.Device `json:"devices"`
+	Driver  string            `json:"driver"`
+	Pool    string            `json:"pool"`
+	Devices []draslice.Device `json:"devices"`
 }
 
 // listedGPU is one GPU row of `list`.
@@ -124,7 +122,7 @@ func orEmpty(s []string) []string {
 
 // listNICs scans the NICs once and judges them as serve would, and passes
 // each pool to the DRA preview.
-func listNICs(cfg config.Config, preview *dra.Driver, log *slog.Logger) ([]listedNIC, error) {
+func listNICs(cfg config.Config, preview *[]draslice.Device, log *slog.Logger) ([]listedNIC, error) {
 	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
 	if err != nil {
 		return nil, fmt.Errorf("scanning NICs: %w", err)
@@ -136,7 +134,14 @@ func listNICs(cfg config.Config, preview *dra.Driver, log *slog.Logger) ([]liste
 	type member struct{ pool, health, reason string }
 	members := map[string]member{}
 	for _, u := range pools.Rescan(scan) {
-		preview.SetNICPool(context.Background(), dra.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, u.Devices, true)
+		devs := draslice.NICDevices(draslice.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, cfg.SysfsRoot, noCDIName, log)
+		reasons := map[string]string{}
+		for _, d := range u.Devices {
+			if !d.Healthy {
+				reasons[d.ID] = d.Reason
+			}
+		}
+		*preview = append(*preview, withTaints(devs, reasons)...)
 		for _, d := range u.Devices {
 			m := member{pool: u.Pool.Resource(), health: "Healthy"}
 			if !d.Healthy {
@@ -174,17 +179,29 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
 	}
-	preview, err := draPreview(cfg, log)
+	node, err := nodeName(cfg)
 	if err != nil {
 		return err
 	}
-	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), preview, nil, log)
+	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log)
 	if err != nil {
 		return err
 	}
 	w.Poll()
-	preview.SetGPUs(context.Background(), dra.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
+	// What DRA mode would publish: the same devices, with taints for
+	// the unhealthy (without times: when a condition began is the
+	// running plugin's to say).
+	gpuCDIName := func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) }
+	reasons := map[string]string{}
+	for i, g := range inv.GPUs {
+		if healthy, reason := w.State(i); !healthy {
+			reasons[g.UUID] = reason
+		}
+	}
+	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(draslice.GPUs{
+		GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion,
+	}, cfg.SysfsRoot, gpuCDIName, log), reasons)}
 	for i, g := range inv.GPUs {
 		healthy, reason := w.State(i)
 		state := "Healthy"
@@ -195,20 +212,10 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	}
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
-	if nics, err := listNICs(cfg, preview, log); err != nil {
+	if nics, err := listNICs(cfg, &out.DRA.Devices, log); err != nil {
 		log.Warn("NICs not listed", "err", err)
 	} else {
 		out.NICs = nics
-	}
-	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: preview.NodeName(), Devices: []resourceapi.Device{}}
-	for _, sl := range preview.Resources().Pools[preview.NodeName()].Slices {
-		for _, d := range sl.Devices {
-			// When a condition began is the running plugin's to say.
-			for i := range d.Taints {
-				d.Taints[i].TimeAdded = nil
-			}
-			out.DRA.Devices = append(out.DRA.Devices, d)
-		}
 	}
 	if output == "json" {
 		return writeJSON(stdout, out)
@@ -230,28 +237,36 @@ func orDash(s string) string {
 	return s
 }
 
-// draPreview is a DRA driver that only builds devices, as serve would in
-// DRA mode: same node name, sysfs and CDI names, no checkpoint.
-func draPreview(cfg config.Config, log *slog.Logger) (*dra.Driver, error) {
-	node := cfg.NodeName
-	if node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("no --node-name and no host name: %w", err)
-		}
-		node = strings.ToLower(h)
+// nodeName is the DRA pool's name as serve would take it.
+func nodeName(cfg config.Config) (string, error) {
+	if cfg.NodeName != "" {
+		return cfg.NodeName, nil
 	}
-	return dra.New(dra.Options{
-		DriverName: config.DRADriverName,
-		NodeName:   node,
-		SysfsRoot:  cfg.SysfsRoot,
-		GPUCDIID:   func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
-		// The pool's own naming needs its scan; list shows attributes,
-		// and NIC CDI IDs appear only in Prepare's answers.
-		NICCDIID: func(string, string) string { return "" },
-		Log:      log,
-	})
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no --node-name and no host name: %w", err)
+	}
+	return strings.ToLower(h), nil
 }
+
+// noCDIName: NIC CDI names need the pool's scan state; list shows the
+// attributes, and CDI IDs appear only in Prepare's answers.
+func noCDIName(string, string) string { return "" }
+
+// withTaints gives each device whose model ID has a reason its taints.
+func withTaints(devs []draslice.Device, reasons map[string]string) []draslice.Device {
+	for i, d := range devs {
+		if r, ok := reasons[d.ID]; ok {
+			devs[i].Taints = draslice.TaintsOf(config.DRADriverName, r)
+		}
+	}
+	return devs
+}
+
+// discard takes health transitions nobody serves.
+type discard struct{}
+
+func (discard) SetHealth(string, bool, string) bool { return false }
 
 func writeTable(w io.Writer, l listing) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -293,13 +308,13 @@ func writeTable(w io.Writer, l listing) error {
 	if len(l.DRA.Devices) > 0 {
 		fmt.Fprintf(tw, "\nDRA DEVICE (%s, pool %s)\tTYPE\tID\tPCIE ROOT\tNUMA\tTAINTS\n", l.DRA.Driver, l.DRA.Pool)
 		for _, d := range l.DRA.Devices {
-			attr := func(name resourceapi.QualifiedName) string {
+			attr := func(name string) string {
 				a := d.Attributes[name]
 				switch {
-				case a.StringValue != nil:
-					return *a.StringValue
-				case a.IntValue != nil:
-					return fmt.Sprint(*a.IntValue)
+				case a.String != nil:
+					return *a.String
+				case a.Int != nil:
+					return fmt.Sprint(*a.Int)
 				}
 				return "-"
 			}
@@ -309,7 +324,7 @@ func writeTable(w io.Writer, l listing) error {
 			}
 			var taints []string
 			for _, t := range d.Taints {
-				taints = append(taints, t.Key+"="+t.Value+":"+string(t.Effect))
+				taints = append(taints, t.Key+"="+t.Value+":"+t.Effect)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, attr("type"), id, attr("resource.kubernetes.io/pcieRoot"),
 				attr("resource.kubernetes.io/numaNode"), orDash(strings.Join(taints, ",")))

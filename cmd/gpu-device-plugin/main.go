@@ -139,17 +139,7 @@ func loadConfig(c *cli.Context) (config.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger { return daemon.NewLogger(cfg, w) }
 
 // discover loads NVML and walks the GPUs, for the commands that look at
 // the node once. The caller shuts the library down.

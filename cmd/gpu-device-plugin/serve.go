@@ -1,10 +1,19 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 )
 
@@ -14,9 +23,54 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	if cfg.KubeletAPI == config.KubeletAPIDRA {
+		return execDRA(cfg)
+	}
 	log.Info("starting gpu-device-plugin", "version", version, "commit", commit,
 		"devicePluginDir", cfg.DevicePluginDir, "driverRoot", cfg.DriverRoot, "deviceIDStrategy", cfg.DeviceIDStrategy)
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")
 	return err
+}
+
+// draExecutable serves DRA mode. It is a program of its own because the
+// Kubernetes client code DRA needs would more than double the device-
+// plugin mode's memory (package init alone), and Go runs every linked
+// package's init whichever mode is chosen.
+const draExecutable = "gpu-device-plugin-dra"
+
+// resolvedConfigFlag carries the merged configuration (file, environment,
+// flags) to gpu-device-plugin-dra as JSON, so both read settings one way.
+const resolvedConfigFlag = "--resolved-config"
+
+// execDRA replaces this process with gpu-device-plugin-dra from the same
+// directory (else $PATH), keeping its PID, so signals and the container's
+// lifetime carry over.
+func execDRA(cfg config.Config) error {
+	path, err := findDRA()
+	if err != nil {
+		return err
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("kubeletAPI dra: encoding the configuration for %s: %w", draExecutable, err)
+	}
+	err = syscall.Exec(path, []string{draExecutable, resolvedConfigFlag, string(js)}, os.Environ())
+	return fmt.Errorf("kubeletAPI dra: starting %s: %w", path, err)
+}
+
+func findDRA() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		if self, err = filepath.EvalSymlinks(self); err == nil {
+			p := filepath.Join(filepath.Dir(self), draExecutable)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+	}
+	p, err := exec.LookPath(draExecutable)
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("kubeletAPI dra needs %s beside this executable or on $PATH (the image and the packages install it); it is not there", draExecutable)
+	}
+	return p, err
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/dra"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
 )
@@ -129,7 +130,7 @@ func (s *draSetup) start(t *testing.T) harness.Registration {
 			n++
 		}
 	}
-	s.stop = startDaemon(t, s.cfg, s.lib, daemon.WithKubeClient(s.k.Client))
+	s.stop = startDaemon(t, s.cfg, s.lib, daemon.WithDRA(dra.NewFrontEnd(dra.WithKubeClient(s.k.Client))))
 	return s.k.WaitRegistered(t, draDriver, n)
 }
 

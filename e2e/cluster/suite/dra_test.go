@@ -537,6 +537,37 @@ func (s *draScenario) xid(t *testing.T, ctx context.Context) {
 	if _, err := health("Healthy", ""); err != nil {
 		t.Fatal(err)
 	}
+	if rss, err := draPeakRSS(); err != nil {
+		t.Logf("peak RSS of the DRA plugin: %v", err)
+	} else {
+		t.Logf("peak RSS of the DRA plugin after three claims and a fault: %s", rss)
+		recordDRA(fmt.Sprintf(`{"step":"peakRSS","vmHWM":%q}`, rss))
+	}
+}
+
+// draPeakRSS is VmHWM of the plugin's process, gpu-device-plugin-dra
+// (gpu-device-plugin replaced itself with it).
+func draPeakRSS() (string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || filepath.Base(exe) != "gpu-device-plugin-dra" {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				return strings.TrimSpace(v), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no gpu-device-plugin-dra process on this node")
 }
 
 // recordDRA appends a line to the DRA report.

@@ -1,4 +1,4 @@
-package daemon
+package dra
 
 import (
 	"context"
@@ -19,36 +19,57 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
-// draCheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.
-const draCheckpointFile = "checkpoint.json"
+// CheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.
+const CheckpointFile = "checkpoint.json"
 
-// draFront serves the GPUs and NIC pools as one DRA driver: the model's
-// sources feed dra.Driver, and the kubeletplugin helper carries it to the
+// FrontEndOption changes how NewFrontEnd reaches the API server.
+type FrontEndOption func(*frontEndOptions)
+
+type frontEndOptions struct{ client kubernetes.Interface }
+
+// WithKubeClient uses c instead of cfg.Kubeconfig or the pod's service
+// account: a fake clientset in tests, an embedder's client.
+func WithKubeClient(c kubernetes.Interface) FrontEndOption {
+	return func(o *frontEndOptions) { o.client = c }
+}
+
+// NewFrontEnd is the DRA front-end for daemon.WithDRA: the model's
+// sources feed a Driver, and the kubeletplugin helper carries it to the
 // kubelet (registration, Prepare/Unprepare, health) and the API server
 // (ResourceSlices).
-type draFront struct {
-	drv    *dra.Driver
+func NewFrontEnd(opts ...FrontEndOption) daemon.NewFrontEnd {
+	var o frontEndOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return func(ctx context.Context, cfg config.Config, specs daemon.Specs, log *slog.Logger) (daemon.FrontEnd, error) {
+		return startFrontEnd(ctx, cfg, specs, o.client, log)
+	}
+}
+
+type frontEnd struct {
+	drv    *Driver
 	helper *kubeletplugin.Helper
-	specs  *specStore
+	specs  daemon.Specs
 	ctx    context.Context
 
 	mu     sync.Mutex
-	gspecs *gpuSpecs
+	gspecs daemon.GPUSpecs
 	pools  map[string]*nic.Pool
 	inv    *nvml.Inventory
 }
 
-// startDRA registers the driver with the kubelet. Slices are published
-// once the GPUs and every NIC pool have reported. client, when not nil,
-// is used instead of the one cfg names (WithKubeClient).
-func startDRA(ctx context.Context, cfg config.Config, specs *specStore, client kubernetes.Interface, log *slog.Logger) (*draFront, error) {
+// startFrontEnd registers the driver with the kubelet. Slices are
+// published once the GPUs and every NIC pool have reported.
+func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, client kubernetes.Interface, log *slog.Logger) (*frontEnd, error) {
 	var err error
 	if client == nil {
 		if client, err = kubeClient(cfg); err != nil {
@@ -62,12 +83,12 @@ func startDRA(ctx context.Context, cfg config.Config, specs *specStore, client k
 		}
 		node = strings.ToLower(node)
 	}
-	f := &draFront{specs: specs, pools: map[string]*nic.Pool{}}
-	drv, err := dra.New(dra.Options{
+	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
+	drv, err := New(Options{
 		DriverName:     config.DRADriverName,
 		NodeName:       node,
 		SysfsRoot:      cfg.SysfsRoot,
-		CheckpointPath: filepath.Join(cfg.DRAPluginDir, draCheckpointFile),
+		CheckpointPath: filepath.Join(cfg.DRAPluginDir, CheckpointFile),
 		GPUCDIID:       func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
 		NICCDIID:       f.nicCDIID,
 		Specs:          f,
@@ -121,17 +142,17 @@ func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// run stops the helper when ctx ends. Prepared claims stay in the
-// checkpoint; the ResourceSlices stay too, for the next start to update.
-func (f *draFront) run(ctx context.Context) error {
+// Run stops the helper when ctx ends. Prepared claims stay in the
+// checkpoint, and the ResourceSlices for the next start to update.
+func (f *frontEnd) Run(ctx context.Context) error {
 	<-ctx.Done()
 	f.helper.Stop()
 	return nil
 }
 
-// Ensure is dra.CDISpecs: the GPU spec is checked against the control
-// nodes present, as before an Allocate; a NIC pool's spec must be on disk.
-func (f *draFront) Ensure(kind string) error {
+// Ensure is CDISpecs: the GPU spec is checked against the control nodes
+// present, as before an Allocate; a NIC pool's spec must be on disk.
+func (f *frontEnd) Ensure(kind string) error {
 	if kind == cdi.GPUKind {
 		f.mu.Lock()
 		g := f.gspecs
@@ -141,10 +162,10 @@ func (f *draFront) Ensure(kind string) error {
 		}
 		return g.Ensure()
 	}
-	return f.specs.ready(kind)
+	return f.specs.Ready(kind)
 }
 
-func (f *draFront) nicCDIID(pool, address string) string {
+func (f *frontEnd) nicCDIID(pool, address string) string {
 	f.mu.Lock()
 	p := f.pools[pool]
 	f.mu.Unlock()
@@ -154,47 +175,35 @@ func (f *draFront) nicCDIID(pool, address string) string {
 	return p.CDIName(address)
 }
 
-// nicFront hands the NIC pools to the driver.
-func (f *draFront) nicFront(s *nicServer) (nicFront, error) {
+func (f *frontEnd) TakeNICPools(pools []*nic.Pool) {
 	f.mu.Lock()
-	for _, p := range s.pools.All() {
+	defer f.mu.Unlock()
+	for _, p := range pools {
 		f.pools[p.Resource()] = p
 	}
+}
+
+func (f *frontEnd) SetNICDevices(p *nic.Pool, devs []device.Device, first bool) {
+	f.drv.SetNICPool(f.ctx, draslice.NICPool{Name: p.Resource(), NICs: p.NICs()}, devs, first)
+}
+
+func (f *frontEnd) TakeGPUs(inv *nvml.Inventory, specs daemon.GPUSpecs) (health.Notifier, error) {
+	f.mu.Lock()
+	f.gspecs, f.inv = specs, inv
 	f.mu.Unlock()
-	return draNICs{f}, nil
+	return f.drv, nil
 }
 
-type draNICs struct{ f *draFront }
-
-func (n draNICs) setDevices(p *nic.Pool, devs []device.Device, first bool) {
-	n.f.drv.SetNICPool(n.f.ctx, dra.NICPool{Name: p.Resource(), NICs: p.NICs()}, devs, first)
-}
-
-func (n draNICs) run(ctx context.Context) error {
+// ServeGPUs publishes the GPUs (their health polled once already, so the
+// first slice carries their taints) and waits.
+func (f *frontEnd) ServeGPUs(ctx context.Context) error {
+	f.mu.Lock()
+	inv := f.inv
+	f.mu.Unlock()
+	f.drv.SetGPUs(f.ctx, draslice.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
 	<-ctx.Done()
 	return nil
 }
 
-// draGPUs hands the GPUs to the driver.
-type draGPUs struct{ f *draFront }
-
-func (g draGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error) {
-	g.f.mu.Lock()
-	g.f.gspecs, g.f.inv = specs, inv
-	g.f.mu.Unlock()
-	return g.f.drv, nil
-}
-
-// run publishes the GPUs (after take's caller polled their health once,
-// so the first slice already carries their taints) and waits.
-func (g draGPUs) run(ctx context.Context) error {
-	g.f.mu.Lock()
-	inv := g.f.inv
-	g.f.mu.Unlock()
-	g.f.drv.SetGPUs(g.f.ctx, dra.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
-	<-ctx.Done()
-	return nil
-}
-
-// absent publishes no GPUs, so the NIC pools need not wait for a driver.
-func (g draGPUs) absent(context.Context) { g.f.drv.SetGPUs(g.f.ctx, dra.GPUs{}) }
+// NoGPUs publishes none, so the NIC pools need not wait for a driver.
+func (f *frontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }

@@ -1,26 +1,31 @@
-package dra
+package draslice
 
 import (
 	"slices"
 	"strings"
 	"time"
-
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// taint is one health condition as a device taint: key (under the
-// driver's domain) and value.
-type taint struct{ key, value string }
+// EffectNoSchedule keeps new claims off a device and leaves running ones.
+const EffectNoSchedule = "NoSchedule"
 
-// taintsOf turns a health reason ("xid=79, thermal=95C>=slowdown 90C",
+// Taint is a device taint. TimeAdded is when its condition was first seen;
+// nil where nobody watched (list).
+type Taint struct {
+	Key       string     `json:"key"`
+	Value     string     `json:"value,omitempty"`
+	Effect    string     `json:"effect"`
+	TimeAdded *time.Time `json:"timeAdded,omitempty"`
+}
+
+// A health reason ("xid=79, thermal=95C>=slowdown 90C",
 // "RDMA port down: mlx5_1/1") into taints: each condition "name=value" or
 // "name: detail" becomes <domain>/name (lower case) with the value or
 // detail made a label value; "name" alone a taint without value; a name
 // joined with "+" (hw-slowdown+hw-power-brake) one taint per part.
-func taintsOf(domain, reason string) []taint {
-	var out []taint
+// TaintsOf turns a health reason into NoSchedule taints, without times.
+func TaintsOf(domain, reason string) []Taint {
+	var out []Taint
 	seen := map[string]bool{}
 	for _, cond := range strings.Split(reason, ", ") {
 		cond = strings.TrimSpace(cond)
@@ -37,7 +42,7 @@ func taintsOf(domain, reason string) []taint {
 				continue
 			}
 			seen[k] = true
-			out = append(out, taint{key: domain + "/" + k, value: labelish(value)})
+			out = append(out, Taint{Key: domain + "/" + k, Value: labelish(value), Effect: EffectNoSchedule})
 		}
 	}
 	return out
@@ -61,33 +66,34 @@ func labelish(s string) string {
 		dash = false
 	}
 	out := b.String()
-	if len(out) > validation.LabelValueMaxLength {
-		out = out[:validation.LabelValueMaxLength]
+	if len(out) > labelValueMax {
+		out = out[:labelValueMax]
 	}
 	return strings.TrimFunc(out, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
 	})
 }
 
-// nextTaints are the NoSchedule taints for conditions ts, keeping the
-// TimeAdded of a taint that was already there with the same value, so
-// republishing an unchanged slice writes the same bytes; a new taint is
-// stamped now (seconds, as the API server keeps it).
-func nextTaints(ts []taint, old []resourceapi.DeviceTaint, now time.Time) []resourceapi.DeviceTaint {
+// labelValueMax is the longest label value Kubernetes takes.
+const labelValueMax = 63
+
+// Stamp gives each of ts the TimeAdded of the same taint in old, so
+// republishing an unchanged slice writes the same bytes, or now (whole
+// seconds, as the API server keeps it) when it is new.
+func Stamp(ts, old []Taint, now time.Time) []Taint {
 	if len(ts) == 0 {
 		return nil
 	}
-	out := make([]resourceapi.DeviceTaint, 0, len(ts))
+	out := make([]Taint, 0, len(ts))
 	for _, t := range ts {
-		i := slices.IndexFunc(old, func(o resourceapi.DeviceTaint) bool { return o.Key == t.key && o.Value == t.value })
+		i := slices.IndexFunc(old, func(o Taint) bool { return o.Key == t.Key && o.Value == t.Value && o.TimeAdded != nil })
 		if i >= 0 {
-			out = append(out, old[i])
-			continue
+			t.TimeAdded = old[i].TimeAdded
+		} else {
+			at := now.Truncate(time.Second)
+			t.TimeAdded = &at
 		}
-		out = append(out, resourceapi.DeviceTaint{
-			Key: t.key, Value: t.value, Effect: resourceapi.DeviceTaintEffectNoSchedule,
-			TimeAdded: &metav1.Time{Time: now.Truncate(time.Second)},
-		})
+		out = append(out, t)
 	}
 	return out
 }

@@ -1,0 +1,66 @@
+// Command gpu-device-plugin-dra serves the node's GPUs and NIC pools
+// through Dynamic Resource Allocation. `gpu-device-plugin serve` starts it
+// in DRA mode (kubeletAPI: dra), replacing itself, with the configuration
+// it resolved; it is not meant to be run by hand. It is a separate program
+// so that the device-plugin mode links no Kubernetes client code.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+)
+
+// Set at link time, as for gpu-device-plugin.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpu-device-plugin-dra:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg, err := resolvedConfig(args)
+	if err != nil {
+		return err
+	}
+	log := daemon.NewLogger(cfg, os.Stderr)
+	log.Info("starting gpu-device-plugin in DRA mode", "version", version, "commit", commit,
+		"driver", config.DRADriverName, "pluginDir", cfg.DRAPluginDir, "driverRoot", cfg.DriverRoot)
+	err = daemon.RunWith(ctx, cfg, nvml.Open, log, daemon.WithDRA(dra.NewFrontEnd()))
+	log.Info("stopped")
+	return err
+}
+
+// resolvedConfig reads the configuration gpu-device-plugin passed: the
+// JSON after --resolved-config, checked again.
+func resolvedConfig(args []string) (config.Config, error) {
+	cfg := config.Default()
+	if len(args) != 2 || args[0] != "--resolved-config" {
+		return cfg, errors.New("run `gpu-device-plugin serve --kubelet-api=dra` (or kubeletAPI: dra in its config), which starts this program with its configuration")
+	}
+	if err := json.Unmarshal([]byte(args[1]), &cfg); err != nil {
+		return cfg, fmt.Errorf("--resolved-config: %w", err)
+	}
+	if cfg.KubeletAPI != config.KubeletAPIDRA {
+		return cfg, fmt.Errorf("--resolved-config: kubeletAPI is %q; this program serves only %q", cfg.KubeletAPI, config.KubeletAPIDRA)
+	}
+	return cfg, cfg.Validate()
+}
