@@ -39,10 +39,7 @@ var draPods = []string{draPodClaim, draPodExt, draPodPair}
 func TestDRANode(t *testing.T) {
 	ctx := t.Context()
 	s := &draScenario{}
-	steps := []struct {
-		name string
-		run  func(*testing.T, context.Context)
-	}{
+	steps := []step{
 		{"install in DRA mode", s.install},
 		{"ResourceSlice lists every GPU and NIC with their attributes", s.slice},
 		{"pod with a ResourceClaimTemplate gets a GPU through CDI", s.claimPod},
@@ -66,14 +63,7 @@ func TestDRANode(t *testing.T) {
 		}
 		removeSpecs()
 	})
-	for _, step := range steps {
-		start := time.Now()
-		ok := t.Run(step.name, func(t *testing.T) { step.run(t, ctx) })
-		t.Logf("%s: %s", step.name, time.Since(start).Round(time.Millisecond))
-		if !ok {
-			t.Fatalf("stopping at %q", step.name)
-		}
-	}
+	runSteps(t, ctx, steps)
 }
 
 type draScenario struct {

@@ -36,10 +36,7 @@ var allPods = []string{podA, podNinth, podB, podC, podCDI, podNIC}
 func TestGPUNode(t *testing.T) {
 	ctx := t.Context()
 	s := &scenario{}
-	steps := []struct {
-		name string
-		run  func(*testing.T, context.Context)
-	}{
+	steps := []step{
 		{"install", s.install},
 		{"node advertises every GPU", s.nodeAdvertises},
 		{"NIC pools", s.nicPools},
@@ -65,12 +62,25 @@ func TestGPUNode(t *testing.T) {
 			s.release.uninstall(ctx)
 		}
 	})
-	for _, step := range steps {
+	runSteps(t, ctx, steps)
+}
+
+// step is one step of a lane; each leaves the node as the next expects.
+type step struct {
+	name string
+	run  func(*testing.T, context.Context)
+}
+
+// runSteps runs steps in order, timing each; the first failure stops the
+// rest.
+func runSteps(t *testing.T, ctx context.Context, steps []step) {
+	t.Helper()
+	for _, st := range steps {
 		start := time.Now()
-		ok := t.Run(step.name, func(t *testing.T) { step.run(t, ctx) })
-		t.Logf("%s: %s", step.name, time.Since(start).Round(time.Millisecond))
+		ok := t.Run(st.name, func(t *testing.T) { st.run(t, ctx) })
+		t.Logf("%s: %s", st.name, time.Since(start).Round(time.Millisecond))
 		if !ok {
-			t.Fatalf("stopping at %q", step.name)
+			t.Fatalf("stopping at %q", st.name)
 		}
 	}
 }
