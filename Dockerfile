@@ -32,6 +32,11 @@ ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin ./cmd/gpu-device-plugin
+# DRA mode's executable, built the same way but without DWARF (as make
+# does); serve execs it from its own directory, so it is copied beside the plugin.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
 # The CDI hook, static: the chart's init container copies it onto the host,
 # where the container runtime runs it whatever the host's libc.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
@@ -45,6 +50,7 @@ ARG VERSION=dev
 ARG COMMIT=unknown
 ARG LICENSE=Apache-2.0
 COPY --from=build /out/gpu-device-plugin /usr/bin/gpu-device-plugin
+COPY --from=build /out/gpu-device-plugin-dra /usr/bin/gpu-device-plugin-dra
 COPY --from=build /out/gpu-device-plugin-cdi-hook /usr/bin/gpu-device-plugin-cdi-hook
 COPY --from=build /usr/share/misc/pci.ids /usr/share/misc/pci.ids
 LABEL org.opencontainers.image.title="gpu-device-plugin" \

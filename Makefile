@@ -15,10 +15,17 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 all: build
 
-build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-cdi-hook
+build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 
 $(BIN)/gpu-device-plugin: FORCE
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin
+
+# DRA mode (kubeletAPI: dra): serve execs it from its own directory, so it
+# ships beside gpu-device-plugin. Built the same way (cgo, for NVML), but
+# without DWARF (-s -w; stack traces keep their names): the Kubernetes
+# client makes it three times the size, and the image carries it.
+$(BIN)/gpu-device-plugin-dra: FORCE
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dra
 
 # The CDI hook is static (no cgo): the container runtime runs it on the
 # host for every GPU container, whatever libc the host has, and the chart's
@@ -71,7 +78,8 @@ clean:
 # `go run` fetches their dependencies through the Go module proxy.
 #   make image [BASE=base.tar|oci-dir] [PCI_IDS=/path/pci.ids|none]  → $(BIN)/gpu-device-plugin-image.tar
 #   make packages                                                      → $(BIN)/*.deb, $(BIN)/*.rpm
-# Both carry the plugin and its CDI hook (gpu-device-plugin-cdi-hook).
+# Both carry the plugin, its DRA-mode executable (gpu-device-plugin-dra,
+# beside it) and its CDI hook (gpu-device-plugin-cdi-hook).
 # Both stamp VERSION and COMMIT, and take file times from the last commit
 # (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
 .PHONY: image packages tools-test deploy-test
@@ -82,19 +90,21 @@ BASE              ?=
 PCI_IDS           ?=
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-cdi-hook
+image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
 		$(if $(BASE),-base $(abspath $(BASE))) \
 		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
 		-o $(abspath $(BIN))/gpu-device-plugin-image.tar
 
-packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-cdi-hook
+packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \
 		-root .. -config ../packaging/nfpm.yaml \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(abspath $(BIN))
 

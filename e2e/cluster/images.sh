@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the three image tarballs a test node needs, for cluster.sh and
 # kind.sh alike:
-#   OUT/plugin/gpu-device-plugin-image.tar  the plugin (make image), localhost/gpu-device-plugin:e2e
+#   OUT/plugin/gpu-device-plugin-image.tar  the plugin (make image), localhost/gpu-device-plugin:e2e;
+#                                           make image adds gpu-device-plugin-dra, which the DRA lane's
+#                                           serve --kubelet-api=dra execs
 #   OUT/probe.tar                           the test container, $PROBE_IMAGE
 #   OUT/pause.tar                           the pod sandbox, $PAUSE_IMAGE
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -198,6 +198,13 @@ func TestImage(t *testing.T) {
 	if f := files["usr/bin/gpu-device-plugin"]; !bytes.Equal(f.Data, binary) || f.Mode&0o111 == 0 {
 		t.Errorf("usr/bin/gpu-device-plugin is not the built binary, executable (mode %o)", f.Mode)
 	}
+	// gpu-device-plugin-dra, beside the plugin, where serve looks first.
+	if f := files[strings.TrimPrefix(imageDRAPath, "/")]; !bytes.Equal(f.Data, mustRead(t, filepath.Join(bin, draName))) || f.Mode&0o111 == 0 {
+		t.Errorf("%s is not the built %s, executable (mode %o)", imageDRAPath, draName, f.Mode)
+	}
+	if filepath.Dir(imageDRAPath) != filepath.Dir(c.Config.Entrypoint[0]) {
+		t.Errorf("%s is not beside the entrypoint %s", imageDRAPath, c.Config.Entrypoint[0])
+	}
 	// The CDI hook, which the chart's init container copies onto the host:
 	// make's static build, executable.
 	hookBinary := mustRead(t, filepath.Join(bin, hookName))
@@ -285,13 +292,14 @@ func testImageRuns(t *testing.T, a *dockerArchive) {
 	// itself into a host directory, where it runs without the image's libc.
 	// It reads /proc/self/exe, which every container has: a proc mount in a
 	// mount namespace of the command's own, gone when it ends.
-	hookCmd := func(args ...string) *exec.Cmd {
+	imageCmd := func(path string, args ...string) *exec.Cmd {
 		cmd := exec.Command("sh", append([]string{"-ec", `root=$1; shift; mount -t proc proc "$root/proc"; exec chroot "$root" "$@"`,
-			"sh", root, imageHookPath}, args...)...)
+			"sh", root, path}, args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		return cmd
 	}
+	hookCmd := func(args ...string) *exec.Cmd { return imageCmd(imageHookPath, args...) }
 	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o555); err != nil {
 		t.Fatal(err)
 	}
@@ -322,6 +330,15 @@ func testImageRuns(t *testing.T, a *dockerArchive) {
 	if !strings.Contains(out, "NVIDIA L40S") {
 		t.Errorf("list in the image found no GPUs:\n%s", out)
 	}
+
+	// DRA mode, as the chart runs it: serve becomes the image's
+	// gpu-device-plugin-dra, which starts on the image's libraries.
+	draDir := "/tmp/dra"
+	if err := os.MkdirAll(filepath.Join(root, draDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := imageCmd(a.Config.Config.Entrypoint[0], handOverArgs(draDir)...).CombinedOutput()
+	checkHandedOver(t, string(b), err, draDir)
 }
 
 // buildMockLikeDriver builds the mock NVML library into dir, linked like
@@ -412,16 +429,18 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 		}
 	}
 	copies := strings.Join(instr("COPY"), "\n")
-	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageHookPath, "/usr/share/misc/pci.ids"} {
+	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageDRAPath, imageHookPath, "/usr/share/misc/pci.ids"} {
 		if !regexp.MustCompile(`\s` + regexp.QuoteMeta(p) + `(\s|$)`).MatchString(copies) {
 			t.Errorf("Dockerfile copies nothing to %s", p)
 		}
 	}
-	var pluginBuild, hookBuild string
+	var pluginBuild, draBuild, hookBuild string
 	for _, r := range instr("RUN") {
 		switch {
 		case strings.Contains(r, "./cmd/gpu-device-plugin-cdi-hook"):
 			hookBuild = r
+		case strings.Contains(r, "./cmd/"+draName):
+			draBuild = r
 		case strings.Contains(r, "./cmd/gpu-device-plugin"):
 			pluginBuild = r
 		}
@@ -430,6 +449,15 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 		if !strings.Contains(pluginBuild, want) {
 			t.Errorf("Dockerfile's go build of the plugin lacks %s", want)
 		}
+	}
+	// As make builds it: like the plugin (cgo, for NVML).
+	for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + draName} {
+		if !strings.Contains(draBuild, want) {
+			t.Errorf("Dockerfile's go build of %s lacks %s", draName, want)
+		}
+	}
+	if strings.Contains(draBuild, "CGO_ENABLED=0") {
+		t.Errorf("Dockerfile builds %s without cgo; make builds it with", draName)
 	}
 	// Static, as make builds it: the runtime runs the hook on the host.
 	for _, want := range []string{"CGO_ENABLED=0 go build", "-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + hookName} {

@@ -23,6 +23,7 @@ const testPackageVersion = "9.8.7~e2e"
 var (
 	packaged = []string{
 		"/usr/bin/gpu-device-plugin",
+		packageDRAPath,
 		packageHookPath,
 		"/usr/lib/systemd/system/gpu-device-plugin.service",
 		"/etc/gpu-device-plugin/config.yaml",
@@ -134,9 +135,12 @@ func testDebContents(t *testing.T, deb string) {
 			t.Errorf("the .deb has no %s:\n%s", p, out)
 		}
 	}
-	// The hook is executable by all: the container runtime runs it.
-	if !regexp.MustCompile(`(?m)^-rwxr-xr-x .* \.` + regexp.QuoteMeta(packageHookPath) + `$`).Match(out) {
-		t.Errorf("the .deb's %s is not -rwxr-xr-x:\n%s", packageHookPath, out)
+	// The hook is executable by all: the container runtime runs it. So is
+	// the DRA executable, which the plugin execs.
+	for _, p := range []string{packageHookPath, packageDRAPath} {
+		if !regexp.MustCompile(`(?m)^-rwxr-xr-x .* \.` + regexp.QuoteMeta(p) + `$`).Match(out) {
+			t.Errorf("the .deb's %s is not -rwxr-xr-x:\n%s", p, out)
+		}
 	}
 	confs, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
 	if err != nil {
@@ -228,6 +232,15 @@ func testDebInstall(t *testing.T, deb string) {
 	if !strings.Contains(string(out), "gpu-device-plugin "+testVersion+"\n") || !strings.Contains(string(out), "commit:  "+testCommit+"\n") {
 		t.Errorf("installed binary is not stamped with %s %s:\n%s", testVersion, testCommit, out)
 	}
+
+	// The installed plugin in DRA mode becomes gpu-device-plugin-dra,
+	// found beside it: $PATH is empty.
+	if filepath.Dir(packageDRAPath) != filepath.Dir(packaged[0]) {
+		t.Errorf("the package installs %s, not beside %s", packageDRAPath, packaged[0])
+	}
+	draDir := t.TempDir()
+	draOut, err := runServe(t, packaged[0], t.TempDir(), draDir)
+	checkHandedOver(t, draOut, err, draDir)
 
 	// The hook where the plugin looks for it by default: static, stamped.
 	checkStatic(t, packageHookPath, mustRead(t, packageHookPath))

@@ -177,3 +177,14 @@ func newestLayerFiles(t *testing.T, img v1.Image) map[string]entry {
 		out[strings.TrimSuffix(h.Name, "/")] = entry{mode: h.Mode, typ: h.Typeflag, content: b}
 	}
 }
+
+// draStandIn is a copy of binary with bytes appended, so that its content
+// tells it apart in the image; ELF readers ignore the tail.
+func draStandIn(t *testing.T, binary string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "gpu-device-plugin-dra")
+	if err := os.WriteFile(p, append(mustRead(t, binary), "dra stand-in"...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

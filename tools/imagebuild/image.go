@@ -26,7 +26,11 @@ const (
 	BinaryPath = "/usr/bin/gpu-device-plugin"
 	// HookPath is the CDI hook, static, which the chart's init container
 	// copies onto the host (gpu-device-plugin-cdi-hook install --dir).
-	HookPath   = "/usr/bin/gpu-device-plugin-cdi-hook"
+	HookPath = "/usr/bin/gpu-device-plugin-cdi-hook"
+	// DRAPath is gpu-device-plugin-dra, which `gpu-device-plugin serve`
+	// execs in DRA mode; it looks beside its own executable first, so this
+	// must stay in BinaryPath's directory.
+	DRAPath    = "/usr/bin/gpu-device-plugin-dra"
 	PCIIDsPath = "/usr/share/misc/pci.ids"
 	// User is root: the plugin creates its socket in the kubelet's
 	// root-owned device-plugin directory and connects to kubelet.sock
@@ -46,6 +50,7 @@ var pciIDsLocations = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci
 type Options struct {
 	Binary     string
 	Hook       string // the CDI hook, a static binary for the plugin's architecture
+	DRA        string // gpu-device-plugin-dra, built like Binary
 	PCIIDs     string // "" searches the build machine, "none" skips
 	Base       string
 	ExtraLibs  []string
@@ -152,6 +157,22 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the CDI hook: %w", err)
 	}
+	if o.DRA == "" {
+		return nil, errors.New("no DRA executable given (-dra bin/gpu-device-plugin-dra; make build builds it)")
+	}
+	// It links more than the plugin (the Kubernetes client): whatever
+	// libraries it needs go into a scratch image too.
+	draRT, err := ResolveRuntime(o.DRA, o.HostRoot, nil, o.Warn)
+	if err != nil {
+		return nil, fmt.Errorf("the DRA executable: %w", err)
+	}
+	if err := rt.merge(draRT); err != nil {
+		return nil, fmt.Errorf("the DRA executable %s: %w", o.DRA, err)
+	}
+	dra, err := os.ReadFile(o.DRA)
+	if err != nil {
+		return nil, fmt.Errorf("reading the DRA executable: %w", err)
+	}
 
 	var img v1.Image
 	if o.Base != "" {
@@ -182,6 +203,7 @@ func Image(o Options) (v1.Image, error) {
 	app := newLayer(o.Created)
 	app.file(BinaryPath, 0o755, binary)
 	app.file(HookPath, 0o755, hook)
+	app.file(DRAPath, 0o755, dra)
 	if ids := o.pciIDs(); ids != "" {
 		b, err := os.ReadFile(ids)
 		if err != nil {

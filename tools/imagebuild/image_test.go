@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -83,6 +85,7 @@ func TestBuildOnBase(t *testing.T) {
 	arch := archOf(t, self)
 	base, _ = mutate.ConfigFile(base, withPlatform(t, base, arch))
 	hook := staticBinary(t)
+	dra := draStandIn(t, self)
 
 	ociDir := filepath.Join(dir, "oci")
 	p, err := layout.Write(ociDir, empty.Index)
@@ -103,7 +106,7 @@ func TestBuildOnBase(t *testing.T) {
 
 	for _, b := range []string{ociDir, ociTar, dockerTar} {
 		t.Run(filepath.Base(b), func(t *testing.T) {
-			img, err := Image(Options{Binary: self, Hook: hook, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
+			img, err := Image(Options{Binary: self, Hook: hook, DRA: dra, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +125,7 @@ func TestBuildOnBase(t *testing.T) {
 				t.Errorf("labels %v: want the base's and ours", cf.Config.Labels)
 			}
 			top := newestLayerFiles(t, img)
-			for p, want := range map[string]string{BinaryPath: self, HookPath: hook} {
+			for p, want := range map[string]string{BinaryPath: self, HookPath: hook, DRAPath: dra} {
 				f, ok := top[clean(p)]
 				if !ok {
 					t.Errorf("the new layer has no %s", p)
@@ -174,5 +177,46 @@ func TestHookMustBeStatic(t *testing.T) {
 	}
 	if _, err := Image(Options{Binary: self, Base: "unused", PCIIDs: "none"}); err == nil || !strings.Contains(err.Error(), "-hook") {
 		t.Errorf("an image without the hook: err %v, want one naming -hook", err)
+	}
+}
+
+// serve execs gpu-device-plugin-dra from its own directory first, so the
+// image keeps the two together, and refuses to be built without it.
+func TestDRAExecutable(t *testing.T) {
+	if path.Dir(DRAPath) != path.Dir(BinaryPath) || path.Base(DRAPath) != "gpu-device-plugin-dra" {
+		t.Errorf("DRAPath %s is not gpu-device-plugin-dra beside BinaryPath %s", DRAPath, BinaryPath)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Image(Options{Binary: self, Hook: staticBinary(t), Base: "unused", PCIIDs: "none"}); err == nil || !strings.Contains(err.Error(), "-dra") {
+		t.Errorf("an image without the DRA executable: err %v, want one naming -dra", err)
+	}
+}
+
+// A scratch image has one loader and the libraries of both dynamic
+// binaries; binaries that disagree on either are refused.
+func TestRuntimeMerge(t *testing.T) {
+	plugin := func() *Runtime {
+		return &Runtime{Arch: "amd64", Interpreter: "/lib64/ld-linux-x86-64.so.2", InterpFile: "/host/ld",
+			Libs: map[string]string{"libc.so.6": "/host/libc"}}
+	}
+	rt := plugin()
+	if err := rt.merge(&Runtime{Arch: "amd64", Interpreter: "/lib64/ld-linux-x86-64.so.2",
+		Libs: map[string]string{"libc.so.6": "/other/libc", "libresolv.so.2": "/host/libresolv"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"libc.so.6": "/host/libc", "libresolv.so.2": "/host/libresolv"}; !maps.Equal(rt.Libs, want) {
+		t.Errorf("libs %v, want %v", rt.Libs, want)
+	}
+	if err := plugin().merge(&Runtime{Arch: "amd64"}); err != nil {
+		t.Errorf("a static DRA executable refused: %v", err)
+	}
+	if err := plugin().merge(&Runtime{Arch: "arm64"}); err == nil {
+		t.Error("an arm64 DRA executable accepted beside an amd64 plugin")
+	}
+	if err := plugin().merge(&Runtime{Arch: "amd64", Interpreter: "/lib/ld-musl-x86_64.so.1"}); err == nil {
+		t.Error("a DRA executable naming another loader accepted")
 	}
 }

@@ -145,6 +145,29 @@ func findLib(soname string, dirs []string, machine elf.Machine) (string, error) 
 	return "", fmt.Errorf("library %s not found in %v", soname, dirs)
 }
 
+// merge adds what another binary of the image needs. Both must be for one
+// architecture and, when both are dynamic, name one loader: the image
+// carries a single one.
+func (rt *Runtime) merge(other *Runtime) error {
+	if other.Arch != rt.Arch {
+		return fmt.Errorf("it is for %s, the plugin for %s", other.Arch, rt.Arch)
+	}
+	if other.Interpreter == "" {
+		return nil
+	}
+	if rt.Interpreter == "" {
+		rt.Interpreter, rt.InterpFile = other.Interpreter, other.InterpFile
+	} else if other.Interpreter != rt.Interpreter {
+		return fmt.Errorf("its dynamic loader is %s, the plugin's %s", other.Interpreter, rt.Interpreter)
+	}
+	for soname, file := range other.Libs {
+		if _, ok := rt.Libs[soname]; !ok {
+			rt.Libs[soname] = file
+		}
+	}
+	return nil
+}
+
 // addTo writes the loader at its own path and each library under
 // /lib/<triplet>, the first directory the loader searches.
 func (rt *Runtime) addTo(l *layerBuilder, hostRoot string) error {

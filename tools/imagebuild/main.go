@@ -6,9 +6,9 @@
 // With -base the binaries go on top of a base image read from a local
 // docker-archive tarball, OCI layout tarball or OCI layout directory.
 // Without it the image starts from scratch plus the glibc pieces the
-// binary and NVML load, copied from the build machine.
+// binaries and NVML load, copied from the build machine.
 //
-//	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
+//	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dra bin/gpu-device-plugin-dra -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
 package main
 
 import (
@@ -25,6 +25,7 @@ func main() {
 	var created, extraLibs string
 	flag.StringVar(&o.Binary, "binary", "bin/gpu-device-plugin", "the plugin binary to install as /usr/bin/gpu-device-plugin")
 	flag.StringVar(&o.Hook, "hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary, to install as /usr/bin/gpu-device-plugin-cdi-hook")
+	flag.StringVar(&o.DRA, "dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode, to install as /usr/bin/gpu-device-plugin-dra")
 	flag.StringVar(&o.PCIIDs, "pci-ids", "", `pci.ids to install as /usr/share/misc/pci.ids; empty searches the build machine, "none" leaves it out`)
 	flag.StringVar(&o.Base, "base", "", "base image: a docker-archive or OCI layout tarball, or an OCI layout directory; empty builds from scratch with the host's glibc")
 	flag.StringVar(&extraLibs, "extra-libs", strings.Join(DefaultExtraLibs, ","), "libraries added to a scratch image besides the binary's own, by soname (those libnvidia-ml.so.1 needs)")

@@ -1,9 +1,9 @@
 // Command pkgbuild builds the gpu-device-plugin node OS packages (.deb and
-// .rpm) with nfpm from packaging/nfpm.yaml: the binary in /usr/bin, the
-// CDI hook in /usr/libexec/gpu-device-plugin, the systemd unit, the config
-// file and the environment file as conffiles.
+// .rpm) with nfpm from packaging/nfpm.yaml: the binary and the DRA
+// executable in /usr/bin, the CDI hook in /usr/libexec/gpu-device-plugin,
+// the systemd unit, the config file and the environment file as conffiles.
 //
-//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -version v0.1.0 -o bin
+//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dra bin/gpu-device-plugin-dra -version v0.1.0 -o bin
 package main
 
 import (
@@ -29,6 +29,7 @@ func main() {
 		root    = flag.String("root", ".", "repository root")
 		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
 		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
+		dra     = flag.String("dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode")
 		version = flag.String("version", "dev", "version, as `git describe` prints it; made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
 		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
@@ -36,7 +37,7 @@ func main() {
 	)
 	flag.Parse()
 	files, err := Build(Options{
-		Config: *config, Root: *root, Binary: *binary, Hook: *hook, Version: *version,
+		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DRA: *dra, Version: *version,
 		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
 	})
 	if err != nil {
@@ -50,8 +51,8 @@ func main() {
 
 // Options say what to package.
 type Options struct {
-	Config, Root, Binary, Hook, Version, License, OutDir string
-	Formats                                              []string
+	Config, Root, Binary, Hook, DRA, Version, License, OutDir string
+	Formats                                                   []string
 }
 
 // Build writes one package per format into OutDir and returns their paths.
@@ -63,7 +64,7 @@ func Build(o Options) ([]string, error) {
 		return filepath.Abs(p)
 	}
 	var err error
-	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.OutDir} {
+	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.DRA, &o.OutDir} {
 		if *p, err = abs(*p); err != nil {
 			return nil, err
 		}
@@ -72,6 +73,16 @@ func Build(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The DRA executable links more (the Kubernetes client), so the
+	// package's glibc dependency is the newer of the two.
+	draArch, draGLIBC, err := binaryFacts(o.DRA)
+	if err != nil {
+		return nil, err
+	}
+	if draArch != arch {
+		return nil, fmt.Errorf("the DRA executable %s is for %s, the plugin for %s", o.DRA, draArch, arch)
+	}
+	glibc = NewestGLIBC([]string{"GLIBC_" + glibc, "GLIBC_" + draGLIBC})
 	if err := elfcheck.Static(o.Hook, arch); err != nil {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
@@ -80,6 +91,7 @@ func Build(o Options) ([]string, error) {
 		"ARCH":    arch,
 		"BINARY":  o.Binary,
 		"HOOK":    o.Hook,
+		"DRA":     o.DRA,
 		"GLIBC":   glibc,
 	}
 	mapping := func(k string) string {
@@ -203,7 +215,7 @@ var goarchOf = map[elf.Machine]string{
 func binaryFacts(binary string) (arch, glibc string, err error) {
 	f, err := elf.Open(binary)
 	if err != nil {
-		return "", "", fmt.Errorf("reading the plugin binary (run make build first): %w", err)
+		return "", "", fmt.Errorf("reading %s (run make build first): %w", filepath.Base(binary), err)
 	}
 	defer f.Close()
 	arch, ok := goarchOf[f.Machine]
