@@ -367,6 +367,11 @@ func (s *scenario) podThroughCDI(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	s.plugin = next
+	// The node's allocatable still shows the old pod's devices, and the
+	// kubelet rejects a pod it admits before the new pod registered.
+	if _, err := waitRegistered(ctx, next); err != nil {
+		t.Fatal(err)
+	}
 	if err := waitAllocatable(ctx, int64(len(env.Profile.GPUs)), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -375,6 +380,14 @@ func (s *scenario) podThroughCDI(t *testing.T, ctx context.Context) {
 	}
 
 	pod, err := createPod(ctx, cudaProbePod(podCDI, 2), true)
+	if err != nil && strings.Contains(err.Error(), "UnexpectedAdmissionError") {
+		// Registered, but the kubelet's first device list from the new
+		// pod may still be on its way (milliseconds): once more.
+		t.Logf("admitted before the kubelet had the new device list; again: %v", err)
+		if err = deletePods(ctx, podCDI); err == nil {
+			pod, err = createPod(ctx, cudaProbePod(podCDI, 2), true)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

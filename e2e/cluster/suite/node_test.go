@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -127,6 +128,33 @@ func pluginLogs(ctx context.Context) string {
 		fmt.Fprintf(&b, "\n--- %s log:\n%s", p.Name, out)
 	}
 	return b.String()
+}
+
+// waitRegistered waits until plugin pod logs that it registered with the
+// kubelet, and returns when it did.
+func waitRegistered(ctx context.Context, pod string) (time.Time, error) {
+	var at time.Time
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := k8s.kube.CoreV1().Pods(releaseNamespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			var e struct {
+				Time time.Time `json:"time"`
+				Msg  string    `json:"msg"`
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "registered with kubelet" {
+				at = e.Time
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return at, fmt.Errorf("plugin pod %s did not register with the kubelet: %w%s", pod, err, pluginLogs(ctx))
+	}
+	return at, nil
 }
 
 // socketNewerThan waits until the plugin's socket exists in the device-plugin
