@@ -99,7 +99,13 @@ func newDevice(p *mocknvml.Profile, i int, byUUID map[string]int) *mock.Device {
 		GetIndexFunc:       func() (int, gonvml.Return) { return i, gonvml.SUCCESS },
 		GetMinorNumberFunc: func() (int, gonvml.Return) { return g.Minor, gonvml.SUCCESS },
 		GetNameFunc:        func() (string, gonvml.Return) { return g.Name, gonvml.SUCCESS },
-		GetPciInfoFunc:     func() (gonvml.PciInfo, gonvml.Return) { return nvmltest.PciInfo(g.BusID), gonvml.SUCCESS },
+		// What only DRA's attributes use: this machine does not say.
+		GetBrandFunc:        func() (gonvml.BrandType, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetArchitectureFunc: func() (gonvml.DeviceArchitecture, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED },
+		GetCudaComputeCapabilityFunc: func() (int, int, gonvml.Return) {
+			return 0, 0, gonvml.ERROR_NOT_SUPPORTED
+		},
+		GetPciInfoFunc: func() (gonvml.PciInfo, gonvml.Return) { return nvmltest.PciInfo(g.BusID), gonvml.SUCCESS },
 		GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) {
 			return gonvml.Memory{Total: g.MemoryBytes(), Free: g.MemoryBytes()}, gonvml.SUCCESS
 		},

@@ -144,6 +144,7 @@ func TestChildDiscover(t *testing.T) {
 		want := nvml.GPU{
 			Index: i, UUID: p.UUID, Minor: p.Minor, Name: p.Name, MemoryBytes: p.MemoryBytes(),
 			PCIBusID: p.BusID, NUMANode: p.NUMANode,
+			Brand: p.Brand, Architecture: p.Architecture, CUDAComputeCapability: p.ComputeCapability,
 		}
 		if got != want {
 			t.Errorf("GPU %d:\n got %+v\nwant %+v", i, got, want)
