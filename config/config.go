@@ -54,6 +54,9 @@ type Config struct {
 	// files (Network Plumbing WG Device Information spec).
 	DeviceInfoDir     string   `json:"deviceInfoDir"`
 	NICRescanInterval Duration `json:"nicRescanInterval"`
+	// PodResourcesSocket is the kubelet's PodResources API, read to say
+	// who holds each device (list, the allocation metric).
+	PodResourcesSocket string `json:"podResourcesSocket"`
 
 	// KubeletAPI picks the front-end: the device-plugin API (v1beta1) or
 	// Dynamic Resource Allocation. A node serves its devices through one.
@@ -156,6 +159,7 @@ func Settings() []Setting {
 		{Key: "procRoot", Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "deviceInfoDir", Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
+		{Key: "podResourcesSocket", Flag: "pod-resources-socket", Default: d.PodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated)"},
 		{Key: "kubeletAPI", Flag: "kubelet-api", Default: d.KubeletAPI, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)"},
 		{Key: "kubeconfig", Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode: kubeconfig file for API access; empty uses the pod's service account"},
 		{Key: "nodeName", Flag: "node-name", Default: d.NodeName, Usage: "DRA mode: this node's name (the chart sets it from the downward API); empty uses the host name"},
@@ -204,6 +208,7 @@ func Default() Config {
 		ProcRoot:           "/proc",
 		DeviceInfoDir:      DefaultDeviceInfoDir,
 		NICRescanInterval:  Duration{10 * time.Second},
+		PodResourcesSocket: DefaultPodResourcesSocket,
 
 		KubeletAPI:        KubeletAPIDevicePlugin,
 		DRAPluginDir:      "/var/lib/kubelet/plugins/" + DRADriverName,
@@ -225,6 +230,10 @@ const DRADriverName = "gpu-device-plugin.github.io"
 // DefaultDeviceInfoDir is the directory the Device Information spec fixes
 // for device plugins.
 const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
+
+// DefaultPodResourcesSocket is where the kubelet serves its PodResources
+// API.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 // DefaultStateDir is the state directory of the node package's unit
 // (StateDirectory=gpu-device-plugin) and the chart's hostPath.
@@ -451,6 +460,8 @@ func (c *Config) Set(key, value string) error {
 		c.ProcRoot = value
 	case "deviceInfoDir":
 		c.DeviceInfoDir = value
+	case "podResourcesSocket":
+		c.PodResourcesSocket = value
 	case "kubeletAPI":
 		c.KubeletAPI = value
 	case "kubeconfig":
@@ -560,6 +571,7 @@ func (c Config) Validate() error {
 	}
 	absolute("procRoot", c.ProcRoot)
 	absolute("deviceInfoDir", c.DeviceInfoDir)
+	absolute("podResourcesSocket", c.PodResourcesSocket)
 	if c.NICRescanInterval.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
 	}

@@ -70,6 +70,8 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "unknown health check", body: "healthChecksDisabled: [thermal, temp]\n", want: []string{"healthChecksDisabled (--health-checks-disabled)[1]", `"temp"`, "hw-slowdown"}},
 		{name: "no slowdown samples", body: "healthSlowdownSamples: 0\n", want: []string{"healthSlowdownSamples", "--health-slowdown-samples", "1 to 1000"}},
 		{name: "relative state dir", body: "stateDir: state\n", want: []string{"stateDir", "absolute"}},
+		{name: "relative pod resources socket", body: "podResourcesSocket: kubelet.sock\n", want: []string{"podResourcesSocket (--pod-resources-socket)", "absolute"}},
+		{name: "empty pod resources socket", body: "podResourcesSocket: \"\"\n", want: []string{"podResourcesSocket", "absolute"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

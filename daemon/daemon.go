@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +21,11 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/state"
 )
 
@@ -89,6 +94,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		if metrics, err = health.NewMetrics(reg); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+		if err := reg.Register(allocations(cfg, metrics, log)); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
 		ln, err := net.Listen("tcp", cfg.MetricsAddress)
@@ -194,6 +202,12 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	var rec health.Recorder
 	if metrics != nil {
 		rec = metrics.For(gpu.ResourceName)
+		for _, g := range inv.GPUs {
+			metrics.SetInfo(gpu.ResourceName, g.UUID, health.DeviceInfo{
+				UUID: g.UUID, Index: strconv.Itoa(g.Index), Model: g.Name, PCIBusID: g.PCIBusID, NUMANode: g.NUMANode,
+				DRAName: draslice.GPUDeviceName(g),
+			})
+		}
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
 	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, keptHealth(cfg, log)...)
@@ -330,3 +344,34 @@ func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
 
 // healthStateFile is the file in cfg.StateDir that keeps sticky health.
 const healthStateFile = "health.json"
+
+// allocations is the collector of gpu_device_plugin_device_allocated,
+// asking the kubelet's PodResources API at each scrape.
+func allocations(cfg config.Config, metrics *health.Metrics, log *slog.Logger) prometheus.Collector {
+	return metrics.Allocations(health.AllocationOptions{
+		Holders: podresources.Client{Socket: cfg.PodResourcesSocket, Timeout: allocationTimeout}.Holders,
+		Driver:  config.DRADriverName,
+		Pool:    draPoolName(cfg),
+		Timeout: allocationTimeout,
+		Source:  cfg.PodResourcesSocket + " (podResourcesSocket, --pod-resources-socket)",
+		Log:     log,
+	})
+}
+
+// allocationTimeout is well inside Prometheus's default 10s scrape
+// timeout: a stuck kubelet must not fail the whole scrape.
+const allocationTimeout = 2 * time.Second
+
+// draPoolName is this node's DRA pool, named as DRA mode names it: the
+// node name, else the host name. Empty when neither is known: DRA
+// holders are then not matched.
+func draPoolName(cfg config.Config) string {
+	if cfg.NodeName != "" {
+		return cfg.NodeName
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(h)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
@@ -38,6 +39,7 @@ type nicServer struct {
 	front   nicFront
 	specs   *specStore
 	recs    map[*nic.Pool]health.Recorder // nil without metrics
+	metrics *health.Metrics               // nil without metrics
 	log     *slog.Logger
 
 	// info holds the CNI device-information files; infoMu serialises
@@ -48,7 +50,13 @@ type nicServer struct {
 
 	failing bool
 	// healthy is each pool's device health as last recorded in metrics.
-	healthy map[*nic.Pool]map[string]bool
+	healthy map[*nic.Pool]map[string]nicHealth
+}
+
+// nicHealth is a NIC's health as last recorded in metrics.
+type nicHealth struct {
+	healthy bool
+	reason  string
 }
 
 // newNICServer builds the pools; front makes their front-end.
@@ -63,15 +71,16 @@ func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, 
 		pools:   pools,
 		specs:   specs,
 		recs:    map[*nic.Pool]health.Recorder{},
+		metrics: metrics,
 		log:     log,
 		info:    devinfo.Dir{Path: cfg.DeviceInfoDir},
-		healthy: map[*nic.Pool]map[string]bool{},
+		healthy: map[*nic.Pool]map[string]nicHealth{},
 	}
 	for _, p := range pools.All() {
 		if metrics != nil {
 			s.recs[p] = metrics.For(p.Resource())
 		}
-		s.healthy[p] = map[string]bool{}
+		s.healthy[p] = map[string]nicHealth{}
 	}
 	if s.front, err = front(s); err != nil {
 		return nil, err
@@ -131,23 +140,38 @@ func (s *nicServer) rescan(first bool) {
 }
 
 // record passes health to the pool's metrics: every device's at first
-// sight, and a transition at each change.
+// sight and at each change of state or reason, and a transition at each
+// change of state. The facts of every member go too, at every scan: a
+// driver rebind can change them.
 func (s *nicServer) record(p *nic.Pool, devs []device.Device, first bool) {
 	rec := s.recs[p]
 	if rec == nil {
 		return
 	}
+	for _, n := range p.NICs() {
+		s.metrics.SetInfo(p.Resource(), n.Address, nicInfo(n))
+	}
 	seen := s.healthy[p]
 	for _, d := range devs {
+		now := nicHealth{healthy: d.Healthy, reason: d.Reason}
 		was, known := seen[d.ID]
-		if known && was == d.Healthy {
+		if known && was == now {
 			continue
 		}
-		rec.Health(d.ID, d.Healthy)
-		if known && !first {
-			rec.Transition(d.ID, d.Healthy)
+		rec.Health(d.ID, d.Healthy, d.Reason)
+		if known && !first && was.healthy != d.Healthy {
+			rec.Transition(d.ID, d.Healthy, d.Reason)
 		}
-		seen[d.ID] = d.Healthy
+		seen[d.ID] = now
+	}
+}
+
+// nicInfo is a NIC's gpu_device_plugin_device_info: no UUID or index,
+// and its PCI IDs as the model.
+func nicInfo(n sysfs.NIC) health.DeviceInfo {
+	return health.DeviceInfo{
+		Model: n.Vendor + ":" + n.Device, PCIBusID: n.Address, NUMANode: n.NUMANode,
+		DRAName: draslice.NICDeviceName(n.Address),
 	}
 }
 

@@ -252,15 +252,22 @@ func TestNICHealthMetrics(t *testing.T) {
 		return got
 	}
 	const (
-		healthy40 = "gpu_device_plugin_device_healthy,device=0000:40:00.0,resource=example.com/rdma_numa0"
-		trans40   = "gpu_device_plugin_health_transitions_total,device=0000:40:00.0,resource=example.com/rdma_numa0,to=Unhealthy"
+		healthy40 = "gpu_device_plugin_device_healthy,device=0000:40:00.0,reason=,resource=example.com/rdma_numa0"
+		gone40    = "gpu_device_plugin_device_healthy,device=0000:40:00.0,reason=removed: gone from sysfs,resource=example.com/rdma_numa0"
+		trans40   = "gpu_device_plugin_health_transitions_total,device=0000:40:00.0,reason=removed: gone from sysfs,resource=example.com/rdma_numa0,to=Unhealthy"
+		info40    = "gpu_device_plugin_device_info,device=0000:40:00.0,index=,model=15b3:1021,numa_node=0,pci_bus_id=0000:40:00.0,resource=example.com/rdma_numa0,uuid="
 	)
 	got := gather()
 	if v, ok := got[healthy40]; !ok || v != 1 {
 		t.Errorf("%s = %v (present %v), want 1; all: %v", healthy40, v, ok, got)
 	}
-	if _, ok := got[trans40]; ok {
-		t.Errorf("a transition counted before any change: %v", got)
+	if v, ok := got[info40]; !ok || v != 1 {
+		t.Errorf("%s = %v (present %v), want 1; all: %v", info40, v, ok, got)
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "gpu_device_plugin_health_transitions_total,") {
+			t.Errorf("a transition counted before any change: %s", k)
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(f.root, "sys", "bus", "pci", "devices", "0000:40:00.0")); err != nil {
 		t.Fatal(err)
@@ -271,7 +278,14 @@ func TestNICHealthMetrics(t *testing.T) {
 	s.rescan(false)
 	s.rescan(false)
 	got = gather()
-	if got[healthy40] != 0 || got[trans40] != 1 {
-		t.Errorf("after the NIC went: %s = %v, %s = %v, want 0 and 1", healthy40, got[healthy40], trans40, got[trans40])
+	if _, ok := got[healthy40]; ok {
+		t.Errorf("the healthy series of the gone NIC is still there: %v", got)
+	}
+	if v, ok := got[gone40]; !ok || v != 0 || got[trans40] != 1 {
+		t.Errorf("after the NIC went: %s = %v (present %v), %s = %v, want 0 and 1; all: %v", gone40, v, ok, trans40, got[trans40], got)
+	}
+	// Its facts stay: it may still be allocated.
+	if got[info40] != 1 {
+		t.Errorf("%s = %v after the NIC went, want 1", info40, got[info40])
 	}
 }

@@ -1,28 +1,69 @@
 package health
 
 import (
+	"strconv"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics exposes device health to Prometheus, for every resource.
+// Metrics exposes device health and device facts to Prometheus, for every
+// resource. Health and facts are kept per device and written out at each
+// scrape, so a device whose reason changes has exactly one
+// gpu_device_plugin_device_healthy series, never one per reason it had.
 type Metrics struct {
-	healthy     *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
+
+	mu      sync.Mutex
+	devices map[deviceKey]*deviceMetrics
 }
+
+type deviceKey struct{ resource, device string }
+
+type deviceMetrics struct {
+	health  bool // Health was recorded
+	healthy bool
+	reason  string
+	info    *DeviceInfo
+}
+
+// DeviceInfo is what gpu_device_plugin_device_info says about a device,
+// and the name DRA knows it by, to find its holders.
+type DeviceInfo struct {
+	// UUID and Index are a GPU's; empty for NICs.
+	UUID  string
+	Index string
+	// Model is a GPU's product name, a NIC's PCI vendor:device IDs
+	// (15b3:1021): those read the same on every machine, unlike pci.ids
+	// names.
+	Model    string
+	PCIBusID string
+	// NUMANode is negative when unknown: the label is then empty.
+	NUMANode int
+	// DRAName is the device's name in this node's ResourceSlice pool
+	// (gpu-0, nic-0000-3b-00-0).
+	DRAName string
+}
+
+var (
+	healthyDesc = prometheus.NewDesc("gpu_device_plugin_device_healthy",
+		"1 when the device is healthy, 0 when it is not; reason says why not (empty when healthy).",
+		[]string{"resource", "device", "reason"}, nil)
+	infoDesc = prometheus.NewDesc("gpu_device_plugin_device_info",
+		"1 for every device served: its UUID, index and model (a GPU's product name, a NIC's vendor:device), PCI bus ID and NUMA node.",
+		[]string{"resource", "device", "uuid", "index", "model", "pci_bus_id", "numa_node"}, nil)
+)
 
 // NewMetrics registers the health metrics with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpu_device_plugin_device_healthy",
-			Help: "1 when the device is healthy, 0 when it is not.",
-		}, []string{"resource", "device"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_device_plugin_health_transitions_total",
-			Help: "Health transitions per device, by the state entered.",
-		}, []string{"resource", "device", "to"}),
+			Help: "Health transitions per device, by the state entered and the reason (empty when Healthy).",
+		}, []string{"resource", "device", "to", "reason"}),
+		devices: map[deviceKey]*deviceMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.healthy, m.transitions} {
+	for _, c := range []prometheus.Collector{m.transitions, stateCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -35,23 +76,91 @@ func (m *Metrics) For(resource string) Recorder {
 	return resourceMetrics{m: m, resource: resource}
 }
 
+// SetInfo sets device's facts, replacing any set before.
+func (m *Metrics) SetInfo(resource, device string, info DeviceInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.device(resource, device).info = &info
+}
+
+// device returns the entry of a device, made on first use; m.mu is held.
+func (m *Metrics) device(resource, device string) *deviceMetrics {
+	k := deviceKey{resource, device}
+	d := m.devices[k]
+	if d == nil {
+		d = &deviceMetrics{}
+		m.devices[k] = d
+	}
+	return d
+}
+
+// served is a device the allocation metric looks up: one with facts.
+type served struct {
+	resource, device string
+	info             DeviceInfo
+}
+
+// served lists the devices with facts.
+func (m *Metrics) served() []served {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]served, 0, len(m.devices))
+	for k, d := range m.devices {
+		if d.info != nil {
+			out = append(out, served{resource: k.resource, device: k.device, info: *d.info})
+		}
+	}
+	return out
+}
+
+// stateCollector writes out the kept health and facts at each scrape.
+type stateCollector struct{ m *Metrics }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- healthyDesc
+	ch <- infoDesc
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for k, d := range c.m.devices {
+		if d.health {
+			v := 0.0
+			if d.healthy {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, v, k.resource, k.device, d.reason)
+		}
+		if i := d.info; i != nil {
+			numa := ""
+			if i.NUMANode >= 0 {
+				numa = strconv.Itoa(i.NUMANode)
+			}
+			ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.UUID, i.Index, i.Model, i.PCIBusID, numa)
+		}
+	}
+}
+
 type resourceMetrics struct {
 	m        *Metrics
 	resource string
 }
 
-func (r resourceMetrics) Health(device string, healthy bool) {
-	v := 0.0
+func (r resourceMetrics) Health(device string, healthy bool, reason string) {
 	if healthy {
-		v = 1
+		reason = ""
 	}
-	r.m.healthy.WithLabelValues(r.resource, device).Set(v)
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	d := r.m.device(r.resource, device)
+	d.health, d.healthy, d.reason = true, healthy, reason
 }
 
-func (r resourceMetrics) Transition(device string, healthy bool) {
+func (r resourceMetrics) Transition(device string, healthy bool, reason string) {
 	to := "Unhealthy"
 	if healthy {
-		to = "Healthy"
+		to, reason = "Healthy", ""
 	}
-	r.m.transitions.WithLabelValues(r.resource, device, to).Inc()
+	r.m.transitions.WithLabelValues(r.resource, device, to, reason).Inc()
 }

@@ -22,10 +22,14 @@ type Notifier interface {
 	SetHealth(id string, healthy bool, reason string) bool
 }
 
-// Recorder counts transitions for metrics. It may be nil.
+// Recorder passes health to metrics. It may be nil. reason is empty when
+// healthy.
 type Recorder interface {
-	Health(device string, healthy bool)
-	Transition(device string, healthy bool)
+	// Health is a device's state now: at start, and whenever its state
+	// or reason changes.
+	Health(device string, healthy bool, reason string)
+	// Transition counts a change of state (not of reason alone).
+	Transition(device string, healthy bool, reason string)
 }
 
 // kind orders the conditions in a reason string.
@@ -177,7 +181,7 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 	for i := range w.gpus {
 		w.gpus[i].healthy = true
 		if rec != nil {
-			rec.Health(ids[i], true)
+			rec.Health(ids[i], true, "")
 		}
 	}
 	for _, sc := range o.sticky {
@@ -545,11 +549,13 @@ func (w *Watcher) publish(i int) {
 	if healthy != g.healthy {
 		w.log.Warn("GPU health changed", "device", w.ids[i], "old", old, "new", state, "reason", reason, "oldReason", g.reason)
 		if w.rec != nil {
-			w.rec.Health(w.ids[i], healthy)
-			w.rec.Transition(w.ids[i], healthy)
+			w.rec.Transition(w.ids[i], healthy, reason)
 		}
 	} else {
 		w.log.Info("GPU health reason changed", "device", w.ids[i], "state", state, "reason", reason, "oldReason", g.reason)
+	}
+	if w.rec != nil {
+		w.rec.Health(w.ids[i], healthy, reason)
 	}
 	g.healthy, g.reason = healthy, reason
 	w.notify.SetHealth(w.ids[i], healthy, reason)

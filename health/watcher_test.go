@@ -10,7 +10,6 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
@@ -315,43 +314,5 @@ func TestPolicyValidate(t *testing.T) {
 				t.Fatalf("NewWatcher: err = %v, want valid %v", err, tt.valid)
 			}
 		})
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := []string{"GPU-0", "GPU-1"}
-	w, err := NewWatcher(DefaultPolicy(), ids, newSampler(2), &recorder{}, m.For("nvidia.com/gpu"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Event(nvml.Event{GPU: 1, Kind: nvml.EventXID, XID: 79})
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			key := f.GetName()
-			for _, l := range s.GetLabel() {
-				key += "," + l.GetValue()
-			}
-			got[key] = s.GetGauge().GetValue() + s.GetCounter().GetValue()
-		}
-	}
-	want := map[string]float64{
-		"gpu_device_plugin_device_healthy,GPU-0,nvidia.com/gpu":                     1,
-		"gpu_device_plugin_device_healthy,GPU-1,nvidia.com/gpu":                     0,
-		"gpu_device_plugin_health_transitions_total,GPU-1,nvidia.com/gpu,Unhealthy": 1,
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
-		}
 	}
 }

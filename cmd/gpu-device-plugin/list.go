@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +18,11 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
 )
 
@@ -49,16 +53,34 @@ type listedDRA struct {
 
 // listedGPU is one GPU row of `list`.
 type listedGPU struct {
-	Index       int    `json:"index"`
-	UUID        string `json:"uuid"`
-	Minor       int    `json:"minor"`
-	Name        string `json:"name"`
-	MemoryBytes uint64 `json:"memoryBytes"`
-	PCIBusID    string `json:"pciBusID"`
-	NUMANode    int    `json:"numaNode"`
-	MIGEnabled  bool   `json:"migEnabled"`
-	Health      string `json:"health"`
-	Reason      string `json:"reason"`
+	Index       int            `json:"index"`
+	UUID        string         `json:"uuid"`
+	Minor       int            `json:"minor"`
+	Name        string         `json:"name"`
+	MemoryBytes uint64         `json:"memoryBytes"`
+	PCIBusID    string         `json:"pciBusID"`
+	NUMANode    int            `json:"numaNode"`
+	MIGEnabled  bool           `json:"migEnabled"`
+	Health      string         `json:"health"`
+	Reason      string         `json:"reason"`
+	AllocatedTo []listedHolder `json:"allocatedTo"`
+}
+
+// listedHolder is a container holding a device, as the kubelet's
+// PodResources API says.
+type listedHolder struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+}
+
+// listedHolders maps holders to their JSON form: [] when none.
+func listedHolders(hs []podresources.Holder) []listedHolder {
+	out := make([]listedHolder, len(hs))
+	for i, h := range hs {
+		out[i] = listedHolder{Namespace: h.Namespace, Pod: h.Pod, Container: h.Container}
+	}
+	return out
 }
 
 // listedNIC is one NIC row of `list`: every NIC found, pooled or not.
@@ -88,17 +110,18 @@ type listedNIC struct {
 	Pool         string          `json:"pool"`
 	Health       string          `json:"health"`
 	Reason       string          `json:"reason"`
+	AllocatedTo  []listedHolder  `json:"allocatedTo"`
 }
 
-func newListedGPU(g nvml.GPU, health, reason string) listedGPU {
+func newListedGPU(g nvml.GPU, health, reason string, holders []podresources.Holder) listedGPU {
 	return listedGPU{
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
 		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
-		Health: health, Reason: reason,
+		Health: health, Reason: reason, AllocatedTo: listedHolders(holders),
 	}
 }
 
-func newListedNIC(n sysfs.NIC, pool, health, reason string) listedNIC {
+func newListedNIC(n sysfs.NIC, pool, health, reason string, holders []podresources.Holder) listedNIC {
 	linkUp := make(map[string]bool, len(n.LinkUp))
 	maps.Copy(linkUp, n.LinkUp)
 	return listedNIC{
@@ -108,7 +131,7 @@ func newListedNIC(n sysfs.NIC, pool, health, reason string) listedNIC {
 		IBDevices: orEmpty(n.IBDevices), RDMADevices: orEmpty(n.RDMADevices), IOMMUGroup: n.IOMMUGroup,
 		PF: n.PF, VFs: orEmpty(n.VFs), NumVFs: n.NumVFs, DefaultRoute: n.DefaultRoute,
 		Failed: n.Failed, Problems: orEmpty(n.Problems),
-		Pool: pool, Health: health, Reason: reason,
+		Pool: pool, Health: health, Reason: reason, AllocatedTo: listedHolders(holders),
 	}
 }
 
@@ -121,8 +144,8 @@ func orEmpty(s []string) []string {
 }
 
 // listNICs scans the NICs once and judges them as serve would, and passes
-// each pool to the DRA preview.
-func listNICs(cfg config.Config, preview *[]draslice.Device, log *slog.Logger) ([]listedNIC, error) {
+// each pool to the DRA preview. held says who holds a pooled NIC.
+func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, address string) []podresources.Holder, log *slog.Logger) ([]listedNIC, error) {
 	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
 	if err != nil {
 		return nil, fmt.Errorf("scanning NICs: %w", err)
@@ -153,7 +176,11 @@ func listNICs(cfg config.Config, preview *[]draslice.Device, log *slog.Logger) (
 	out := make([]listedNIC, 0, len(scan))
 	for _, n := range scan {
 		m := members[n.Address]
-		out = append(out, newListedNIC(n, m.pool, m.health, m.reason))
+		var holders []podresources.Holder
+		if m.pool != "" {
+			holders = held(m.pool, n.Address)
+		}
+		out = append(out, newListedNIC(n, m.pool, m.health, m.reason, holders))
 	}
 	return out, nil
 }
@@ -188,6 +215,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	w.Poll()
+	holders := listHolders(c.Context, cfg, log)
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
@@ -208,11 +236,17 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		if !healthy {
 			state = "Unhealthy"
 		}
-		out.GPUs = append(out.GPUs, newListedGPU(g, state, reason))
+		held := podresources.Merge(holders.Device(gpu.ResourceName, g.UUID),
+			holders.DRADevice(config.DRADriverName, node, draslice.GPUDeviceName(g)))
+		out.GPUs = append(out.GPUs, newListedGPU(g, state, reason, held))
 	}
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
-	if nics, err := listNICs(cfg, &out.DRA.Devices, log); err != nil {
+	heldNIC := func(pool, address string) []podresources.Holder {
+		return podresources.Merge(holders.Device(pool, address),
+			holders.DRADevice(config.DRADriverName, node, draslice.NICDeviceName(address)))
+	}
+	if nics, err := listNICs(cfg, &out.DRA.Devices, heldNIC, log); err != nil {
 		log.Warn("NICs not listed", "err", err)
 	} else {
 		out.NICs = nics
@@ -221,6 +255,30 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return writeJSON(stdout, out)
 	}
 	return writeTable(stdout, out)
+}
+
+// listHolders asks the kubelet who holds the devices. Holders are
+// extra: without them (no kubelet here, or no access to its socket) the
+// listing is complete but for them, with one note saying why.
+func listHolders(ctx context.Context, cfg config.Config, log *slog.Logger) podresources.Holders {
+	h, err := podresources.Client{Socket: cfg.PodResourcesSocket}.Holders(ctx)
+	switch {
+	case errors.Is(err, podresources.ErrUnavailable):
+		log.Warn("kubelet PodResources API unavailable; device holders not shown", "socket", cfg.PodResourcesSocket, "setting", "podResourcesSocket (--pod-resources-socket)", "err", err)
+	case err != nil:
+		log.Warn("reading the kubelet PodResources API failed; device holders not shown", "socket", cfg.PodResourcesSocket, "setting", "podResourcesSocket (--pod-resources-socket)", "err", err)
+	}
+	return h
+}
+
+// holderColumn is the table's HOLDER: namespace/pod/container, several
+// comma-separated, - when none.
+func holderColumn(hs []listedHolder) string {
+	names := make([]string, len(hs))
+	for i, h := range hs {
+		names[i] = h.Namespace + "/" + h.Pod + "/" + h.Container
+	}
+	return orDash(strings.Join(names, ","))
 }
 
 func writeJSON(w io.Writer, l listing) error {
@@ -270,7 +328,7 @@ func (discard) SetHealth(string, bool, string) bool { return false }
 
 func writeTable(w io.Writer, l listing) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH")
+	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\tHOLDER")
 	for _, g := range l.GPUs {
 		numa := "-"
 		if g.NUMANode >= 0 {
@@ -280,13 +338,13 @@ func writeTable(w io.Writer, l listing) error {
 		if g.Reason != "" {
 			health += " (" + g.Reason + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa, health)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa, health, holderColumn(g.AllocatedTo))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(l.NICs) > 0 {
-		fmt.Fprintln(tw, "\nNIC\tVENDOR:DEVICE\tDRIVER\tNETDEVS\tRDMA\tNUMA\tPOOL\tHEALTH")
+		fmt.Fprintln(tw, "\nNIC\tVENDOR:DEVICE\tDRIVER\tNETDEVS\tRDMA\tNUMA\tPOOL\tHEALTH\tHOLDER")
 		for _, n := range l.NICs {
 			numa, pool, health := "-", "-", "-"
 			if n.NUMANode >= 0 {
@@ -298,8 +356,8 @@ func writeTable(w io.Writer, l listing) error {
 					health += " (" + n.Reason + ")"
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Address, n.Vendor, n.Device, orDash(n.Driver),
-				orDash(strings.Join(n.Netdevs, ",")), orDash(strings.Join(n.RDMADevices, ",")), numa, pool, health)
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Address, n.Vendor, n.Device, orDash(n.Driver),
+				orDash(strings.Join(n.Netdevs, ",")), orDash(strings.Join(n.RDMADevices, ",")), numa, pool, health, holderColumn(n.AllocatedTo))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
 )
 
@@ -29,9 +33,24 @@ file sys/devices/pci0000:00/0000:40:00.0/infiniband/mlx5_1/ports/1/state 1: DOWN
 file sys/devices/pci0000:00/0000:40:00.0/infiniband/mlx5_1/ports/1/phys_state 3: Disabled
 `
 
+// goldenHolders is the kubelet of the golden node: one container holds
+// GPU 0 and the NIC 0000:18:00.0; the entries after it must match nothing
+// (another resource with a GPU's UUID as ID, another driver's DRA device
+// with one of our names).
+func goldenHolders(t *testing.T) *prt.Server {
+	return prt.Start(t,
+		prt.Pod("ml", "trainer-0", prt.Container("main",
+			prt.Devices("nvidia.com/gpu", "GPU-00000000-0000-0000-0000-000000000000"),
+			prt.Devices("example.com/rdma_numa0", "0000:18:00.0"))),
+		prt.Pod("other", "job", prt.Container("c", prt.Devices("example.com/other", "GPU-00000000-0000-0000-0000-000000000001"))),
+		prt.Pod("other", "claim", prt.ClaimContainer("c", prt.Claim("other", "c", "example.com", "golden-node", "gpu-2"))),
+	)
+}
+
 // TestListGolden pins `list` and `list -o json` on a fixed node: the mock
 // DGX A100 with fixed UUIDs and GPU 1 too hot, the dgx-h100 sysfs tree
-// with one link down, and the example NIC pools. The JSON keys are an
+// with one link down, the example NIC pools, and a kubelet whose one pod
+// holds a GPU and a NIC. The JSON keys are an
 // interface scripts read; a change to the golden JSON must be on purpose
 // and go into the README. Refresh with `go test ./cmd/gpu-device-plugin -run
 // TestListGolden -update`.
@@ -46,7 +65,8 @@ func TestListGolden(t *testing.T) {
 		nvmltest.Device(s, 1).GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 92, gonvml.SUCCESS }
 		return s, nil
 	}
-	args := []string{"--config", "../../config/testdata/example-nics.yaml", "--node-name", "golden-node",
+	kubelet := goldenHolders(t)
+	args := []string{"--config", "../../config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev")}
 
 	tests := []struct {
@@ -64,6 +84,9 @@ func TestListGolden(t *testing.T) {
 			out, stderr, err := run(t, open, append(tt.args, args...)...)
 			if err != nil {
 				t.Fatalf("%v\nstderr:\n%s", err, stderr)
+			}
+			if strings.Contains(stderr, "PodResources API") {
+				t.Errorf("the fake kubelet was not read:\n%s", stderr)
 			}
 			got := tt.normalize(t, out)
 			path := filepath.Join("testdata", tt.golden)
@@ -143,4 +166,113 @@ func TestListJSONKeysAreLowerCamelCase(t *testing.T) {
 			t.Errorf("NIC %v has %d keys, NIC %v has %d: every key must always be present", n["address"], len(n), l.NICs[0]["address"], len(l.NICs[0]))
 		}
 	}
+}
+
+// fixedUUIDs is the mock DGX A100 with GPU i's UUID ending in i.
+func fixedUUIDs(string) (nvml.Library, error) {
+	s := nvmltest.NewDGXA100()
+	for i := range s.Devices {
+		nvmltest.Device(s, i).UUID = fmt.Sprintf("GPU-00000000-0000-0000-0000-00000000000%d", i)
+	}
+	return s, nil
+}
+
+// listOn lists the dgx-h100 tree with the example pools, node "node-1",
+// asking the kubelet at socket.
+func listOn(t *testing.T, socket string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	root := sysfstest.Load(t, "dgx-h100")
+	stdout, stderr, err := run(t, fixedUUIDs, append(append([]string{"list"}, args...), "--config", "../../config/testdata/example-nics.yaml",
+		"--node-name", "node-1", "--pod-resources-socket", socket,
+		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"))...)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr)
+	}
+	return stdout, stderr
+}
+
+// Devices prepared through DRA are matched by driver, pool (the node)
+// and device name; a device held by several containers lists them all,
+// and one held both ways lists each container once.
+func TestListHolders(t *testing.T) {
+	const driver = "gpu-device-plugin.github.io"
+	const uuid3 = "GPU-00000000-0000-0000-0000-000000000003"
+	kubelet := prt.Start(t,
+		prt.Pod("ml", "a", prt.ClaimContainer("x", prt.Claim("ml", "gpus", driver, "node-1", "gpu-3", "nic-0000-9a-00-0"))),
+		prt.Pod("ml", "a", prt.ClaimContainer("y", prt.Claim("ml", "gpus", driver, "node-1", "gpu-3"))),
+		prt.Pod("ml", "b", prt.Container("z", prt.Devices("nvidia.com/gpu", uuid3))),
+		prt.Pod("ml", "a", prt.Container("x", prt.Devices("nvidia.com/gpu", uuid3))),
+		// Another node's pool.
+		prt.Pod("ml", "c", prt.ClaimContainer("w", prt.Claim("ml", "gpus", driver, "node-2", "gpu-4"))),
+	)
+	out, stderr := listOn(t, kubelet.Socket, "-o", "json")
+	if strings.Contains(stderr, "PodResources API") {
+		t.Errorf("the fake kubelet was not read:\n%s", stderr)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	want := []listedHolder{{"ml", "a", "x"}, {"ml", "a", "y"}, {"ml", "b", "z"}}
+	if got := l.GPUs[3].AllocatedTo; !slices.Equal(got, want) {
+		t.Errorf("GPU 3 allocatedTo = %v, want %v", got, want)
+	}
+	for i, g := range l.GPUs {
+		if i != 3 && len(g.AllocatedTo) != 0 {
+			t.Errorf("GPU %d allocatedTo = %v, want none", i, g.AllocatedTo)
+		}
+	}
+	for _, n := range l.NICs {
+		want := []listedHolder{}
+		if n.Address == "0000:9a:00.0" {
+			want = []listedHolder{{"ml", "a", "x"}}
+		}
+		if !slices.Equal(n.AllocatedTo, want) {
+			t.Errorf("NIC %s allocatedTo = %v, want %v", n.Address, n.AllocatedTo, want)
+		}
+	}
+	table, _ := listOn(t, kubelet.Socket)
+	if !strings.Contains(table, "ml/a/x,ml/a/y,ml/b/z\n") {
+		t.Errorf("the table does not list GPU 3's holders comma-separated:\n%s", table)
+	}
+}
+
+// Without a kubelet to ask, list lists everything but holders, and says
+// so once, naming the socket and the setting.
+func TestListWithoutPodResources(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "kubelet.sock")
+	out, stderr := listOn(t, socket, "-o", "json")
+	if notes := podResourcesNotes(stderr); len(notes) != 1 || !strings.Contains(notes[0], socket) || !strings.Contains(notes[0], "podResourcesSocket (--pod-resources-socket)") {
+		t.Errorf("not one note naming %s and the setting: %q", socket, notes)
+	}
+	if !strings.Contains(out, `"allocatedTo": []`) || strings.Contains(out, `"allocatedTo": null`) {
+		t.Errorf("allocatedTo is not an empty list:\n%s", out)
+	}
+	table, _ := listOn(t, socket)
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:9] {
+		if !strings.HasSuffix(line, "  -") {
+			t.Errorf("GPU row with a holder, or none shown as -: %q", line)
+		}
+	}
+}
+
+// A kubelet that answers with an error is said once too, with its error.
+func TestListPodResourcesError(t *testing.T) {
+	kubelet := prt.Start(t)
+	kubelet.Fail(status.Error(codes.PermissionDenied, "not allowed"))
+	_, stderr := listOn(t, kubelet.Socket)
+	if notes := podResourcesNotes(stderr); len(notes) != 1 || !strings.Contains(notes[0], "not allowed") || !strings.Contains(notes[0], "podResourcesSocket") {
+		t.Errorf("not one note with the kubelet's error: %q", notes)
+	}
+}
+
+// podResourcesNotes are the log lines about the PodResources API.
+func podResourcesNotes(stderr string) []string {
+	var out []string
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, "PodResources API") {
+			out = append(out, line)
+		}
+	}
+	return out
 }

@@ -1,0 +1,157 @@
+package podresources
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// ErrUnavailable is wrapped by every error that means the API could not
+// be reached: no socket, a socket this process may not open, or nothing
+// listening on it. Callers treat it as "not known here", unlike an error
+// the kubelet answered with.
+var ErrUnavailable = errors.New("kubelet PodResources API unavailable")
+
+// DefaultTimeout bounds one Holders call, dial included, when the context
+// has no earlier deadline.
+const DefaultTimeout = 5 * time.Second
+
+// maxMessageSize is what the kubelet's own client allows: a List on a
+// busy node outgrows gRPC's 4 MiB default.
+const maxMessageSize = 16 << 20
+
+// Holder is one container.
+type Holder struct {
+	Namespace string
+	Pod       string
+	Container string
+}
+
+// String is namespace/pod/container.
+func (h Holder) String() string { return h.Namespace + "/" + h.Pod + "/" + h.Container }
+
+func compareHolders(a, b Holder) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Container, b.Container))
+}
+
+type deviceKey struct{ resource, id string }
+
+type draKey struct{ driver, pool, device string }
+
+// Holders says who holds each device, as one List answered it. The zero
+// value holds nothing.
+type Holders struct {
+	devices map[deviceKey][]Holder
+	dra     map[draKey][]Holder
+}
+
+// Device returns the containers holding device id of a device-plugin
+// resource, sorted; nil when none.
+func (h Holders) Device(resource, id string) []Holder {
+	return h.devices[deviceKey{resource, id}]
+}
+
+// DRADevice returns the containers whose claims hold a DRA device,
+// sorted; nil when none.
+func (h Holders) DRADevice(driver, pool, device string) []Holder {
+	return h.dra[draKey{driver, pool, device}]
+}
+
+// Merge joins lists of holders, sorted and without repeats: a device
+// reported through both APIs, or the same list twice, counts each
+// container once.
+func Merge(lists ...[]Holder) []Holder {
+	var out []Holder
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.SortFunc(out, compareHolders)
+	return slices.Compact(out)
+}
+
+// FromList indexes a List answer.
+func FromList(resp *v1.ListPodResourcesResponse) Holders {
+	h := Holders{devices: map[deviceKey][]Holder{}, dra: map[draKey][]Holder{}}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			who := Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+			for _, d := range c.GetDevices() {
+				for _, id := range d.GetDeviceIds() {
+					k := deviceKey{d.GetResourceName(), id}
+					h.devices[k] = append(h.devices[k], who)
+				}
+			}
+			for _, dr := range c.GetDynamicResources() {
+				for _, r := range dr.GetClaimResources() {
+					k := draKey{r.GetDriverName(), r.GetPoolName(), r.GetDeviceName()}
+					h.dra[k] = append(h.dra[k], who)
+				}
+			}
+		}
+	}
+	// One claim may list a device twice (two requests, or shared
+	// across the pod's containers): each container once, in one order.
+	for k, l := range h.devices {
+		h.devices[k] = Merge(l)
+	}
+	for k, l := range h.dra {
+		h.dra[k] = Merge(l)
+	}
+	return h
+}
+
+// Client reads the PodResources API on a unix socket. Each call dials
+// afresh, so a restarted kubelet is simply found again.
+type Client struct {
+	// Socket is the kubelet's socket,
+	// /var/lib/kubelet/pod-resources/kubelet.sock by default.
+	Socket string
+	// Timeout bounds each call; zero is DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Holders lists every container's devices once.
+func (c Client) Holders(ctx context.Context) (Holders, error) {
+	// Stat first: "no such file" or "permission denied" on the path says
+	// more than gRPC's connection error.
+	if _, err := os.Stat(c.Socket); err != nil {
+		return Holders{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("passthrough:///"+c.Socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
+	if err != nil {
+		return Holders{}, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
+	}
+	defer conn.Close()
+	// Fail-fast (the default): a socket nobody listens on, or one we may
+	// not connect to, ends the call at once with Unavailable.
+	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			return Holders{}, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
+		}
+		return Holders{}, fmt.Errorf("kubelet PodResources List at %s: %w", c.Socket, err)
+	}
+	return FromList(resp), nil
+}

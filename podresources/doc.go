@@ -1,0 +1,8 @@
+// Package podresources reads the kubelet's PodResources API (v1) to say
+// which container holds each device: those handed out through the
+// device-plugin API (a resource name and device IDs) and those prepared
+// through DRA (a driver, pool and device name).
+//
+// It uses the API's generated protobuf and gRPC code only, not the
+// Kubernetes client, so the device-plugin executable stays lean.
+package podresources
