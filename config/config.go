@@ -61,15 +61,22 @@ type Config struct {
 	// KubeletAPI picks the front-end: the device-plugin API (v1beta1) or
 	// Dynamic Resource Allocation. A node serves its devices through one.
 	KubeletAPI string `json:"kubeletAPI"`
-	// Kubeconfig, NodeName, PodUID, DRAPluginDir and PluginRegistryDir
-	// are DRA mode's: API access (empty kubeconfig: in-cluster), the node
-	// whose ResourceSlices we own, the pod for rolling-update hand-over,
-	// and the kubelet's directories.
+	// Kubeconfig and NodeName are API access (empty kubeconfig:
+	// in-cluster) and the node's name, for DRA mode (the node whose
+	// ResourceSlices we own), Events and NodeCondition. PodUID,
+	// DRAPluginDir and PluginRegistryDir are DRA mode's: the pod for
+	// rolling-update hand-over, and the kubelet's directories.
 	Kubeconfig        string `json:"kubeconfig"`
 	NodeName          string `json:"nodeName"`
 	PodUID            string `json:"podUID"`
 	DRAPluginDir      string `json:"draPluginDir"`
 	PluginRegistryDir string `json:"pluginRegistryDir"`
+	// Events and NodeCondition report device health to the API server:
+	// an Event on the Node and the pods holding a device at each health
+	// change, and the Node conditions GPUHealthy and NICHealthy (package
+	// report). Off by default: they need API access.
+	Events        bool `json:"events"`
+	NodeCondition bool `json:"nodeCondition"`
 
 	// NICResources are the NIC pools, file-only (no flag): see nics.go.
 	NICResources []NICResource `json:"nicResources,omitempty"`
@@ -161,11 +168,13 @@ func Settings() []Setting {
 		{Key: "nicRescanInterval", Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
 		{Key: "podResourcesSocket", Flag: "pod-resources-socket", Default: d.PodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated)"},
 		{Key: "kubeletAPI", Flag: "kubelet-api", Default: d.KubeletAPI, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)"},
-		{Key: "kubeconfig", Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode: kubeconfig file for API access; empty uses the pod's service account"},
-		{Key: "nodeName", Flag: "node-name", Default: d.NodeName, Usage: "DRA mode: this node's name (the chart sets it from the downward API); empty uses the host name"},
+		{Key: "kubeconfig", Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode, events and nodeCondition: kubeconfig file for API access; empty uses the pod's service account"},
+		{Key: "nodeName", Flag: "node-name", Default: d.NodeName, Usage: "DRA mode, events and nodeCondition: this node's name (the chart sets it from the downward API); empty uses the host name"},
 		{Key: "podUID", Flag: "pod-uid", Default: d.PodUID, Usage: "DRA mode: this pod's UID (the chart sets it); lets two plugin pods hand over during a rolling update"},
 		{Key: "draPluginDir", Flag: "dra-plugin-dir", Default: d.DRAPluginDir, Usage: "DRA mode: the kubelet's directory for this driver's socket and checkpoint"},
 		{Key: "pluginRegistryDir", Flag: "plugin-registry-dir", Default: d.PluginRegistryDir, Usage: "DRA mode: the kubelet's plugin registration directory"},
+		{Key: "events", Flag: "events", Default: strconv.FormatBool(d.Events), Usage: "true: a Kubernetes Event on the Node and on every pod holding a device at each device health change (needs API access)"},
+		{Key: "nodeCondition", Flag: "node-condition", Default: strconv.FormatBool(d.NodeCondition), Usage: "true: keep the Node conditions GPUHealthy (and NICHealthy with NIC pools) False while a device is unhealthy (needs API access)"},
 	}
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
@@ -244,6 +253,12 @@ const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi
 
 // deviceListStrategies are the values deviceListStrategy takes.
 func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
+
+// UsesAPI says whether the plugin talks to the API server: DRA mode,
+// events, nodeCondition.
+func (c Config) UsesAPI() bool {
+	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition
+}
 
 // UsesCDI says whether CDI specs must be on disk: DRA answers in CDI
 // device IDs only; otherwise a cdi-* strategy needs them.
@@ -474,6 +489,16 @@ func (c *Config) Set(key, value string) error {
 		c.DRAPluginDir = value
 	case "pluginRegistryDir":
 		c.PluginRegistryDir = value
+	case "events", "nodeCondition":
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not true or false", key, value)
+		}
+		if key == "events" {
+			c.Events = b
+		} else {
+			c.NodeCondition = b
+		}
 	case "nicRescanInterval":
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -579,9 +604,9 @@ func (c Config) Validate() error {
 	if c.KubeletAPI == KubeletAPIDRA {
 		absolute("draPluginDir", c.DRAPluginDir)
 		absolute("pluginRegistryDir", c.PluginRegistryDir)
-		if c.Kubeconfig != "" {
-			absolute("kubeconfig", c.Kubeconfig)
-		}
+	}
+	if c.UsesAPI() && c.Kubeconfig != "" {
+		absolute("kubeconfig", c.Kubeconfig)
 	}
 	strategies := c.DeviceListStrategy
 	if c.KubeletAPI == KubeletAPIDRA {

@@ -73,6 +73,15 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "relative pod resources socket", body: "podResourcesSocket: kubelet.sock\n", want: []string{"podResourcesSocket (--pod-resources-socket)", "absolute"}},
 		{name: "empty pod resources socket", body: "podResourcesSocket: \"\"\n", want: []string{"podResourcesSocket", "absolute"}},
 	}
+	tests = append(tests, []struct {
+		name string
+		body string
+		want []string
+	}{
+		{name: "events not a bool", body: "events: sometimes\n", want: []string{"events"}},
+		{name: "relative kubeconfig for events", body: "events: true\nkubeconfig: kubelet.conf\n", want: []string{"kubeconfig (--kubeconfig)", "absolute"}},
+		{name: "relative kubeconfig for nodeCondition", body: "nodeCondition: true\nkubeconfig: kubelet.conf\n", want: []string{"kubeconfig (--kubeconfig)", "absolute"}},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Load(writeFile(t, tt.body))
@@ -168,6 +177,35 @@ func TestDeviceListStrategy(t *testing.T) {
 	if !reflect.DeepEqual(c.DeviceListStrategy, []string{"envvar", "cdi-cri"}) || !c.UsesCDI() {
 		t.Fatalf("strategies = %v", c.DeviceListStrategy)
 	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReportSettings(t *testing.T) {
+	c := Default()
+	if c.Events || c.NodeCondition || c.UsesAPI() {
+		t.Fatalf("reporting on by default: %+v", c)
+	}
+	c, err := Load(writeFile(t, "events: true\nnodeCondition: true\nkubeconfig: /etc/kubernetes/kubelet.conf\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Events || !c.NodeCondition || !c.UsesAPI() {
+		t.Fatalf("loaded %+v", c)
+	}
+	if err := c.Set("nodeCondition", "false"); err != nil || c.NodeCondition {
+		t.Fatalf("Set nodeCondition false: %v, %v", c.NodeCondition, err)
+	}
+	if err := c.Set("events", "yes"); err == nil || !strings.Contains(err.Error(), "events") {
+		t.Fatalf("Set events yes: %v", err)
+	}
+	// In-cluster is the default: nothing else is required.
+	c = Default()
+	c.Events = true
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

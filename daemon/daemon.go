@@ -124,6 +124,10 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			cancel()
 		}
 	}
+	rep, err := newReporting(cfg, log)
+	if err != nil {
+		return err
+	}
 	// The one place the kubelet API is chosen: everything above and in
 	// serveGPUs and serveNICs is shared by both front-ends.
 	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
@@ -141,6 +145,11 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			return externalNICs{fe}, nil
 		}
 		wg.Go(func() { fail(fe.Run(ctx)) })
+	}
+	if rep != nil {
+		// Health also goes to the API server, behind either front-end.
+		gpus, nics = rep.gpus(gpus), rep.nics(nics)
+		wg.Go(func() { rep.run(ctx) })
 	}
 	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, gpus, log)) })
 	if len(cfg.NICResources) > 0 {

@@ -49,6 +49,9 @@ type nicServer struct {
 	infoMu sync.Mutex
 
 	failing bool
+	// scanned, when set, is given every successful scan's updates
+	// (health reporting to the API server).
+	scanned func([]nic.Update)
 	// healthy is each pool's device health as last recorded in metrics.
 	healthy map[*nic.Pool]map[string]nicHealth
 }
@@ -116,7 +119,8 @@ func (s *nicServer) rescan(first bool) {
 		s.log.Info("scanning NICs works again")
 		s.failing = false
 	}
-	for _, u := range s.pools.Rescan(scan) {
+	updates := s.pools.Rescan(scan)
+	for _, u := range updates {
 		// The spec first, on every scan: the kubelet may hand out a CDI
 		// name as soon as it sees the device, and what a NIC's name
 		// stands for (its uverbsN after a driver rebind) changes without
@@ -135,6 +139,9 @@ func (s *nicServer) rescan(first bool) {
 		if first {
 			s.log.Info("NIC pool", "resource", u.Pool.Resource(), "devices", len(u.Devices))
 		}
+	}
+	if s.scanned != nil {
+		s.scanned(updates)
 	}
 	s.syncDeviceInfo(scan, first)
 }

@@ -1,0 +1,332 @@
+package kubeapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client makes the API calls. It is safe for concurrent use.
+type Client struct {
+	base      *url.URL
+	http      *http.Client
+	token     string
+	tokenFile *cachedFile
+	user      string
+	password  string
+	userAgent string
+}
+
+// requestTimeout bounds one request, whatever the caller's context says:
+// a hung API server must not hold up the caller's queue forever.
+const requestTimeout = 30 * time.Second
+
+// New builds a Client for c.
+func New(c Config) (*Client, error) {
+	u, err := url.Parse(c.Server)
+	if err != nil {
+		return nil, fmt.Errorf("API server URL %q: %w", c.Server, err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("API server URL %q: want https://host[:port]", c.Server)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	// InsecureSkipVerify only when the kubeconfig says so.
+	tc := &tls.Config{InsecureSkipVerify: c.Insecure, ServerName: c.ServerName, MinVersion: tls.VersionTLS12}
+	if len(c.CAData) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(c.CAData) {
+			return nil, errors.New("API server CA: no PEM certificate in it")
+		}
+		tc.RootCAs = pool
+	}
+	switch {
+	case len(c.CertData) > 0 || len(c.KeyData) > 0:
+		cert, err := tls.X509KeyPair(c.CertData, c.KeyData)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	case c.CertFile != "" || c.KeyFile != "":
+		kp := &keyPair{cert: cachedFile{path: c.CertFile}, key: cachedFile{path: c.KeyFile}}
+		// Fail now on a bad pair rather than at the first request.
+		if _, err := kp.get(); err != nil {
+			return nil, err
+		}
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return kp.get() }
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	tr.ForceAttemptHTTP2 = true
+	cl := &Client{
+		base:      u,
+		http:      &http.Client{Transport: tr, Timeout: requestTimeout},
+		token:     c.Token,
+		user:      c.Username,
+		password:  c.Password,
+		userAgent: c.UserAgent,
+	}
+	if c.TokenFile != "" {
+		cl.tokenFile = &cachedFile{path: c.TokenFile}
+		if _, err := cl.tokenFile.get(); err != nil {
+			return nil, fmt.Errorf("bearer token: %w", err)
+		}
+	}
+	return cl, nil
+}
+
+// CreateEvent creates e in its namespace (metadata.namespace, else
+// involvedObject.namespace, else "default", where events about
+// cluster-scoped objects such as Nodes go).
+func (c *Client) CreateEvent(ctx context.Context, e Event) error {
+	ns := cmpOr(e.Metadata.Namespace, e.InvolvedObject.Namespace, "default")
+	e.Metadata.Namespace = ns
+	return c.do(ctx, http.MethodPost, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", "application/json", e, nil)
+}
+
+// PatchEvent updates an Event's count and lastTimestamp, as client-go's
+// recorder does when the same event happens again.
+func (c *Client) PatchEvent(ctx context.Context, namespace, name string, count int32, last Time) error {
+	body := struct {
+		Count         int32 `json:"count"`
+		LastTimestamp Time  `json:"lastTimestamp"`
+	}{count, last}
+	return c.do(ctx, http.MethodPatch, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/events/"+url.PathEscape(name), "application/strategic-merge-patch+json", body, nil)
+}
+
+// GetPod reads a Pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (Pod, error) {
+	var p Pod
+	err := c.do(ctx, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), "", nil, &p)
+	return p, err
+}
+
+// GetNode reads a Node.
+func (c *Client) GetNode(ctx context.Context, name string) (Node, error) {
+	var n Node
+	err := c.do(ctx, http.MethodGet, "/api/v1/nodes/"+url.PathEscape(name), "", nil, &n)
+	return n, err
+}
+
+// PatchNodeCondition sets one condition of a Node's status: a strategic
+// merge patch, which merges status.conditions by type, so the kubelet's
+// conditions and other agents' are left alone.
+func (c *Client) PatchNodeCondition(ctx context.Context, node string, cond NodeCondition) error {
+	var body struct {
+		Status struct {
+			Conditions []NodeCondition `json:"conditions"`
+		} `json:"status"`
+	}
+	body.Status.Conditions = []NodeCondition{cond}
+	return c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node)+"/status", "application/strategic-merge-patch+json", body, nil)
+}
+
+func cmpOr(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// maxBody bounds what is read of a response: the objects read here are
+// small, and a misbehaving server must not make us buffer gigabytes.
+const maxBody = 4 << 20
+
+func (c *Client) do(ctx context.Context, method, path, contentType string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encoding the request: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	u := *c.base
+	u.Path += path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.userAgent != "" {
+		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if err := c.authorize(req); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the response: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return newStatusError(method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decoding the response: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) authorize(req *http.Request) error {
+	token := c.token
+	if c.tokenFile != nil {
+		b, err := c.tokenFile.get()
+		if err != nil {
+			return fmt.Errorf("bearer token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	switch {
+	case token != "":
+		req.Header.Set("Authorization", "Bearer "+token)
+	case c.user != "":
+		req.SetBasicAuth(c.user, c.password)
+	}
+	return nil
+}
+
+// StatusError is an API answer other than 2xx.
+type StatusError struct {
+	Method, Path string
+	// Code is the HTTP status code.
+	Code int
+	// Reason is the API Status's reason (NotFound, Forbidden,
+	// AlreadyExists, …); empty when the body was not a Status.
+	Reason string
+	// Message is the API Status's message, or the start of the body.
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Code, http.StatusText(e.Code))
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+func newStatusError(method, path string, code int, body []byte) error {
+	e := &StatusError{Method: method, Path: path, Code: code}
+	var st status
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
+		e.Reason, e.Message = st.Reason, st.Message
+	} else {
+		msg := strings.TrimSpace(string(body))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		e.Message = msg
+	}
+	return e
+}
+
+// IsNotFound says whether err is the API's 404.
+func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
+
+// IsAlreadyExists says whether err is the API's 409 for a name taken.
+func IsAlreadyExists(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Code == http.StatusConflict && se.Reason == "AlreadyExists"
+}
+
+func hasCode(err error, code int) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Code == code
+}
+
+// cachedFile is a file re-read only when its size or modification time
+// changes: a projected token is replaced by an atomic symlink swap, which
+// changes what os.Stat sees.
+type cachedFile struct {
+	path string
+
+	mu   sync.Mutex
+	mod  time.Time
+	size int64
+	data []byte
+}
+
+func (f *cachedFile) get() ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := os.Stat(f.path)
+	if err != nil {
+		if f.data != nil {
+			// Keep what worked; the server says if it no longer does.
+			return f.data, nil
+		}
+		return nil, err
+	}
+	if f.data != nil && st.ModTime().Equal(f.mod) && st.Size() == f.size {
+		return f.data, nil
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		if f.data != nil {
+			return f.data, nil
+		}
+		return nil, err
+	}
+	f.data, f.mod, f.size = b, st.ModTime(), st.Size()
+	return b, nil
+}
+
+// keyPair is a client certificate and key re-read when either file
+// changes; until a new pair parses, the last good one is used.
+type keyPair struct {
+	cert, key cachedFile
+
+	mu       sync.Mutex
+	lastCert []byte
+	lastKey  []byte
+	pair     *tls.Certificate
+}
+
+func (k *keyPair) get() (*tls.Certificate, error) {
+	cb, err := k.cert.get()
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	kb, err := k.key.get()
+	if err != nil {
+		return nil, fmt.Errorf("client key: %w", err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pair != nil && bytes.Equal(cb, k.lastCert) && bytes.Equal(kb, k.lastKey) {
+		return k.pair, nil
+	}
+	pair, err := tls.X509KeyPair(cb, kb)
+	if err != nil {
+		if k.pair != nil {
+			// Mid-rotation, one file written and not yet the other.
+			return k.pair, nil
+		}
+		return nil, fmt.Errorf("client certificate %s and key %s: %w", k.cert.path, k.key.path, err)
+	}
+	k.pair, k.lastCert, k.lastKey = &pair, cb, kb
+	return k.pair, nil
+}

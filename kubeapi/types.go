@@ -1,0 +1,135 @@
+package kubeapi
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The types below are the fields of core/v1 objects this package sends
+// or reads, under the API's own JSON names.
+
+// Time is a timestamp as the API writes it: RFC 3339, UTC, whole
+// seconds; the zero time is null.
+type Time struct{ time.Time }
+
+// NewTime is t as the API keeps it: UTC, whole seconds.
+func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Second)} }
+
+// MarshalJSON writes RFC 3339 in UTC, whole seconds, or null.
+func (t Time) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(t.UTC().Format(time.RFC3339))
+}
+
+// UnmarshalJSON reads RFC 3339 or null.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		t.Time = time.Time{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return err
+	}
+	t.Time = v
+	return nil
+}
+
+// ObjectMeta is the part of metadata used here.
+type ObjectMeta struct {
+	Name         string `json:"name,omitempty"`
+	GenerateName string `json:"generateName,omitempty"`
+	Namespace    string `json:"namespace,omitempty"`
+	UID          string `json:"uid,omitempty"`
+}
+
+// ObjectReference names the object an Event is about.
+type ObjectReference struct {
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	UID        string `json:"uid,omitempty"`
+	APIVersion string `json:"apiVersion,omitempty"`
+}
+
+// EventSource is the component that reports an Event.
+type EventSource struct {
+	Component string `json:"component,omitempty"`
+	Host      string `json:"host,omitempty"`
+}
+
+// Event types.
+const (
+	EventNormal  = "Normal"
+	EventWarning = "Warning"
+)
+
+// Event is a core/v1 Event, in its legacy form (no eventTime), which is
+// what kubectl describe lists and what count aggregation applies to.
+type Event struct {
+	Metadata           ObjectMeta      `json:"metadata"`
+	InvolvedObject     ObjectReference `json:"involvedObject"`
+	Reason             string          `json:"reason,omitempty"`
+	Message            string          `json:"message,omitempty"`
+	Type               string          `json:"type,omitempty"`
+	Source             EventSource     `json:"source,omitzero"`
+	FirstTimestamp     Time            `json:"firstTimestamp"`
+	LastTimestamp      Time            `json:"lastTimestamp"`
+	Count              int32           `json:"count,omitempty"`
+	ReportingComponent string          `json:"reportingComponent,omitempty"`
+	ReportingInstance  string          `json:"reportingInstance,omitempty"`
+}
+
+// Condition statuses.
+const (
+	ConditionTrue    = "True"
+	ConditionFalse   = "False"
+	ConditionUnknown = "Unknown"
+)
+
+// NodeCondition is one entry of a Node's status.conditions.
+type NodeCondition struct {
+	Type               string `json:"type"`
+	Status             string `json:"status"`
+	Reason             string `json:"reason,omitempty"`
+	Message            string `json:"message,omitempty"`
+	LastHeartbeatTime  Time   `json:"lastHeartbeatTime"`
+	LastTransitionTime Time   `json:"lastTransitionTime"`
+}
+
+// Node is the part of a Node read here.
+type Node struct {
+	Metadata ObjectMeta `json:"metadata"`
+	Status   struct {
+		Conditions []NodeCondition `json:"conditions,omitempty"`
+	} `json:"status"`
+}
+
+// Condition returns the node's condition of type t, if it has one.
+func (n Node) Condition(t string) (NodeCondition, bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return NodeCondition{}, false
+}
+
+// Pod is the part of a Pod read here.
+type Pod struct {
+	Metadata ObjectMeta `json:"metadata"`
+}
+
+// status is a metav1.Status, the body of an API error.
+type status struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Reason  string `json:"reason"`
+	Code    int    `json:"code"`
+}
