@@ -77,7 +77,8 @@ var defaultDRA = wantDRA{
 func defaultDRADaemonSet() wantDaemonSet {
 	return wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/", cdiSpecDir: "/var/run/cdi",
-		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage,
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", podResourcesDir: defaultPodResourcesDir,
+		privileged: true, image: defaultImage,
 		maxUnavailable: intstr.FromInt32(0), maxSurge: ptr.To(intstr.FromInt32(1)), dra: &defaultDRA,
 	}
 }
@@ -169,28 +170,53 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
 	return slices.Compact(out)
 }
 
+// checkDRARBAC pins DRA mode's API access: its one ClusterRole, named as
+// the ServiceAccount, and nothing else.
 func checkDRARBAC(t *testing.T, objs objects, namespace, sa string) {
 	t.Helper()
-	if len(objs.ServiceAccounts) != 1 || len(objs.ClusterRoles) != 1 || len(objs.ClusterRoleBindings) != 1 {
-		t.Fatalf("want one ServiceAccount, ClusterRole and ClusterRoleBinding, got %d, %d, %d",
-			len(objs.ServiceAccounts), len(objs.ClusterRoles), len(objs.ClusterRoleBindings))
+	checkRBAC(t, objs, namespace, sa, map[string][]rbacv1.PolicyRule{sa: wantDRARules})
+}
+
+// checkRBAC pins the chart's API access: one ServiceAccount, exactly the
+// ClusterRoles in roles (name: rules) with exactly those grants, and one
+// ClusterRoleBinding each, to that ServiceAccount alone.
+func checkRBAC(t *testing.T, objs objects, namespace, sa string, roles map[string][]rbacv1.PolicyRule) {
+	t.Helper()
+	if len(objs.ServiceAccounts) != 1 || len(objs.ClusterRoles) != len(roles) || len(objs.ClusterRoleBindings) != len(roles) {
+		t.Fatalf("want one ServiceAccount and %d ClusterRoles and ClusterRoleBindings, got %d, %d, %d",
+			len(roles), len(objs.ServiceAccounts), len(objs.ClusterRoles), len(objs.ClusterRoleBindings))
 	}
 	if a := objs.ServiceAccounts[0]; a.Name != sa || a.Namespace != namespace {
 		t.Errorf("ServiceAccount %s/%s, want %s/%s", a.Namespace, a.Name, namespace, sa)
 	}
-	role := objs.ClusterRoles[0]
-	if got, want := grants(t, role.Rules), grants(t, wantDRARules); !slices.Equal(got, want) {
-		t.Errorf("ClusterRole %s grants\n  %s\nwant exactly\n  %s", role.Name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	bound := map[string]bool{}
+	for _, b := range objs.ClusterRoleBindings {
+		if b.RoleRef.APIGroup != "rbac.authorization.k8s.io" || b.RoleRef.Kind != "ClusterRole" {
+			t.Errorf("ClusterRoleBinding %s refers to %+v, want a ClusterRole", b.Name, b.RoleRef)
+		}
+		if bound[b.RoleRef.Name] {
+			t.Errorf("ClusterRole %s bound twice", b.RoleRef.Name)
+		}
+		bound[b.RoleRef.Name] = true
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}; !slices.Equal(b.Subjects, want) {
+			t.Errorf("ClusterRoleBinding %s subjects %+v, want %+v", b.Name, b.Subjects, want)
+		}
 	}
-	if role.AggregationRule != nil {
-		t.Error("ClusterRole aggregates other roles")
-	}
-	b := objs.ClusterRoleBindings[0]
-	if b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name}) {
-		t.Errorf("ClusterRoleBinding refers to %+v, want ClusterRole %s", b.RoleRef, role.Name)
-	}
-	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}; !slices.Equal(b.Subjects, want) {
-		t.Errorf("ClusterRoleBinding subjects %+v, want %+v", b.Subjects, want)
+	for _, role := range objs.ClusterRoles {
+		rules, ok := roles[role.Name]
+		if !ok {
+			t.Errorf("unexpected ClusterRole %s", role.Name)
+			continue
+		}
+		if got, want := grants(t, role.Rules), grants(t, rules); !slices.Equal(got, want) {
+			t.Errorf("ClusterRole %s grants\n  %s\nwant exactly\n  %s", role.Name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		if role.AggregationRule != nil {
+			t.Errorf("ClusterRole %s aggregates other roles", role.Name)
+		}
+		if !bound[role.Name] {
+			t.Errorf("ClusterRole %s is bound to nothing", role.Name)
+		}
 	}
 }
 
@@ -232,15 +258,18 @@ func TestHelmDRA(t *testing.T) {
 
 // Device-plugin mode, the default, needs no API access: no token, no
 // service account, no RBAC, nor any DRA object, even with every dra.*
-// value changed.
+// value changed, as long as events and nodeCondition are off.
 func TestHelmDevicePluginModeHasNoAPIAccess(t *testing.T) {
+	allOff := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	allOff["events"] = map[string]any{"enabled": false}
+	allOff["nodeCondition"] = map[string]any{"enabled": false}
 	for _, tc := range []struct {
 		name string
 		vals chartutil.Values
 	}{
 		{"defaults", chartutil.Values{}},
-		{"explicit", chartutil.Values{"kubeletAPI": "device-plugin"}},
-		{"values-all.yaml", readValues(t, filepath.Join("testdata", "values-all.yaml"))},
+		{"explicit", chartutil.Values{"kubeletAPI": "device-plugin", "events": map[string]any{"enabled": false}, "nodeCondition": map[string]any{"enabled": false}}},
+		{"values-all.yaml with events and nodeCondition off", allOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderWith(t, tc.vals)
@@ -252,7 +281,7 @@ func TestHelmDevicePluginModeHasNoAPIAccess(t *testing.T) {
 				t.Errorf("automountServiceAccountToken %v, serviceAccountName %q: want false and none", spec.AutomountServiceAccountToken, spec.ServiceAccountName)
 			}
 			c := spec.Containers[0]
-			for _, f := range []string{"kubelet-api", "dra-plugin-dir", "plugin-registry-dir"} {
+			for _, f := range []string{"kubelet-api", "dra-plugin-dir", "plugin-registry-dir", "events", "node-condition", "kubeconfig"} {
 				if v, ok := flagValue(c.Args, f); ok {
 					t.Errorf("--%s=%s in device-plugin mode", f, v)
 				}
@@ -274,10 +303,13 @@ func TestHelmDRAEveryOption(t *testing.T) {
 		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
 	}
 	ds, cm := objs.DaemonSets[0], objs.ConfigMaps[0]
-	checkDRARBAC(t, objs, releaseNamespace, "gpu-plugin-all")
+	// values-all.yaml has events and nodeCondition on: their role beside DRA's.
+	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{
+		"gpu-plugin-all": wantDRARules, "gpu-plugin-all-health": wantHealthRules(true, true),
+	})
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver", cdiSpecDir: "/etc/cdi",
-		cdiHookDir: "/opt/gpu-device-plugin/bin", stateDir: "/opt/gpu-device-plugin/state",
+		cdiHookDir: "/opt/gpu-device-plugin/bin", stateDir: "/opt/gpu-device-plugin/state", podResourcesDir: "/var/lib/k0s/kubelet/pod-resources",
 		image: "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromInt32(2), maxSurge: ptr.To(intstr.FromInt32(0)),
 		dra: &wantDRA{
 			serviceAccount: "gpu-plugin-all",
@@ -285,7 +317,8 @@ func TestHelmDRAEveryOption(t *testing.T) {
 			registryDir:    "/var/lib/k0s/kubelet/plugins_registry",
 		},
 	})
-	checkAcceptedByPlugin(t, ds, cm)
+	// A subtest: the checks below run even while the Go side lacks a flag.
+	t.Run("accepted by the plugin", func(t *testing.T) { checkAcceptedByPlugin(t, ds, cm) })
 	if len(objs.Policies)+len(objs.PolicyBindings) != 0 {
 		t.Error("dra.restrictSlicesToNode: false still renders the admission policy")
 	}
@@ -762,6 +795,8 @@ func TestPackagingDRA(t *testing.T) {
 		t.Errorf("gpu-device-plugin version with %q: %v\n%s", vars, err, out)
 	}
 	// Set wrongly, the same variable is refused: the plugin does read it.
+	// A new Cmd: one that has run cannot run again (it would fail anyway).
+	cmd = exec.Command(plugin(t), "version", "--config="+repoPath(t, "packaging", "config.yaml"))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GPU_DEVICE_PLUGIN_KUBELET_API=dra", "GPU_DEVICE_PLUGIN_KUBECONFIG=relative/kubelet.conf"}
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Errorf("a relative GPU_DEVICE_PLUGIN_KUBECONFIG was accepted: the variable is not read\n%s", out)

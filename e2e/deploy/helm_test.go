@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -109,6 +110,10 @@ func TestHelmLint(t *testing.T) {
 		{"values-all.yaml", readValues(t, filepath.Join("testdata", "values-all.yaml"))},
 		{"kubeletAPI=dra with NIC pools", draValues(nicPoolValues(t))},
 		{"values-all.yaml with kubeletAPI=dra", allDRA},
+		{"events", chartutil.Values{"events": map[string]any{"enabled": true}}},
+		{"nodeCondition with NIC pools", withHealth(nicPoolValues(t), false, true)},
+		{"events and nodeCondition, kubeletAPI=dra", draValues(withHealth(nil, true, true))},
+		{"podResources off", chartutil.Values{"podResources": map[string]any{"enabled": false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := lint.AllWithKubeVersion(chartDir(t), tc.vals, releaseNamespace, nil)
@@ -185,7 +190,8 @@ func TestHelmDefaultsMatchManifest(t *testing.T) {
 
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", podResourcesDir: defaultPodResourcesDir,
+		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
 	checkAcceptedByPlugin(t, ds, cm)
 }
@@ -204,11 +210,14 @@ func TestHelmEveryOption(t *testing.T) {
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver",
 		devicePluginDir: "/var/lib/k0s/kubelet/device-plugins", cdiSpecDir: "/etc/cdi",
-		cdiHookDir: "/opt/gpu-device-plugin/bin", // values-all.yaml's, cleaned
-		stateDir:   "/opt/gpu-device-plugin/state",
-		image:      "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
+		cdiHookDir:      "/opt/gpu-device-plugin/bin", // values-all.yaml's, cleaned
+		stateDir:        "/opt/gpu-device-plugin/state",
+		podResourcesDir: "/var/lib/k0s/kubelet/pod-resources", // values-all.yaml's, cleaned
+		serviceAccount:  "gpu-plugin-all",                     // events and nodeCondition are on
+		image:           "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
 	})
-	checkAcceptedByPlugin(t, ds, cm)
+	// A subtest: the checks below run even while the Go side lacks a flag.
+	t.Run("accepted by the plugin", func(t *testing.T) { checkAcceptedByPlugin(t, ds, cm) })
 	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, ds) })
 
 	spec := ds.Spec.Template.Spec
@@ -259,6 +268,9 @@ func TestHelmEveryOption(t *testing.T) {
 	check("podAnnotations", ds.Spec.Template.Annotations["example.com/team"] == "ml-platform")
 	check("podLabels", ds.Spec.Template.Labels["example.com/tier"] == "node-agent")
 	check("priorityClassName", spec.PriorityClassName == "system-node-critical")
+	check("events", hasArg(c.Args, "--events=true") && strings.Contains(notes, "reason=GPUUnhealthy"))
+	check("nodeCondition", hasArg(c.Args, "--node-condition=true") && strings.Contains(notes, `@.type=="GPUHealthy"`))
+	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{"gpu-plugin-all-health": wantHealthRules(true, true)})
 	check("NOTES.txt", strings.Contains(notes, "gpu-plugin-all-metrics"))
 	check("NOTES.txt uninstall", strings.Contains(notes, "rm -f /etc/cdi/gpu-device-plugin_*.json") &&
 		strings.Contains(notes, "/opt/gpu-device-plugin/bin/gpu-device-plugin-cdi-hook"))

@@ -26,6 +26,11 @@ const (
 	defaultCDIHookDir = "/var/lib/gpu-device-plugin/bin"
 )
 
+// defaultPodResourcesDir is the directory of the Go side's default
+// PodResources socket: the chart's default must be it, so that `kubectl
+// exec ... gpu-device-plugin list`, which gets no flags, finds the socket.
+var defaultPodResourcesDir = filepath.Dir(config.DefaultPodResourcesSocket)
+
 func readManifest(t *testing.T) objects {
 	t.Helper()
 	p := repoPath(t, "deploy", "manifests", "gpu-device-plugin.yaml")
@@ -55,7 +60,8 @@ func TestManifestDaemonSet(t *testing.T) {
 	objs := readManifest(t)
 	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], wantDaemonSet{
 		namespace: "kube-system", hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
-		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+		cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", podResourcesDir: defaultPodResourcesDir,
+		privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
 	})
 	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, objs.DaemonSets[0]) })
 }
@@ -75,6 +81,8 @@ type wantDaemonSet struct {
 	cdiSpecDir      string
 	cdiHookDir      string // host directory the init container installs the CDI hook into
 	stateDir        string // host directory of the health kept across restarts
+	podResourcesDir string // host directory of the kubelet's PodResources socket; "" when not mounted
+	serviceAccount  string // device-plugin mode with events or nodeCondition on; "" for none
 	privileged      bool
 	image           string // repository
 	maxUnavailable  intstr.IntOrString
@@ -113,14 +121,22 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; want.maxSurge != nil && (ru == nil || ru.MaxSurge == nil || *ru.MaxSurge != *want.maxSurge) {
 		t.Errorf("updateStrategy %+v, want maxSurge %s", ds.Spec.UpdateStrategy, want.maxSurge.String())
 	}
-	if want.dra == nil {
+	switch {
+	case want.dra == nil && want.serviceAccount != "":
+		if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+			t.Error("automountServiceAccountToken is not true: events and nodeCondition go through the API server")
+		}
+		if spec.ServiceAccountName != want.serviceAccount {
+			t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, want.serviceAccount)
+		}
+	case want.dra == nil:
 		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 			t.Error("automountServiceAccountToken is not false: in device-plugin mode the plugin never talks to the API server")
 		}
 		if spec.ServiceAccountName != "" {
 			t.Errorf("serviceAccountName %q in device-plugin mode, which needs no API access", spec.ServiceAccountName)
 		}
-	} else {
+	default:
 		if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
 			t.Error("automountServiceAccountToken is not true: DRA mode publishes ResourceSlices through the API server")
 		}
@@ -193,6 +209,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		}
 	}
 	checkHookMounts(t, spec.InitContainers, c, volumes, want.cdiHookDir)
+	checkPodResourcesMount(t, c, volumes, want.podResourcesDir)
 	if hdr, _ := flagValue(c.Args, "host-driver-root"); hdr != want.hostDriverRoot {
 		t.Errorf("--host-driver-root=%q, want the driver root's host path %q (CDI specs name host paths)", hdr, want.hostDriverRoot)
 	}
@@ -283,6 +300,46 @@ func checkHookMounts(t *testing.T, inits []corev1.Container, c corev1.Container,
 	}
 	if a, b := mountOf("init container", ic.VolumeMounts, false), mountOf("plugin", c.VolumeMounts, true); a != b {
 		t.Errorf("init container and plugin mount %s from different volumes, %s and %s", dir, a, b)
+	}
+}
+
+// checkPodResourcesMount pins the way to the kubelet's PodResources API:
+// its directory, at the same path in the pod and read-only (connecting to
+// a socket needs no write access), of type Directory (the kubelet makes
+// it: missing means a wrong kubelet root), and --pod-resources-socket
+// naming kubelet.sock in it. With dir "", neither.
+func checkPodResourcesMount(t *testing.T, c corev1.Container, volumes map[string]corev1.Volume, dir string) {
+	t.Helper()
+	sock, hasFlag := flagValue(c.Args, "pod-resources-socket")
+	var found bool
+	for _, m := range c.VolumeMounts {
+		hp := volumes[m.Name].HostPath
+		if hp == nil || (m.MountPath != dir && filepath.Base(hp.Path) != "pod-resources") {
+			continue
+		}
+		found = true
+		if dir == "" {
+			t.Errorf("host %s mounted at %s, want no PodResources mount", hp.Path, m.MountPath)
+			continue
+		}
+		if hp.Path != dir || m.MountPath != dir {
+			t.Errorf("host %s mounted at %s, want %s at the same path", hp.Path, m.MountPath, dir)
+		}
+		if !m.ReadOnly {
+			t.Errorf("%s is mounted read-write: the plugin only connects to the kubelet's socket", m.MountPath)
+		}
+		if hp.Type == nil || *hp.Type != corev1.HostPathDirectory {
+			t.Errorf("host path %s has type %v, want Directory (the kubelet makes it)", hp.Path, hp.Type)
+		}
+	}
+	switch {
+	case dir == "" && hasFlag:
+		t.Errorf("--pod-resources-socket=%s without a PodResources mount", sock)
+	case dir == "":
+	case !found:
+		t.Errorf("nothing mounted at %s (the kubelet's PodResources directory)", dir)
+	case sock != filepath.Join(dir, "kubelet.sock"):
+		t.Errorf("--pod-resources-socket=%q, want %s", sock, filepath.Join(dir, "kubelet.sock"))
 	}
 }
 

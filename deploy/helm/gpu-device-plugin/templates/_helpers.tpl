@@ -79,7 +79,36 @@ DeviceClass suffix. Fixed by the plugin (config.DRADriverName). */}}
 gpu-device-plugin.github.io
 {{- end }}
 
-{{/* The ServiceAccount of DRA mode (device-plugin mode uses none). */}}
+{{/* "true" when events or nodeCondition is on, else empty. Refuses them
+in config: the chart's RBAC, ServiceAccount and node name follow the chart
+values, so a config key would turn reporting on without the access it needs. */}}
+{{- define "gpu-device-plugin.report" -}}
+{{- range list "events" "nodeCondition" }}
+{{- if hasKey ($.Values.config | default dict) . }}
+{{- fail (printf "config.%s: set the chart value %s.enabled instead; the chart's ServiceAccount and RBAC follow it" . .) }}
+{{- end }}
+{{- end }}
+{{- if or .Values.events.enabled .Values.nodeCondition.enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the pod talks to the API server (DRA mode, events,
+nodeCondition), else empty: it then gets a ServiceAccount, its token and
+its node's name. */}}
+{{- define "gpu-device-plugin.apiAccess" -}}
+{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) }}true{{ end }}
+{{- end }}
+
+{{/* podResources.hostDir, checked and cleaned: the same path on the host
+and in the pod. */}}
+{{- define "gpu-device-plugin.podResourcesDir" -}}
+{{- if not (isAbs .Values.podResources.hostDir) }}
+{{- fail (printf "podResources.hostDir %q: want an absolute host path, such as /var/lib/kubelet/pod-resources" .Values.podResources.hostDir) }}
+{{- end }}
+{{- clean .Values.podResources.hostDir }}
+{{- end }}
+
+{{/* The ServiceAccount of DRA mode, events and nodeCondition (device-plugin
+mode without them uses none). */}}
 {{- define "gpu-device-plugin.serviceAccountName" -}}
 {{- include "gpu-device-plugin.fullname" . }}
 {{- end }}
