@@ -81,6 +81,17 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 			map[string]any{"name": "fixture", "mountPath": fixture},
 		},
 	}
+	// The node has no kube-proxy: where the plugin talks to the API
+	// server (DRA, events, the node condition), it uses the address the
+	// suite uses.
+	host, port, err := apiHostPort()
+	if err != nil {
+		return nil, err
+	}
+	v["env"] = append(v["env"].([]any),
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": host},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": port},
+	)
 	if env.hasNICs() {
 		// The README's pools for this node: config/testdata/example-nics.yaml.
 		root, err := repoRoot()
@@ -97,12 +108,14 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 	return v, nil
 }
 
-// renderChart renders deploy/helm/gpu-device-plugin with chartValues.
+// renderChart renders deploy/helm/gpu-device-plugin with chartValues, and
+// what operators read turned on (the device-plugin lane).
 func renderChart(strategies ...string) (*release, error) {
 	values, err := chartValues(strategies...)
 	if err != nil {
 		return nil, err
 	}
+	operatorValues(values)
 	return renderValues(values)
 }
 

@@ -75,23 +75,23 @@ type draScenario struct {
 	claims map[string][]string
 }
 
-// draValues are chartValues in DRA mode. The node has no kube-proxy, so
-// the plugin reaches the API server at the address the suite uses.
+// draValues are chartValues in DRA mode.
 func draValues() (map[string]any, error) {
 	v, err := chartValues("envvar")
 	if err != nil {
 		return nil, err
 	}
+	v["kubeletAPI"] = "dra"
+	return v, nil
+}
+
+// apiHostPort is the API server's address as the suite reaches it.
+func apiHostPort() (host, port string, err error) {
 	u, err := url.Parse(k8s.config.Host)
 	if err != nil {
-		return nil, fmt.Errorf("API server address %q: %w", k8s.config.Host, err)
+		return "", "", fmt.Errorf("API server address %q: %w", k8s.config.Host, err)
 	}
-	v["kubeletAPI"] = "dra"
-	v["env"] = append(v["env"].([]any),
-		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": u.Hostname()},
-		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": u.Port()},
-	)
-	return v, nil
+	return u.Hostname(), u.Port(), nil
 }
 
 // draPluginDir is the kubelet's directory of our DRA driver, as this

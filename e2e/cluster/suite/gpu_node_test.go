@@ -43,6 +43,7 @@ func TestGPUNode(t *testing.T) {
 		{"pod gets two GPUs", s.podGetsTwoGPUs},
 		{"ninth GPU stays pending", s.ninthGPUPending},
 		{"XID and thermal faults reach the pod status", s.faultsReachPodStatus},
+		{"operators see the holder and the reason: events, node condition, list, metrics", s.operatorView},
 		{"kubelet restart keeps devices and re-registers", s.kubeletRestart},
 		{"plugin restart keeps devices and re-registers", s.pluginRestart},
 		{"pod gets two GPUs through CDI", s.podThroughCDI},
@@ -309,6 +310,11 @@ func (s *scenario) pluginRestart(t *testing.T, ctx context.Context) {
 	// A new process on a fresh mock: the fatal XID is forgotten.
 	if err := waitAllocatable(ctx, int64(len(env.Profile.GPUs)), 2*time.Minute); err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	if c, err := waitCondition(ctx, "GPUHealthy", corev1.ConditionTrue, ""); err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("node condition %s=%s after the restart: %s", c.Type, c.Status, c.Message)
 	}
 	s.podAIntact(t, ctx)
 	s.newPodGetsFreeGPUs(t, ctx, podC)
