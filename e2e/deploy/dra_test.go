@@ -18,6 +18,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
@@ -508,6 +509,13 @@ func TestHelmDRANICDeviceClassName(t *testing.T) {
 // which checkPolicyScope pins. It returns "" for admit, else the message.
 func policyVerdict(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, op admission.Operation, u user.Info, obj, old runtime.Object) string {
 	t.Helper()
+	return policyVerdictOn(t, p, resourcev1.SchemeGroupVersion.WithResource("resourceslices"), resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), "slice", "", op, u, obj, old)
+}
+
+// policyVerdictOn is policyVerdict on object name of any resource and
+// subresource.
+func policyVerdictOn(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, name, sub string, op admission.Operation, u user.Info, obj, old runtime.Object) string {
+	t.Helper()
 	comp, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
 		t.Fatal(err)
@@ -539,9 +547,7 @@ func policyVerdict(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionP
 		comp.CompileCondition(nil, vars, environment.StoredExpressions), comp.CompileCondition(messages, msgVars, environment.StoredExpressions),
 		p.Spec.FailurePolicy, nil)
 
-	gvr := resourcev1.SchemeGroupVersion.WithResource("resourceslices")
-	gvk := resourcev1.SchemeGroupVersion.WithKind("ResourceSlice")
-	attrs := admission.NewAttributesRecord(obj, old, gvk, "", "slice", gvr, "", op, nil, false, u)
+	attrs := admission.NewAttributesRecord(obj, old, gvk, "", name, gvr, sub, op, nil, false, u)
 	res := v.Validate(context.Background(), gvr, &admission.VersionedAttributes{
 		Attributes: attrs, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old), VersionedKind: gvk,
 	}, nil, nil, celconfig.RuntimeCELCostBudget, nil)
