@@ -260,6 +260,20 @@ func (c Config) UsesAPI() bool {
 	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition
 }
 
+// Node is this node's name: nodeName, else the host name in lower case
+// (Node names are; host names need not be). DRA's pool, Events and the
+// node condition all name the node this way.
+func (c Config) Node() (string, error) {
+	if c.NodeName != "" {
+		return c.NodeName, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no nodeName (--node-name) set and no host name: %w", err)
+	}
+	return strings.ToLower(h), nil
+}
+
 // UsesCDI says whether CDI specs must be on disk: DRA answers in CDI
 // device IDs only; otherwise a cdi-* strategy needs them.
 func (c Config) UsesCDI() bool {

@@ -210,3 +210,16 @@ func TestReportSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNode(t *testing.T) {
+	c := Default()
+	c.NodeName = "gpu-node-7"
+	if n, err := c.Node(); n != "gpu-node-7" || err != nil {
+		t.Errorf("Node() = %q, %v; want the nodeName setting", n, err)
+	}
+	c.NodeName = ""
+	h, _ := os.Hostname()
+	if n, err := c.Node(); n != strings.ToLower(h) || err != nil {
+		t.Errorf("Node() = %q, %v; want the host name %q in lower case", n, err, strings.ToLower(h))
+	}
+}

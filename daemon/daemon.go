@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -360,7 +358,7 @@ func allocations(cfg config.Config, metrics *health.Metrics, log *slog.Logger) p
 	return metrics.Allocations(health.AllocationOptions{
 		Holders: podresources.Client{Socket: cfg.PodResourcesSocket, Timeout: allocationTimeout}.Holders,
 		Driver:  config.DRADriverName,
-		Pool:    draPoolName(cfg),
+		Pool:    poolName(cfg),
 		Timeout: allocationTimeout,
 		Source:  cfg.PodResourcesSocket + " (podResourcesSocket, --pod-resources-socket)",
 		Log:     log,
@@ -371,16 +369,9 @@ func allocations(cfg config.Config, metrics *health.Metrics, log *slog.Logger) p
 // timeout: a stuck kubelet must not fail the whole scrape.
 const allocationTimeout = 2 * time.Second
 
-// draPoolName is this node's DRA pool, named as DRA mode names it: the
-// node name, else the host name. Empty when neither is known: DRA
-// holders are then not matched.
-func draPoolName(cfg config.Config) string {
-	if cfg.NodeName != "" {
-		return cfg.NodeName
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(h)
+// poolName is this node's DRA pool: the node's name. Empty when it is not
+// known; DRA holders are then not matched.
+func poolName(cfg config.Config) string {
+	n, _ := cfg.Node()
+	return n
 }

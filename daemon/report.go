@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -51,9 +50,9 @@ func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events and nodeCondition: API client: %w", err)
 	}
-	node := draPoolName(cfg)
-	if node == "" {
-		return nil, errors.New("events and nodeCondition: no nodeName (--node-name) set and no host name")
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, fmt.Errorf("events and nodeCondition: %w", err)
 	}
 	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}}
 	rep, err := report.New(client, report.Options{

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -76,12 +74,9 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, c
 			return nil, err
 		}
 	}
-	node := cfg.NodeName
-	if node == "" {
-		if node, err = os.Hostname(); err != nil {
-			return nil, fmt.Errorf("DRA: no nodeName set and no host name: %w", err)
-		}
-		node = strings.ToLower(node)
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, fmt.Errorf("DRA: %w", err)
 	}
 	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
 	drv, err := New(Options{

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -206,7 +205,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
 	}
-	node, err := nodeName(cfg)
+	node, err := cfg.Node()
 	if err != nil {
 		return err
 	}
@@ -293,18 +292,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// nodeName is the DRA pool's name as serve would take it.
-func nodeName(cfg config.Config) (string, error) {
-	if cfg.NodeName != "" {
-		return cfg.NodeName, nil
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("no --node-name and no host name: %w", err)
-	}
-	return strings.ToLower(h), nil
 }
 
 // noCDIName: NIC CDI names need the pool's scan state; list shows the
