@@ -12,13 +12,42 @@ type GPU struct {
 	// NUMANode is -1 when the platform does not say (the kubelet never matches -1).
 	NUMANode int `json:"numaNode"`
 	// MIGEnabled is true when the GPU is in MIG mode now. Such a GPU is not
-	// handed out whole: CUDA in the container would see no device.
+	// handed out whole: CUDA in the container would see no device. Its
+	// MIG devices are, when the MIG strategy (or DRA) serves them.
 	MIGEnabled bool `json:"migEnabled,omitempty"`
+	// MIG lists the MIG devices of a MIG-enabled GPU, by MIG device index;
+	// empty when MIG is off or no instance is created.
+	MIG []MIGDevice `json:"mig,omitempty"`
 	// Brand, Architecture ("hopper") and CUDAComputeCapability ("9.0")
 	// describe the GPU for DRA selectors; empty when NVML does not say.
 	Brand                 string `json:"brand,omitempty"`
 	Architecture          string `json:"architecture,omitempty"`
 	CUDAComputeCapability string `json:"cudaComputeCapability,omitempty"`
+}
+
+// MIGDevice is one MIG device: a compute instance inside a GPU instance
+// of a MIG-enabled GPU, which CUDA sees as one device.
+type MIGDevice struct {
+	// UUID is NVML's, "MIG-…"; CUDA and the container runtime name the
+	// device by it.
+	UUID string `json:"uuid"`
+	// Index is NVML's MIG device index within the parent GPU.
+	Index int `json:"index"`
+	// GPUInstance and ComputeInstance are the instance IDs; XID events on
+	// MIG carry them.
+	GPUInstance     int `json:"gpuInstance"`
+	ComputeInstance int `json:"computeInstance"`
+	// Profile is the name NVIDIA gives the layout: "1g.10gb", "3g.40gb",
+	// "1c.3g.40gb" (a compute instance smaller than its GPU instance),
+	// "1g.10gb+me" (with media extensions).
+	Profile         string `json:"profile"`
+	MemoryBytes     uint64 `json:"memoryBytes"`
+	Multiprocessors int    `json:"multiprocessors"`
+	// CapMinors are the minors of the /dev/nvidia-caps/nvidia-cap<N>
+	// nodes a container needs for this device: the GPU instance's access
+	// capability, then the compute instance's. Discovery leaves them
+	// empty; nvcaps.AddMIG fills them from the driver's procfs.
+	CapMinors []int `json:"capMinors,omitempty"`
 }
 
 // LinkLevel is the PCIe relation of two GPUs, nearest first. The values

@@ -30,6 +30,15 @@ type Event struct {
 	Kind EventKind
 	// XID is the XID code for EventXID.
 	XID uint64
+	// MIG names the MIG instance an XID is about; nil when the event names
+	// none (the whole GPU).
+	MIG *Instance
+}
+
+// Instance names a MIG GPU instance and, when ComputeInstance is not -1,
+// one compute instance of it.
+type Instance struct {
+	GPUInstance, ComputeInstance int
 }
 
 // Clock-event reasons that mean the hardware itself is slowing the GPU
