@@ -69,7 +69,8 @@ type GPUSpecOptions struct {
 
 // GPUSpec builds the GPUKind spec: two devices per GPU, one named by UUID
 // ("GPU-…", the name Allocate hands out) and one by index ("0", for people
-// running containers by hand), each carrying the GPU's /dev/nvidia<minor>.
+// running containers by hand), each carrying the GPU's /dev/nvidia<minor>,
+// and one per MIG device (see migDevice).
 // Its common edits hold the control nodes, the driver's mounts,
 // NVIDIA_VISIBLE_DEVICES=void, and, with a hook path and libcuda among the
 // driver's libraries, the createContainer hook that links libcuda.so and
@@ -85,8 +86,17 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, err
 	devices := make([]Device, 0, 2*len(sorted))
 	for _, g := range sorted {
 		node := devNode(devRoot, "nvidia"+strconv.Itoa(g.Minor))
+		// A MIG-enabled GPU keeps its whole-GPU names: the kubelet's
+		// checkpoint of an Allocate from before MIG was enabled may still
+		// name them when it restarts a container, and an unresolvable name
+		// fails the container where a GPU in MIG mode fails only CUDA.
 		for _, name := range []string{g.UUID, strconv.Itoa(g.Index)} {
 			devices = append(devices, Device{Name: name, Edits: Edits{Nodes: []DeviceNode{node}}})
+		}
+		for _, m := range g.MIG {
+			if d, ok := migDevice(devRoot, node, m); ok {
+				devices = append(devices, d)
+			}
 		}
 	}
 	controls := o.ControlNodes
@@ -132,6 +142,25 @@ func HookArgs(driver Driver) []string {
 		args = append(args, "--folder", d)
 	}
 	return args
+}
+
+// MIGCapNode is the path of MIG capability node minor under /dev.
+func MIGCapNode(minor int) string { return "nvidia-caps/nvidia-cap" + strconv.Itoa(minor) }
+
+// migDevice is a MIG device's CDI device: its parent's node, which CUDA
+// opens for every MIG device, and the access capabilities of its GPU
+// instance and compute instance, which admit it to that one slice. It is
+// named by UUID only: MIG device indices are handed out again whenever
+// instances are recreated, so a name by index could silently point at
+// another slice, and both front-ends hand out UUIDs. A device without
+// both capability minors is left out (ok false), never given a node set
+// that CUDA would refuse.
+func migDevice(devRoot string, parent DeviceNode, m nvml.MIGDevice) (Device, bool) {
+	if len(m.CapMinors) != 2 {
+		return Device{}, false
+	}
+	nodes := []DeviceNode{parent, devNode(devRoot, MIGCapNode(m.CapMinors[0])), devNode(devRoot, MIGCapNode(m.CapMinors[1]))}
+	return Device{Name: m.UUID, Edits: Edits{Nodes: nodes}}, true
 }
 
 func devNode(devRoot, name string) DeviceNode {

@@ -419,3 +419,118 @@ func TestGPUSpecHook(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUSpecMIG gives GPU 0 of the DGX A100 two MIG devices and one whose
+// capabilities are unknown: the spec validates through the CDI cache, each
+// MIG UUID resolves to the parent's node and its own two capability
+// nodes, the unknown one is left out and the GPU keeps its own names.
+func TestGPUSpecMIG(t *testing.T) {
+	const capMajor = 237
+	caps := [][]int{{12, 13}, {21, 22}}
+	manifest := cditest.Manifest(t)
+	for _, c := range caps {
+		for _, minor := range c {
+			manifest += fmt.Sprintf("char dev/%s %d %d\n", MIGCapNode(minor), capMajor, minor)
+		}
+	}
+	root, chars := cditest.Tree(t, manifest)
+	driver, err := findDriver(root, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devRoot := filepath.Join(root, "dev")
+	gpus := dgxA100(t)
+	parent := &gpus[0]
+	parent.MIGEnabled = true
+	parent.MIG = []nvml.MIGDevice{
+		{UUID: "MIG-11111111-2222-3333-4444-555555555555", Index: 0, GPUInstance: 1, ComputeInstance: 0, Profile: "3g.20gb", CapMinors: caps[0]},
+		{UUID: "MIG-66666666-7777-8888-9999-000000000000", Index: 1, GPUInstance: 2, ComputeInstance: 0, Profile: "3g.20gb", CapMinors: caps[1]},
+		{UUID: "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", Index: 2, GPUInstance: 7, ComputeInstance: 0, Profile: "1g.5gb"},
+	}
+	s, err := GPUSpec(gpus, driver, GPUSpecOptions{DevRoot: devRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := (Writer{Dir: dir}).Write(s); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("CDI cache: %v", err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("CDI cache errors: %v", errs)
+	}
+	var want []string
+	for _, g := range gpus {
+		want = append(want, QualifiedName(GPUKind, g.UUID), QualifiedName(GPUKind, strconv.Itoa(g.Index)))
+	}
+	want = append(want, QualifiedName(GPUKind, parent.MIG[0].UUID), QualifiedName(GPUKind, parent.MIG[1].UUID))
+	slices.Sort(want)
+	if got := cache.ListDevices(); !slices.Equal(got, want) {
+		t.Fatalf("CDI cache devices:\n got  %v\n want %v", got, want)
+	}
+
+	type node struct {
+		path         string
+		major, minor int64
+	}
+	controls := []node{{"/dev/nvidia-uvm", 508, 0}, {"/dev/nvidia-uvm-tools", 508, 1}, {"/dev/nvidiactl", 195, 255}}
+	for i, m := range parent.MIG[:2] {
+		t.Run(m.UUID, func(t *testing.T) {
+			spec := &oci.Spec{}
+			if unresolved, err := cache.InjectDevices(spec, QualifiedName(GPUKind, m.UUID)); err != nil {
+				t.Fatalf("injecting: %v (unresolved %v)", err, unresolved)
+			}
+			wantNodes := append(slices.Clone(controls),
+				node{"/dev/nvidia" + strconv.Itoa(parent.Minor), 195, int64(parent.Minor)},
+				node{"/dev/" + MIGCapNode(caps[i][0]), capMajor, int64(caps[i][0])},
+				node{"/dev/" + MIGCapNode(caps[i][1]), capMajor, int64(caps[i][1])})
+			slices.SortFunc(wantNodes, func(a, b node) int { return strings.Compare(a.path, b.path) })
+			var got []node
+			for _, d := range spec.Linux.Devices {
+				got = append(got, node{d.Path, d.Major, d.Minor})
+				if !chars && d.Type != "p" {
+					t.Errorf("%s is type %q, want the test's FIFO", d.Path, d.Type)
+				}
+			}
+			slices.SortFunc(got, func(a, b node) int { return strings.Compare(a.path, b.path) })
+			if !chars {
+				// FIFOs carry no numbers: compare the paths.
+				for j := range got {
+					got[j].major, got[j].minor = 0, 0
+				}
+				for j := range wantNodes {
+					wantNodes[j].major, wantNodes[j].minor = 0, 0
+				}
+			}
+			if !slices.Equal(got, wantNodes) {
+				t.Errorf("device nodes\n got  %v\n want %v", got, wantNodes)
+			}
+			if len(spec.Mounts) != len(driver.Mounts()) {
+				t.Errorf("%d mounts, want the driver's %d", len(spec.Mounts), len(driver.Mounts()))
+			}
+		})
+	}
+	t.Run("two MIG devices of one GPU share its node", func(t *testing.T) {
+		spec := &oci.Spec{}
+		if _, err := cache.InjectDevices(spec, QualifiedName(GPUKind, parent.MIG[0].UUID), QualifiedName(GPUKind, parent.MIG[1].UUID)); err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, d := range spec.Linux.Devices {
+			paths = append(paths, d.Path)
+		}
+		slices.Sort(paths)
+		if len(paths) != len(slices.Compact(slices.Clone(paths))) || len(paths) != len(controls)+5 {
+			t.Errorf("device nodes %v, want the controls, /dev/nvidia%d once and four capabilities", paths, parent.Minor)
+		}
+	})
+	t.Run("a MIG device without capabilities is not handed out", func(t *testing.T) {
+		name := QualifiedName(GPUKind, parent.MIG[2].UUID)
+		if unresolved, err := cache.InjectDevices(&oci.Spec{}, name); err == nil || !slices.Equal(unresolved, []string{name}) {
+			t.Fatalf("unresolved %v, error %v", unresolved, err)
+		}
+	})
+}

@@ -26,6 +26,7 @@ type Config struct {
 	SysfsRoot         string   `json:"sysfsRoot"`
 	DevRoot           string   `json:"devRoot"`
 	DeviceIDStrategy  string   `json:"deviceIDStrategy"`
+	MIGStrategy       string   `json:"migStrategy"` // MIGStrategy*: how the device-plugin API serves MIG devices
 	NVMLRetryInterval Duration `json:"nvmlRetryInterval"`
 	LogLevel          string   `json:"logLevel"`
 	LogFormat         string   `json:"logFormat"`
@@ -80,6 +81,8 @@ type Config struct {
 
 	// NICResources are the NIC pools, file-only (no flag): see nics.go.
 	NICResources []NICResource `json:"nicResources,omitempty"`
+	// Sharing is device sharing (time-slicing), file-only: see sharing.go.
+	Sharing Sharing `json:"sharing,omitempty"`
 }
 
 // HealthPolicy is the health part of the configuration.
@@ -145,6 +148,7 @@ func Settings() []Setting {
 		{Key: "sysfsRoot", Flag: "sysfs-root", Default: d.SysfsRoot, Usage: "where sysfs is mounted"},
 		{Key: "devRoot", Flag: "dev-root", Default: d.DevRoot, Usage: "the host's /dev, as this process and the container runtime both see it"},
 		{Key: "deviceIDStrategy", Flag: "device-id-strategy", Default: d.DeviceIDStrategy, Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index"},
+		{Key: "migStrategy", Flag: "mig-strategy", Default: d.MIGStrategy, Usage: "how the device-plugin API serves MIG devices: " + MIGStrategyNone + " (no MIG device is served), " + MIGStrategySingle + " (MIG devices of one profile, as nvidia.com/gpu) or " + MIGStrategyMixed + " (nvidia.com/mig-<profile> per profile, nvidia.com/gpu for GPUs without MIG); DRA mode publishes MIG devices whatever it says"},
 		{Key: "nvmlRetryInterval", Flag: "nvml-retry-interval", Default: d.NVMLRetryInterval.String(), Usage: "how often to retry loading NVML when the driver is missing"},
 		{Key: "logLevel", Flag: "log-level", Default: d.LogLevel, Usage: "debug, info, warn or error"},
 		{Key: "logFormat", Flag: "log-format", Default: d.LogFormat, Usage: "text or json"},
@@ -196,6 +200,7 @@ func Default() Config {
 		SysfsRoot:         "/sys",
 		DevRoot:           "/dev",
 		DeviceIDStrategy:  "uuid",
+		MIGStrategy:       MIGStrategyNone,
 		NVMLRetryInterval: Duration{30 * time.Second},
 		LogLevel:          "info",
 		LogFormat:         "text",
@@ -222,6 +227,8 @@ func Default() Config {
 		KubeletAPI:        KubeletAPIDevicePlugin,
 		DRAPluginDir:      "/var/lib/kubelet/plugins/" + DRADriverName,
 		PluginRegistryDir: "/var/lib/kubelet/plugins_registry",
+
+		Sharing: Sharing{TimeSlicing: TimeSlicing{Placement: PlacementDistributed}},
 	}
 }
 
@@ -321,6 +328,9 @@ func Load(path string) (Config, error) {
 	if err := checkNICResources(path, data); err != nil {
 		return c, err
 	}
+	if err := checkSharing(path, data); err != nil {
+		return c, err
+	}
 	// Strict, for duplicate keys and syntax; the values are decoded below.
 	var top map[string]json.RawMessage
 	if err := yaml.UnmarshalStrict(data, &top); err != nil {
@@ -350,7 +360,12 @@ func Load(path string) (Config, error) {
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
-	return c, nil
+	// sharing is file-only, so its values are checked here too, naming the
+	// file; what depends on migStrategy waits for Validate (flags).
+	for _, err := range validateSharing(c, false) {
+		errs = append(errs, fmt.Errorf("config: %s: %w", path, err))
+	}
+	return c, errors.Join(errs...)
 }
 
 // unknownKey says a key is unknown, and which known key it may mean.
@@ -400,7 +415,7 @@ func keys() []string {
 	for _, s := range Settings() {
 		out = append(out, s.Key)
 	}
-	out = append(out, "nicResources")
+	out = append(out, "nicResources", "sharing")
 	return out
 }
 
@@ -420,6 +435,8 @@ func (c *Config) Set(key, value string) error {
 		c.DevRoot = value
 	case "deviceIDStrategy":
 		c.DeviceIDStrategy = value
+	case "migStrategy":
+		c.MIGStrategy = value
 	case "nvmlRetryInterval":
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -551,6 +568,7 @@ func (c Config) Validate() error {
 	absolute("sysfsRoot", c.SysfsRoot)
 	absolute("devRoot", c.DevRoot)
 	oneOf("deviceIDStrategy", c.DeviceIDStrategy, "uuid", "index")
+	oneOf("migStrategy", c.MIGStrategy, migStrategies()...)
 	oneOf("logLevel", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("logFormat", c.LogFormat, "text", "json")
 	if c.NVMLRetryInterval.Duration < time.Second {
@@ -628,5 +646,8 @@ func (c Config) Validate() error {
 		strategies = append(slices.Clone(strategies), "cdi-cri")
 	}
 	errs = append(errs, ValidateNICResources(c.NICResources, strategies)...)
+	for _, err := range validateSharing(c, true) {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
 	return errors.Join(errs...)
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,10 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/state"
@@ -166,8 +163,8 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 // device-plugin server of nvidia.com/gpu, or the DRA driver.
 type gpuFront interface {
 	// take builds what serves inv's GPUs (specs is nil without CDI) and
-	// returns where their health goes.
-	take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error)
+	// returns what it serves and where their health goes.
+	take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error)
 	// run serves until ctx ends.
 	run(ctx context.Context) error
 	// absent is told once that NVML did not load at the first try.
@@ -185,8 +182,12 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	for _, g := range inv.GPUs {
-		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode)
+		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
+		for _, m := range g.MIG {
+			log.Info("MIG device", "parent", g.UUID, "uuid", m.UUID, "profile", m.Profile, "gpuInstance", m.GPUInstance, "computeInstance", m.ComputeInstance)
+		}
 	}
 	// The spec first: the kubelet may hand out a CDI name as soon as the
 	// resource registers.
@@ -196,7 +197,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 			return err
 		}
 	}
-	notify, err := front.take(inv, gspecs)
+	served, err := front.take(inv, gspecs)
 	if err != nil {
 		return err
 	}
@@ -208,16 +209,11 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	}
 	var rec health.Recorder
 	if metrics != nil {
-		rec = metrics.For(gpu.ResourceName)
-		for _, g := range inv.GPUs {
-			metrics.SetInfo(gpu.ResourceName, g.UUID, health.DeviceInfo{
-				UUID: g.UUID, Index: strconv.Itoa(g.Index), Model: g.Name, PCIBusID: g.PCIBusID, NUMANode: g.NUMANode,
-				DRAName: draslice.GPUDeviceName(g),
-			})
-		}
+		rec = served.metrics(metrics)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, keptHealth(cfg, log)...)
+	opts := append(keptHealth(cfg, log), health.WithParts(served.parts(len(inv.GPUs))))
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, served.notify, rec, log, opts...)
 	if err != nil {
 		return err
 	}
@@ -242,40 +238,6 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	}
 	return front.run(ctx)
 }
-
-// gpuPlugin serves the GPUs as nvidia.com/gpu through the device-plugin API.
-type gpuPlugin struct {
-	cfg config.Config
-	log *slog.Logger
-	srv *deviceplugin.Server
-}
-
-func (p *gpuPlugin) take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error) {
-	opts := gpu.Options{IDStrategy: p.cfg.DeviceIDStrategy, Strategies: p.cfg.DeviceListStrategy, DevRoot: p.cfg.DevRoot}
-	if specs != nil {
-		opts.Specs = specs
-	}
-	res, err := gpu.New(inv.GPUs, inv.Topology, opts)
-	if err != nil {
-		return nil, fmt.Errorf("building %s resource: %w", gpu.ResourceName, err)
-	}
-	p.srv, err = deviceplugin.New(deviceplugin.Options{
-		ResourceName: gpu.ResourceName,
-		SocketDir:    p.cfg.DevicePluginDir,
-		Backend:      res,
-		Log:          p.log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	p.srv.SetDevices(res.Devices())
-	return p.srv, nil
-}
-
-func (p *gpuPlugin) run(ctx context.Context) error { return p.srv.Run(ctx) }
-
-// absent: the resource registers once NVML loads.
-func (p *gpuPlugin) absent(context.Context) {}
 
 // waitForNVML opens NVML, retrying while the driver is missing. It logs
 // the first failure clearly and later ones quietly. It returns a nil

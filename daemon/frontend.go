@@ -52,12 +52,16 @@ func (r specReady) Ready(resource string) error { return r.s.ready(resource) }
 // front-end's GPU and NIC parts go.
 type externalGPUs struct{ fe FrontEnd }
 
-func (g externalGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error) {
+func (g externalGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
 	var gs GPUSpecs
 	if specs != nil {
 		gs = specs
 	}
-	return g.fe.TakeGPUs(inv, gs)
+	n, err := g.fe.TakeGPUs(inv, gs)
+	if err != nil {
+		return nil, err
+	}
+	return &gpuServed{notify: n, units: draUnits(inv.GPUs)}, nil
 }
 
 func (g externalGPUs) run(ctx context.Context) error { return g.fe.ServeGPUs(ctx) }

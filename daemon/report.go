@@ -88,20 +88,26 @@ type reportingGPUs struct {
 	r *reporting
 }
 
-// take registers every GPU, healthy until the watcher says otherwise, so
-// the condition can count them, and has their health reported.
-func (g reportingGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (health.Notifier, error) {
-	n, err := g.gpuFront.take(inv, specs)
+// take registers every unit (whole GPU or MIG device), healthy until the
+// watcher says otherwise, so the condition can count them, and has their
+// health reported.
+func (g reportingGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+	served, err := g.gpuFront.take(inv, specs)
 	if err != nil {
 		return nil, err
 	}
-	labels := make(map[string]string, len(inv.GPUs))
-	for _, d := range inv.GPUs {
-		labels[d.UUID] = fmt.Sprintf("%s (index %d)", d.UUID, d.Index)
-		g.r.holders.setDRAName(gpu.ResourceName, d.UUID, draslice.GPUDeviceName(d))
-		g.r.rep.Transition(gpu.ResourceName, d.UUID, labels[d.UUID], true, "")
+	labels := make(map[string]string, len(served.units))
+	for _, su := range served.units {
+		u := su.unit
+		id := u.UUID()
+		labels[id] = fmt.Sprintf("%s (index %d)", id, u.GPU.Index)
+		if u.MIG != nil {
+			labels[id] = fmt.Sprintf("%s (%s)", id, u.Describe())
+		}
+		g.r.holders.setUnit(id, su.draName, su.resource, su.ids)
+		g.r.rep.Transition(gpu.ResourceName, id, labels[id], true, "")
 	}
-	return reportingNotifier{n, labels, g.r.rep}, nil
+	return &gpuServed{notify: reportingNotifier{served.notify, labels, g.r.rep}, units: served.units}, nil
 }
 
 // run is called once the GPUs' health was first polled: the condition
@@ -162,8 +168,12 @@ type podHolders struct {
 	client podresources.Client
 	pool   string
 
-	mu   sync.Mutex
-	dra  map[string]string // resource + "/" + id: a GPU's DRA device name
+	mu  sync.Mutex
+	dra map[string]string // resource + "/" + id: a GPU's DRA device name
+	// served maps a GPU unit's UUID to the resource and device IDs the
+	// kubelet knows it by (replicas of a shared GPU, a MIG profile's
+	// resource).
+	served map[string]servedAs
 	last podresources.Holders
 	at   time.Time
 }
@@ -172,10 +182,20 @@ type podHolders struct {
 // (every GPU at an NVML failure) asks the kubelet once.
 const holdersFresh = time.Second
 
-func (h *podHolders) setDRAName(resource, id, name string) {
+type servedAs struct {
+	resource string
+	ids      []string
+}
+
+// setUnit records how GPU unit uuid is served.
+func (h *podHolders) setUnit(uuid, draName, resource string, ids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.dra[resource+"/"+id] = name
+	h.dra[gpu.ResourceName+"/"+uuid] = draName
+	if h.served == nil {
+		h.served = map[string]servedAs{}
+	}
+	h.served[uuid] = servedAs{resource, ids}
 }
 
 // HoldersOf implements report.Holders.
@@ -183,6 +203,7 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	h.mu.Lock()
 	all, at := h.last, h.at
 	draName, ok := h.dra[resource+"/"+id]
+	as, isUnit := h.served[id]
 	h.mu.Unlock()
 	if !ok && resource != gpu.ResourceName {
 		draName = draslice.NICDeviceName(id)
@@ -197,6 +218,11 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 		h.mu.Unlock()
 	}
 	list := all.Device(resource, id)
+	if isUnit && resource == gpu.ResourceName {
+		for _, d := range as.ids {
+			list = podresources.Merge(list, all.Device(as.resource, d))
+		}
+	}
 	if draName != "" {
 		list = podresources.Merge(list, all.DRADevice(config.DRADriverName, h.pool, draName))
 	}

@@ -46,3 +46,9 @@ type Answer struct {
 // front-end reports it as retryable (the device plugin answers
 // Unavailable rather than Internal).
 var ErrNotReady = errors.New("not ready")
+
+// ErrBadRequest, wrapped in an allocation error, says the request itself
+// is wrong (an unknown device, one that policy refuses): a front-end
+// reports it as the caller's fault (the device plugin answers
+// InvalidArgument).
+var ErrBadRequest = errors.New("bad request")

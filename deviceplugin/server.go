@@ -147,18 +147,34 @@ func (s *Server) SetDevices(devices []device.Device) {
 // SetHealth changes one device's health and reports whether anything
 // changed. Unknown IDs are ignored and reported as no change.
 func (s *Server) SetHealth(id string, healthy bool, reason string) bool {
+	return s.SetHealthOf([]string{id}, healthy, reason)
+}
+
+// SetHealthOf changes the health of several devices at once (the
+// replicas of one shared GPU), so the kubelet hears of all of them in one
+// ListAndWatch answer. It reports whether anything changed; unknown IDs
+// are ignored.
+func (s *Server) SetHealthOf(ids []string, healthy bool, reason string) bool {
 	if healthy {
 		reason = ""
 	}
 	s.mu.Lock()
 	cur := s.snap
-	i, ok := cur.byID[id]
-	if !ok || (cur.devices[i].Healthy == healthy && cur.devices[i].Reason == reason) {
+	var devices []device.Device
+	for _, id := range ids {
+		i, ok := cur.byID[id]
+		if !ok || (cur.devices[i].Healthy == healthy && cur.devices[i].Reason == reason) {
+			continue
+		}
+		if devices == nil {
+			devices = slices.Clone(cur.devices)
+		}
+		devices[i].Healthy, devices[i].Reason = healthy, reason
+	}
+	if devices == nil {
 		s.mu.Unlock()
 		return false
 	}
-	devices := slices.Clone(cur.devices)
-	devices[i].Healthy, devices[i].Reason = healthy, reason
 	next := newSnapshot(devices)
 	s.snap = next
 	s.mu.Unlock()

@@ -90,8 +90,11 @@ func (v *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*
 		answer, err := v.s.backend.Allocate(creq.GetDevicesIds())
 		if err != nil {
 			code := codes.Internal
-			if errors.Is(err, device.ErrNotReady) {
+			switch {
+			case errors.Is(err, device.ErrNotReady):
 				code = codes.Unavailable
+			case errors.Is(err, device.ErrBadRequest):
+				code = codes.InvalidArgument
 			}
 			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.GetDevicesIds(), err)
 		}

@@ -1,6 +1,8 @@
 // Package dra is the Dynamic Resource Allocation front-end: it serves the
 // node's GPUs and NIC pools to the kubelet as a DRA driver, through the
-// kubeletplugin helper of k8s.io/dynamic-resource-allocation.
+// kubeletplugin helper of k8s.io/dynamic-resource-allocation. A GPU in MIG
+// mode is served as its MIG devices (type "mig"), whatever the
+// device-plugin API's MIG strategy.
 //
 // It translates the shared model (discovered GPUs, NIC pools, health
 // reasons, CDI names) into DRA's terms: one ResourceSlice pool per node

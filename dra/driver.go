@@ -177,8 +177,10 @@ func (d *Driver) SetNICPool(ctx context.Context, p draslice.NICPool, devs []devi
 	d.publish(ctx)
 }
 
-// SetHealth records a GPU's health (by UUID) and, on a change, publishes
-// its taints and wakes the health streams. It is health.Notifier.
+// SetHealth records a GPU's or MIG device's health (by its UUID, which is
+// the device's model ID) and, on a change, publishes its taints and wakes
+// the health streams. It is health.Notifier. The health of a MIG-enabled
+// GPU itself reaches no device: it is published as its MIG devices.
 func (d *Driver) SetHealth(uuid string, healthy bool, reason string) bool {
 	d.mu.Lock()
 	changed := d.setHealthLocked(uuid, healthy, reason)
@@ -222,12 +224,18 @@ func (d *Driver) reindex() {
 }
 
 // Resources is what the driver publishes now: one pool named after the
-// node, its devices in slices of at most resourceapi.ResourceSliceMaxDevices.
+// node, its devices in slices of at most sliceMaxDevices.
 func (d *Driver) Resources() resourceslice.DriverResources {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.resourcesLocked()
 }
+
+// sliceMaxDevices is the most devices a slice holds. A slice with any
+// tainted device takes at most ResourceSliceMaxDevicesWithAdvancedFeatures;
+// chunking at that always keeps a device in the same slice when a taint
+// comes or goes, instead of splitting the pool anew on the first XID.
+const sliceMaxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	var devs []resourceapi.Device
@@ -245,7 +253,7 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 		add(d.nics[pool])
 	}
 	var sl []resourceslice.Slice
-	for chunk := range slices.Chunk(devs, resourceapi.ResourceSliceMaxDevices) {
+	for chunk := range slices.Chunk(devs, sliceMaxDevices) {
 		sl = append(sl, resourceslice.Slice{Devices: chunk})
 	}
 	if len(sl) == 0 {
@@ -464,7 +472,7 @@ func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
 				if !h.healthy {
 					dh.Health = kubeletplugin.HealthStatusUnhealthy
 					dh.Message = h.reason
-					if e.Type == draslice.TypeGPU {
+					if e.Type == draslice.TypeGPU || e.Type == draslice.TypeMIG {
 						dh.Message = health.Describe(h.reason)
 					}
 				}

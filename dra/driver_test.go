@@ -420,9 +420,9 @@ func TestCheckpointJSON(t *testing.T) {
 func TestHealthBeforeDevices(t *testing.T) {
 	d, pub := newTestDriver(t, t.TempDir(), Options{Sources: 1})
 	// The watcher's first poll runs before the GPUs are published.
-	d.SetHealth("GPU-a", false, "mig-enabled")
+	d.SetHealth("GPU-a", false, "gpu-lost")
 	d.SetGPUs(context.Background(), testGPUs())
-	if ts := byName(pub.last(t))["gpu-0"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/mig-enabled" {
+	if ts := byName(pub.last(t))["gpu-0"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/gpu-lost" {
 		t.Errorf("first publication's taints = %+v", ts)
 	}
 }

@@ -78,6 +78,10 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, c
 	if err != nil {
 		return nil, fmt.Errorf("DRA: %w", err)
 	}
+	if cfg.Sharing.TimeSlicing.Enabled() {
+		log.Warn("sharing.timeSlicing is ignored in DRA mode: pods share a device by referencing one ResourceClaim",
+			"resources", len(cfg.Sharing.TimeSlicing.Resources))
+	}
 	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
 	drv, err := New(Options{
 		DriverName:     config.DRADriverName,

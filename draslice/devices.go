@@ -3,6 +3,7 @@ package draslice
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 // select on it.
 const (
 	TypeGPU = "gpu"
+	TypeMIG = "mig"
 	TypeNIC = "nic"
 )
 
@@ -51,7 +53,7 @@ type Device struct {
 	Capacity   map[string]Capacity  `json:"capacity,omitempty"`
 	Taints     []Taint              `json:"taints,omitempty"`
 
-	// ID is the model's ID: the GPU UUID or the NIC's PCI address.
+	// ID is the model's ID: the GPU or MIG UUID, or the NIC's PCI address.
 	ID     string   `json:"-"`
 	Type   string   `json:"-"`
 	Pool   string   `json:"-"`
@@ -85,35 +87,105 @@ func NICDeviceName(address string) string {
 	return "nic-" + strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(address))
 }
 
-// GPUDevices turns the GPUs into devices; cdiID names a GPU's CDI device.
+// MIGDeviceName is a MIG device's device name: its parent's index and its
+// GPU and compute instance IDs, which stay the same while the instance
+// exists, unlike the MIG device index.
+func MIGDeviceName(parent nvml.GPU, m nvml.MIGDevice) string {
+	return fmt.Sprintf("gpu-%d-mig-%d-%d", parent.Index, m.GPUInstance, m.ComputeInstance)
+}
+
+// GPUDevices turns the GPUs into devices; cdiID names a GPU's or MIG
+// device's CDI device by UUID. A MIG-enabled GPU is published as its MIG
+// devices, not whole: CUDA sees no device on a GPU in MIG mode. With no
+// MIG device created it publishes nothing.
 func GPUDevices(in GPUs, sysfsRoot string, cdiID func(uuid string) string, log *slog.Logger) []Device {
 	cliques := nvlinkCliques(in)
 	out := make([]Device, 0, len(in.GPUs))
 	for i, g := range in.GPUs {
+		if g.MIGEnabled && len(g.MIG) == 0 {
+			continue
+		}
+		common := gpuAttributes(in, g, sysfsRoot, log)
+		if g.MIGEnabled {
+			out = append(out, migDevices(g, common, cdiID, log)...)
+			continue
+		}
 		attrs := map[string]Attribute{
 			"type":  str(TypeGPU),
 			"uuid":  str(g.UUID),
 			"index": integer(g.Index),
 			"minor": integer(g.Minor),
 		}
-		set := func(name string, a func(string) Attribute, v string) {
-			if v != "" {
-				attrs[name] = a(v)
-			}
+		maps.Copy(attrs, common)
+		// NVLink joins whole GPUs: a MIG device gets no peer-to-peer
+		// over it, so only whole GPUs carry the clique.
+		if cliques[i] != "" {
+			attrs["nvlinkClique"] = str(cliques[i])
 		}
-		set("productName", str, g.Name)
-		set("brand", str, g.Brand)
-		set("architecture", str, g.Architecture)
-		set("cudaComputeCapability", ver, Semver(g.CUDAComputeCapability))
-		set("driverVersion", ver, Semver(in.DriverVersion))
-		if in.CUDADriverVersion > 0 {
-			set("cudaDriverVersion", ver, fmt.Sprintf("%d.%d.0", in.CUDADriverVersion/1000, in.CUDADriverVersion%1000/10))
-		}
-		set("nvlinkClique", str, cliques[i])
-		pciAttributes(attrs, g.PCIBusID, g.NUMANode, sysfsRoot, log)
 		d := Device{Name: GPUDeviceName(g), Attributes: attrs, ID: g.UUID, Type: TypeGPU, CDIIDs: []string{cdiID(g.UUID)}}
 		if g.MemoryBytes > 0 {
 			d.Capacity = map[string]Capacity{"memory": {Value: Bytes(g.MemoryBytes)}}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// gpuAttributes are the attributes a GPU shares with its MIG devices:
+// model, versions, PCI and NUMA placement.
+func gpuAttributes(in GPUs, g nvml.GPU, sysfsRoot string, log *slog.Logger) map[string]Attribute {
+	attrs := map[string]Attribute{}
+	set := func(name string, a func(string) Attribute, v string) {
+		if v != "" {
+			attrs[name] = a(v)
+		}
+	}
+	set("productName", str, g.Name)
+	set("brand", str, g.Brand)
+	set("architecture", str, g.Architecture)
+	set("cudaComputeCapability", ver, Semver(g.CUDAComputeCapability))
+	set("driverVersion", ver, Semver(in.DriverVersion))
+	if in.CUDADriverVersion > 0 {
+		set("cudaDriverVersion", ver, fmt.Sprintf("%d.%d.0", in.CUDADriverVersion/1000, in.CUDADriverVersion%1000/10))
+	}
+	pciAttributes(attrs, g.PCIBusID, g.NUMANode, sysfsRoot, log)
+	return attrs
+}
+
+// migDevices are the devices of a MIG-enabled GPU's MIG devices, each with
+// the parent's common attributes. One whose capability minors are unknown
+// has no CDI device (cdi.GPUSpec leaves it out) and is not published.
+func migDevices(parent nvml.GPU, common map[string]Attribute, cdiID func(uuid string) string, log *slog.Logger) []Device {
+	out := make([]Device, 0, len(parent.MIG))
+	for _, m := range parent.MIG {
+		if len(m.CapMinors) != 2 {
+			if log != nil {
+				log.Warn("MIG device not published: its GPU and compute instance access capabilities are unknown",
+					"device", m.UUID, "parent", parent.UUID, "capMinors", m.CapMinors)
+			}
+			continue
+		}
+		attrs := map[string]Attribute{
+			"type":            str(TypeMIG),
+			"uuid":            str(m.UUID),
+			"parentUUID":      str(parent.UUID),
+			"parentIndex":     integer(parent.Index),
+			"gpuInstance":     integer(m.GPUInstance),
+			"computeInstance": integer(m.ComputeInstance),
+		}
+		if m.Profile != "" {
+			attrs["profile"] = str(m.Profile)
+		}
+		maps.Copy(attrs, common)
+		d := Device{Name: MIGDeviceName(parent, m), Attributes: attrs, ID: m.UUID, Type: TypeMIG, CDIIDs: []string{cdiID(m.UUID)}}
+		if m.MemoryBytes > 0 || m.Multiprocessors > 0 {
+			d.Capacity = map[string]Capacity{}
+		}
+		if m.MemoryBytes > 0 {
+			d.Capacity["memory"] = Capacity{Value: Bytes(m.MemoryBytes)}
+		}
+		if m.Multiprocessors > 0 {
+			d.Capacity["multiprocessors"] = Capacity{Value: strconv.Itoa(m.Multiprocessors)}
 		}
 		out = append(out, d)
 	}

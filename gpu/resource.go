@@ -62,29 +62,66 @@ type Options struct {
 	// DevRoot is the host's /dev as both this process and the container
 	// runtime see it.
 	DevRoot string
+	// Placement is how preferred allocations place replicas of shared
+	// units: PlacementDistributed (default) or PlacementPacked.
+	Placement string
+	// FailRequestsGreaterThanOne refuses a request for more than one
+	// replica of a shared resource.
+	FailRequestsGreaterThanOne bool
 }
 
-type gpuEntry struct {
-	gpu     nvml.GPU
+// Replica placements (time-slicing's placement setting).
+const (
+	// PlacementDistributed spreads replicas over the least-used GPUs.
+	PlacementDistributed = "distributed"
+	// PlacementPacked fills the most-used GPUs first, keeping others free.
+	PlacementPacked = "packed"
+)
+
+type unitEntry struct {
+	unit    Unit
+	uuid    string
 	visible string
 	cdiName string
-	node    device.Node
+	// nodes are the unit's device nodes: the GPU's, then a MIG device's
+	// capability nodes.
+	nodes []device.Node
+	// ids are the device IDs the unit is served as: its UUID, or one
+	// "<uuid>::<n>" per replica.
+	ids []string
 }
 
-// Resource serves a fixed set of GPUs. Device IDs are GPU UUIDs: unlike
-// indices they never change across reboots or driver reloads.
+// ReplicaSep joins a unit's UUID and replica number in a device ID.
+const ReplicaSep = "::"
+
+// Resource serves a fixed set of units: whole GPUs or MIG devices, each
+// possibly shared by time-slicing. Device IDs are UUIDs, with a replica
+// number when shared: unlike indices they never change across reboots or
+// driver reloads.
 type Resource struct {
-	gpus    []gpuEntry
+	units   []unitEntry
 	byUUID  map[string]int
+	byID    map[string]int // device ID -> unit
 	devRoot string
 	specs   CDISpecs
 	graph   *allocator.Graph
+	topo    nvml.Topology
+	shared  bool
+	failGT1 bool
+	packed  bool
 
 	envvar, cdiCRI, cdiAnnotations bool
 }
 
-// New builds the resource. topo must describe gpus in the same order.
+// New builds the resource of gpus served whole. topo must describe gpus
+// in the same order.
 func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
+	return NewUnits(WholeGPUs(gpus), topo, o)
+}
+
+// NewUnits builds the resource of units. topo must describe the GPUs the
+// units' Pos index.
+func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 	switch o.IDStrategy {
 	case "":
 		o.IDStrategy = IDStrategyUUID
@@ -92,10 +129,19 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 	default:
 		return nil, fmt.Errorf("device ID strategy %q: want %q or %q", o.IDStrategy, IDStrategyUUID, IDStrategyIndex)
 	}
+	switch o.Placement {
+	case "", PlacementDistributed, PlacementPacked:
+	default:
+		return nil, fmt.Errorf("replica placement %q: want %q or %q", o.Placement, PlacementDistributed, PlacementPacked)
+	}
 	if o.DevRoot == "" {
 		o.DevRoot = "/dev"
 	}
-	r := &Resource{byUUID: make(map[string]int, len(gpus)), devRoot: o.DevRoot, specs: o.Specs}
+	r := &Resource{
+		byUUID: make(map[string]int, len(units)), byID: make(map[string]int, len(units)),
+		devRoot: o.DevRoot, specs: o.Specs, topo: topo,
+		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
+	}
 	if len(o.Strategies) == 0 {
 		o.Strategies = []string{StrategyEnvvar}
 	}
@@ -111,20 +157,63 @@ func New(gpus []nvml.GPU, topo nvml.Topology, o Options) (*Resource, error) {
 			return nil, fmt.Errorf("device-list strategy %q: want %s, %s or %s", st, StrategyEnvvar, StrategyCDICRI, StrategyCDIAnnotations)
 		}
 	}
-	for i, g := range gpus {
-		if _, dup := r.byUUID[g.UUID]; dup {
-			return nil, fmt.Errorf("GPU UUID %s appears twice", g.UUID)
+	for i, u := range units {
+		e := unitEntry{unit: u, uuid: u.UUID()}
+		if _, dup := r.byUUID[e.uuid]; dup {
+			return nil, fmt.Errorf("UUID %s appears twice", e.uuid)
 		}
-		visible := g.UUID
+		if u.MIG != nil && len(u.MIG.CapMinors) != 2 {
+			return nil, fmt.Errorf("MIG device %s: want the GPU and compute instance capability minors, have %v", e.uuid, u.MIG.CapMinors)
+		}
+		e.visible = e.uuid
 		if o.IDStrategy == IDStrategyIndex {
-			visible = strconv.Itoa(g.Index)
+			// NVIDIA's index form: "3", or "3:1" for MIG device 1 of GPU 3.
+			e.visible = strconv.Itoa(u.GPU.Index)
+			if u.MIG != nil {
+				e.visible += ":" + strconv.Itoa(u.MIG.Index)
+			}
 		}
-		name := "nvidia" + strconv.Itoa(g.Minor)
-		r.gpus = append(r.gpus, gpuEntry{gpu: g, visible: visible, cdiName: cdi.QualifiedName(cdi.GPUKind, g.UUID), node: devNode(o.DevRoot, name)})
-		r.byUUID[g.UUID] = i
+		e.cdiName = cdi.QualifiedName(cdi.GPUKind, e.uuid)
+		e.nodes = []device.Node{devNode(o.DevRoot, "nvidia"+strconv.Itoa(u.GPU.Minor))}
+		if u.MIG != nil {
+			for _, m := range u.MIG.CapMinors {
+				e.nodes = append(e.nodes, devNode(o.DevRoot, cdi.MIGCapNode(m)))
+			}
+		}
+		if u.Replicas > 1 {
+			r.shared = true
+			for n := range u.Replicas {
+				e.ids = append(e.ids, e.uuid+ReplicaSep+strconv.Itoa(n))
+			}
+		} else {
+			e.ids = []string{e.uuid}
+		}
+		for _, id := range e.ids {
+			r.byID[id] = i
+		}
+		r.byUUID[e.uuid] = i
+		r.units = append(r.units, e)
 	}
-	r.graph = NewGraph(gpus, topo)
+	r.graph = unitGraph(units, topo)
 	return r, nil
+}
+
+// unitGraph is the allocation graph of units by UUID. Two MIG devices of
+// one GPU rank as a same-board pair; otherwise their GPUs' link counts.
+func unitGraph(units []Unit, topo nvml.Topology) *allocator.Graph {
+	ids := make([]string, len(units))
+	numa := make([]int, len(units))
+	for i, u := range units {
+		ids[i], numa[i] = u.UUID(), u.GPU.NUMANode
+	}
+	return allocator.NewGraph(ids, numa, func(i, j int) int { return unitWeight(units[i], units[j], topo) })
+}
+
+func unitWeight(a, b Unit, topo nvml.Topology) int {
+	if a.Pos == b.Pos {
+		return LinkWeight(nvml.Link{PCIe: nvml.LinkSameBoard})
+	}
+	return LinkWeight(topo.Between(a.Pos, b.Pos))
 }
 
 // NewGraph builds the allocation graph of gpus: UUIDs as IDs, their NUMA
@@ -157,55 +246,107 @@ func LinkWeight(l nvml.Link) int {
 	return w
 }
 
-// Devices lists the GPUs as healthy devices, in discovery order.
+// Devices lists the devices as healthy, in unit order, replicas of a
+// unit together.
 func (r *Resource) Devices() []device.Device {
-	out := make([]device.Device, len(r.gpus))
-	for i, e := range r.gpus {
-		numa := e.gpu.NUMANode
+	out := make([]device.Device, 0, len(r.byID))
+	for _, e := range r.units {
+		numa := e.unit.GPU.NUMANode
 		if numa < 0 {
 			numa = device.NoNUMANode
 		}
-		out[i] = device.Device{ID: e.gpu.UUID, NUMANode: numa, Healthy: true}
+		for _, id := range e.ids {
+			out = append(out, device.Device{ID: id, NUMANode: numa, Healthy: true})
+		}
 	}
 	return out
 }
 
-// Allocate answers for one container. The GPUs are listed in index order
-// whatever order the kubelet used, so CUDA's numbering inside the
-// container follows the host's. Control nodes are looked up each time:
+// DeviceIDs are the device IDs unit uuid is served as (one per replica);
+// nil when the resource does not serve it. Health of a unit goes to each.
+func (r *Resource) DeviceIDs(uuid string) []string {
+	i, ok := r.byUUID[uuid]
+	if !ok {
+		return nil
+	}
+	return r.units[i].ids
+}
+
+// Units lists the units served, in order.
+func (r *Resource) Units() []Unit {
+	out := make([]Unit, len(r.units))
+	for i, e := range r.units {
+		out[i] = e.unit
+	}
+	return out
+}
+
+// UnitOf is the UUID of the unit device ID id belongs to, and whether it
+// is one of this resource's.
+func (r *Resource) UnitOf(id string) (string, bool) {
+	i, ok := r.byID[id]
+	if !ok {
+		return "", false
+	}
+	return r.units[i].uuid, true
+}
+
+// Allocate answers for one container. The units are listed in GPU index
+// order (then MIG device order) whatever order the kubelet used, so
+// CUDA's numbering inside the container follows the host's; replicas of
+// one unit name it once. Control nodes are looked up each time:
 // nvidia-uvm often appears only at the first CUDA call after boot. The
 // answer is in no kubelet API's terms; the front-end serving the resource
 // translates it.
 func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
-	sel := make([]*gpuEntry, 0, len(ids))
-	seen := make([]bool, len(r.gpus))
+	if r.failGT1 && r.shared && len(ids) > 1 {
+		return nil, fmt.Errorf("%w: %d replicas requested, but failRequestsGreaterThanOne is set: a shared GPU gives no more compute for more replicas; request 1", device.ErrBadRequest, len(ids))
+	}
+	sel := make([]*unitEntry, 0, len(ids))
+	seenID := make(map[string]bool, len(ids))
+	seenUnit := make([]bool, len(r.units))
 	for _, id := range ids {
-		i, ok := r.byUUID[id]
+		i, ok := r.byID[id]
 		if !ok {
-			return nil, fmt.Errorf("unknown GPU %q", id)
+			return nil, fmt.Errorf("%w: unknown device %q", device.ErrBadRequest, id)
 		}
-		// The server refuses repeats first; this keeps a GPU from being
+		// The server refuses repeats first; this keeps a device from being
 		// listed twice whoever calls.
-		if seen[i] {
-			return nil, fmt.Errorf("GPU %q requested more than once", id)
+		if seenID[id] {
+			return nil, fmt.Errorf("%w: device %q requested more than once", device.ErrBadRequest, id)
 		}
-		seen[i] = true
-		sel = append(sel, &r.gpus[i])
+		seenID[id] = true
+		if !seenUnit[i] {
+			seenUnit[i] = true
+			sel = append(sel, &r.units[i])
+		}
 	}
 	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {
 		if err := r.specs.Ensure(); err != nil {
 			return nil, err
 		}
 	}
-	slices.SortFunc(sel, func(a, b *gpuEntry) int { return cmp.Compare(a.gpu.Index, b.gpu.Index) })
+	slices.SortFunc(sel, func(a, b *unitEntry) int {
+		if c := cmp.Compare(a.unit.GPU.Index, b.unit.GPU.Index); c != 0 {
+			return c
+		}
+		return cmp.Compare(migIndex(a.unit), migIndex(b.unit))
+	})
 	resp := &device.Answer{}
 	if r.envvar {
 		visible := make([]string, len(sel))
 		controls := cdi.PresentControlNodes(r.devRoot)
 		resp.Nodes = make([]device.Node, 0, len(sel)+len(controls))
+		seenNode := map[string]bool{}
 		for k, e := range sel {
 			visible[k] = e.visible
-			resp.Nodes = append(resp.Nodes, e.node)
+			for _, n := range e.nodes {
+				// Two MIG devices of one GPU share its node.
+				if !seenNode[n.ContainerPath] {
+					seenNode[n.ContainerPath] = true
+					resp.Nodes = append(resp.Nodes, n)
+				}
+			}
 		}
 		for _, name := range controls {
 			resp.Nodes = append(resp.Nodes, devNode(r.devRoot, name))
@@ -231,8 +372,19 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 	return resp, nil
 }
 
-// Preferred picks size GPUs from available, with mustInclude among them:
-// the set allocator.Graph.Choose scores best.
+func migIndex(u Unit) int {
+	if u.MIG == nil {
+		return -1
+	}
+	return u.MIG.Index
+}
+
+// Preferred picks size devices from available, with mustInclude among
+// them. Unshared, it is the set allocator.Graph.Choose scores best. Shared,
+// see preferReplicas.
 func (r *Resource) Preferred(available, mustInclude []string, size int) ([]string, error) {
-	return r.graph.Preferred(available, mustInclude, size)
+	if !r.shared {
+		return r.graph.Preferred(available, mustInclude, size)
+	}
+	return r.preferReplicas(available, mustInclude, size)
 }

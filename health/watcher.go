@@ -114,6 +114,32 @@ type Option func(*options)
 type options struct {
 	sticky   []StickyCondition
 	onSticky func([]StickyCondition)
+	parts    [][]Part
+}
+
+// Part is a MIG device of a watched GPU, by its device ID and instance
+// IDs. A GPU given parts reports health for each of them instead of for
+// itself: a part is Unhealthy when its GPU is (an XID naming no
+// instance, a lost GPU, heat), or when an XID names its instance.
+type Part struct {
+	ID                           string
+	GPUInstance, ComputeInstance int
+}
+
+// WithParts gives GPU i the parts parts[i] (see Part).
+func WithParts(parts [][]Part) Option {
+	return func(o *options) { o.parts = parts }
+}
+
+type partState struct {
+	Part
+	xid     *condition
+	healthy bool
+	reason  string
+}
+
+func (p *partState) matches(in nvml.Instance) bool {
+	return p.GPUInstance == in.GPUInstance && (in.ComputeInstance < 0 || p.ComputeInstance == in.ComputeInstance)
 }
 
 // WithSticky starts the Watcher with these sticky conditions, as Sticky
@@ -150,6 +176,8 @@ type Watcher struct {
 	log     *slog.Logger
 	now     func() time.Time
 	gpus    []gpuState
+	// parts[i] are GPU i's MIG devices when it reports through them.
+	parts [][]partState
 	// failedPolls counts consecutive polls in which no GPU could be read.
 	failedPolls int
 	polled      bool
@@ -177,11 +205,19 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 	w := &Watcher{
 		policy: p, ids: ids, sampler: s, notify: n, rec: rec, log: log, now: time.Now,
 		gpus: make([]gpuState, len(ids)), warned: map[string]warnState{}, onSticky: o.onSticky,
+		parts: make([][]partState, len(ids)),
 	}
 	for i := range w.gpus {
 		w.gpus[i].healthy = true
+		if i < len(o.parts) {
+			for _, p := range o.parts[i] {
+				w.parts[i] = append(w.parts[i], partState{Part: p, healthy: true})
+			}
+		}
 		if rec != nil {
-			rec.Health(ids[i], true, "")
+			for _, id := range w.reportIDs(i) {
+				rec.Health(id, true, "")
+			}
 		}
 	}
 	for _, sc := range o.sticky {
@@ -198,6 +234,10 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 			continue
 		}
 		if i < 0 {
+			if p := w.part(sc.Device); p != nil && k == condXID {
+				p.xid = c
+				continue
+			}
 			log.Info("dropping a saved sticky condition of a GPU no longer here", "device", sc.Device, "reason", c.reason)
 			continue
 		}
@@ -208,6 +248,30 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 	}
 	w.sticky = w.stickyNow()
 	return w, nil
+}
+
+// reportIDs are the device IDs GPU i's health is reported as.
+func (w *Watcher) reportIDs(i int) []string {
+	if len(w.parts[i]) == 0 {
+		return []string{w.ids[i]}
+	}
+	out := make([]string, len(w.parts[i]))
+	for k, p := range w.parts[i] {
+		out[k] = p.ID
+	}
+	return out
+}
+
+// part finds a part by device ID.
+func (w *Watcher) part(id string) *partState {
+	for i := range w.parts {
+		for k := range w.parts[i] {
+			if w.parts[i][k].ID == id {
+				return &w.parts[i][k]
+			}
+		}
+	}
+	return nil
 }
 
 // Sticky returns the sticky conditions now, for saving across restarts.
@@ -227,6 +291,11 @@ func (w *Watcher) stickyNow() []StickyCondition {
 		}
 		if c := g.conds[condECC]; c.sticky() {
 			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyECC, Since: c.since, ActionSeen: c.actionSeen})
+		}
+		for _, p := range w.parts[i] {
+			if c := p.xid; c.sticky() {
+				out = append(out, StickyCondition{Device: p.ID, Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen})
+			}
 		}
 	}
 	return out
@@ -285,19 +354,28 @@ func (w *Watcher) Event(ev nvml.Event) {
 			g.conds[condECC] = &condition{reason: "ecc=double-bit", since: now}
 		}
 	case nvml.EventXID:
-		reason := fmt.Sprintf("xid=%d", ev.XID)
-		switch w.policy.xid(ev.XID) {
-		case xidIgnore:
+		action := w.policy.xid(ev.XID)
+		if action == xidIgnore {
 			w.log.Info("ignoring application XID", "device", w.ids[ev.GPU], "xid", ev.XID)
 			return
-		case xidSticky:
-			g.conds[condXID] = &condition{reason: reason, since: now, xid: ev.XID}
-		case xidTransient:
-			// A sticky XID is never downgraded by a later transient one.
-			if c := g.conds[condXID]; !c.sticky() {
-				g.conds[condXID] = &condition{reason: reason, until: now.Add(w.policy.XIDRecovery), xid: ev.XID}
-			}
 		}
+		if ev.MIG != nil && len(w.parts[ev.GPU]) > 0 {
+			// The XID names a MIG instance: only its devices are hit.
+			hit := 0
+			for k := range w.parts[ev.GPU] {
+				if p := &w.parts[ev.GPU][k]; p.matches(*ev.MIG) {
+					p.xid = w.xidCondition(p.xid, action, ev.XID, now)
+					hit++
+				}
+			}
+			if hit == 0 {
+				w.log.Info("XID on a MIG instance not served; no device changes", "device", w.ids[ev.GPU], "xid", ev.XID,
+					"gpuInstance", ev.MIG.GPUInstance, "computeInstance", ev.MIG.ComputeInstance)
+				return
+			}
+			break
+		}
+		g.conds[condXID] = w.xidCondition(g.conds[condXID], action, ev.XID, now)
 	case nvml.EventRecoveryAction:
 		// The event says the action changed; the field says what it is.
 		s := w.sampler.Sample(ev.GPU)
@@ -315,6 +393,19 @@ func (w *Watcher) Event(ev nvml.Event) {
 	// must not come back having forgotten what the kubelet was told.
 	w.syncSticky()
 	w.publish(ev.GPU)
+}
+
+// xidCondition is the XID condition after XID code arrives, given the
+// one held now: a sticky XID is never downgraded by a later transient one.
+func (w *Watcher) xidCondition(cur *condition, action xidAction, code uint64, now time.Time) *condition {
+	reason := fmt.Sprintf("xid=%d", code)
+	if action == xidSticky {
+		return &condition{reason: reason, since: now, xid: code}
+	}
+	if cur.sticky() {
+		return cur
+	}
+	return &condition{reason: reason, until: now.Add(w.policy.XIDRecovery), xid: code}
 }
 
 // Poll samples every GPU once and applies the results.
@@ -377,8 +468,14 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 	if c := g.conds[condXID]; c != nil && !c.until.IsZero() && !now.Before(c.until) {
 		g.conds[condXID] = nil
 	}
-	// Discovery read the MIG mode; it holds whatever this poll read.
-	if s.MIGEnabled {
+	for k := range w.parts[i] {
+		if c := w.parts[i][k].xid; c != nil && !c.until.IsZero() && !now.Before(c.until) {
+			w.parts[i][k].xid = nil
+		}
+	}
+	// Discovery read the MIG mode; it holds whatever this poll read. A
+	// GPU served through its MIG devices is not hit by it.
+	if s.MIGEnabled && len(w.parts[i]) == 0 {
 		g.set(condMIG, "mig-enabled")
 	} else {
 		g.conds[condMIG] = nil
@@ -493,20 +590,24 @@ func (w *Watcher) applyRecovery(i int, a nvml.RecoveryAction) {
 		return
 	}
 	g := &w.gpus[i]
+	sticky := []**condition{&g.conds[condXID], &g.conds[condECC]}
+	for k := range w.parts[i] {
+		sticky = append(sticky, &w.parts[i][k].xid)
+	}
 	if a != nvml.RecoveryNone {
 		g.set(condRecovery, "recovery-action="+a.String())
-		for _, k := range []kind{condXID, condECC} {
-			if c := g.conds[k]; c.sticky() {
-				c.actionSeen = true
+		for _, c := range sticky {
+			if (*c).sticky() {
+				(*c).actionSeen = true
 			}
 		}
 		return
 	}
 	g.conds[condRecovery] = nil
-	for _, k := range []kind{condXID, condECC} {
-		if c := g.conds[k]; c.sticky() && c.actionSeen {
-			w.log.Info("driver reports no recovery action after one; clearing the sticky condition", "device", w.ids[i], "reason", c.reason)
-			g.conds[k] = nil
+	for _, c := range sticky {
+		if (*c).sticky() && (*c).actionSeen {
+			w.log.Info("driver reports no recovery action after one; clearing the sticky condition", "device", w.ids[i], "reason", (*c).reason)
+			*c = nil
 		}
 	}
 }
@@ -525,7 +626,8 @@ func hwReasons(r uint64) string {
 	return strings.Join(out, "+")
 }
 
-// publish reports GPU i's state if it changed, and logs the transition.
+// publish reports GPU i's state if it changed, and logs the transition;
+// for a GPU with parts, each part's.
 func (w *Watcher) publish(i int) {
 	g := &w.gpus[i]
 	var reasons []string
@@ -535,33 +637,61 @@ func (w *Watcher) publish(i int) {
 		}
 	}
 	healthy, reason := len(reasons) == 0, strings.Join(reasons, ", ")
-	if healthy == g.healthy && reason == g.reason {
+	if len(w.parts[i]) == 0 {
+		w.report(w.ids[i], &g.healthy, &g.reason, healthy, reason)
+		return
+	}
+	g.healthy, g.reason = healthy, reason
+	for k := range w.parts[i] {
+		p := &w.parts[i][k]
+		ph, pr := healthy, reason
+		if p.xid != nil {
+			ph, pr = false, strings.Join(append(slices.Clip(reasons), p.xid.reason), ", ")
+		}
+		w.report(p.ID, &p.healthy, &p.reason, ph, pr)
+	}
+}
+
+// report tells the notifier and recorder that device id is now
+// (healthy, reason), when that differs from (*was, *wasReason).
+func (w *Watcher) report(id string, was *bool, wasReason *string, healthy bool, reason string) {
+	if healthy == *was && reason == *wasReason {
 		return
 	}
 	old := "Healthy"
-	if !g.healthy {
+	if !*was {
 		old = "Unhealthy"
 	}
 	state := "Healthy"
 	if !healthy {
 		state = "Unhealthy"
 	}
-	if healthy != g.healthy {
-		w.log.Warn("GPU health changed", "device", w.ids[i], "old", old, "new", state, "reason", reason, "oldReason", g.reason)
+	if healthy != *was {
+		w.log.Warn("GPU health changed", "device", id, "old", old, "new", state, "reason", reason, "oldReason", *wasReason)
 		if w.rec != nil {
-			w.rec.Transition(w.ids[i], healthy, reason)
+			w.rec.Transition(id, healthy, reason)
 		}
 	} else {
-		w.log.Info("GPU health reason changed", "device", w.ids[i], "state", state, "reason", reason, "oldReason", g.reason)
+		w.log.Info("GPU health reason changed", "device", id, "state", state, "reason", reason, "oldReason", *wasReason)
 	}
 	if w.rec != nil {
-		w.rec.Health(w.ids[i], healthy, reason)
+		w.rec.Health(id, healthy, reason)
 	}
-	g.healthy, g.reason = healthy, reason
-	w.notify.SetHealth(w.ids[i], healthy, reason)
+	*was, *wasReason = healthy, reason
+	w.notify.SetHealth(id, healthy, reason)
 }
 
 // State returns GPU i's current health and reason.
 func (w *Watcher) State(i int) (healthy bool, reason string) {
 	return w.gpus[i].healthy, w.gpus[i].reason
+}
+
+// PartState returns the health of the part with device ID id, and
+// whether there is one.
+func (w *Watcher) PartState(id string) (healthy bool, reason string, ok bool) {
+	p := w.part(id)
+	if p == nil {
+		return false, "", false
+	}
+	return p.healthy, p.reason, true
 }

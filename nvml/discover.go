@@ -44,6 +44,10 @@ func (inv *Inventory) Handle(i int) gonvml.Device {
 // address) is logged and left out, so one lost GPU does not hide the others.
 // Failing to count the GPUs is an error. A node without GPUs gives an empty
 // Inventory, not an error.
+//
+// A GPU in MIG mode has its MIG devices listed in GPU.MIG (their CapMinors
+// are left for package nvcaps). A MIG device that cannot be read is logged
+// and left out; no MIG failure takes the GPU itself out of the inventory.
 func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -66,6 +70,7 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 	// gpuAddrs holds the PCI address of every GPU that has one, skipped or
 	// not, so an NVLink into a skipped GPU is not taken for an NVSwitch.
 	gpuAddrs := make(map[string]bool)
+	migs := &migLister{syms: inv.syms, log: log}
 	for i := range count {
 		gpu, h, err := readGPU(lib, i, gpuAddrs)
 		if err != nil {
@@ -74,6 +79,9 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 		}
 		gpu.NUMANode = numaNode(h, inv.syms, sysfsRoot, gpu.PCIBusID, log)
 		gpu.MIGEnabled = migEnabled(h, inv.syms, gpu.UUID, log)
+		if gpu.MIGEnabled {
+			gpu.MIG = migs.list(h, &gpu)
+		}
 		describe(&gpu, h, inv.syms)
 		inv.GPUs = append(inv.GPUs, gpu)
 		inv.handles = append(inv.handles, h)
@@ -191,7 +199,8 @@ func numaNode(h gonvml.Device, syms Symbols, sysfsRoot, addr string, log *slog.L
 	return n
 }
 
-// migEnabled reads whether the GPU is in MIG mode now. NOT_SUPPORTED means
+// migEnabled reads whether the GPU is in MIG mode now (a pending mode
+// takes effect only at the next reset). NOT_SUPPORTED means
 // a GPU that cannot do MIG; any other failure is logged and taken as MIG
 // off, so an NVML error never takes a GPU away.
 func migEnabled(h gonvml.Device, syms Symbols, uuid string, log *slog.Logger) bool {
@@ -206,8 +215,6 @@ func migEnabled(h gonvml.Device, syms Symbols, uuid string, log *slog.Logger) bo
 		log.Warn("reading MIG mode; taking MIG as off", "device", uuid, "reason", ret.Error())
 		return false
 	case cur == gonvml.DEVICE_MIG_ENABLE:
-		log.Warn("MIG is enabled on this GPU; it is not handed out until the plugin supports MIG (disable MIG with nvidia-smi -i <index> -mig 0 and reset the GPU to serve it whole)",
-			"device", uuid, "reason", "mig-enabled")
 		return true
 	}
 	return false

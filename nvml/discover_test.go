@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -113,7 +114,7 @@ func TestDiscoverDGXA100(t *testing.T) {
 			Architecture:          "ampere",
 			CUDAComputeCapability: "8.0",
 		}
-		if g != want {
+		if !reflect.DeepEqual(g, want) {
 			t.Errorf("GPU %d = %+v, want %+v", i, g, want)
 		}
 		if inv.Handle(i) != srv.Devices[i] {

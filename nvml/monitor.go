@@ -292,6 +292,24 @@ func (m *Monitor) read(i int, sig Signal, s *Sample) gonvml.Return {
 	return gonvml.ERROR_INVALID_ARGUMENT
 }
 
+// noInstance is what NVML puts in an event's instance ids when the
+// event is not about one MIG instance (0xFFFFFFFF).
+const noInstance = ^uint32(0)
+
+// eventInstance names the MIG instance an XID on a MIG-mode GPU arrived
+// for: nil for the whole GPU, ComputeInstance -1 for every compute
+// instance of the GPU instance.
+func eventInstance(gi, ci uint32) *Instance {
+	if gi == noInstance {
+		return nil
+	}
+	in := &Instance{GPUInstance: int(gi), ComputeInstance: -1}
+	if ci != noInstance {
+		in.ComputeInstance = int(ci)
+	}
+	return in
+}
+
 // fieldUint decodes an integer field value by its type.
 func fieldUint(v gonvml.FieldValue) uint64 {
 	switch gonvml.ValueType(v.ValueType) {
@@ -305,7 +323,8 @@ func fieldUint(v gonvml.FieldValue) uint64 {
 }
 
 // WatchEvents sends XID, double-bit ECC and recovery-action events to out
-// until ctx ends.
+// until ctx ends. An XID on a MIG instance arrives on its parent GPU, with
+// Event.MIG naming the instance.
 // One event set covers every GPU; a GPU that cannot register is logged
 // and left to polling. Waits are short so shutdown is prompt.
 func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
@@ -368,6 +387,9 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 		switch {
 		case data.EventType&gonvml.EventTypeXidCriticalError != 0:
 			ev.Kind, ev.XID = EventXID, data.EventData
+			if m.mig[i] {
+				ev.MIG = eventInstance(data.GpuInstanceId, data.ComputeInstanceId)
+			}
 		case data.EventType&gonvml.EventTypeDoubleBitEccError != 0:
 			ev.Kind = EventDoubleBitECC
 		case data.EventType&gonvml.EventTypeGpuRecoveryAction != 0:

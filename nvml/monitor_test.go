@@ -90,3 +90,51 @@ func TestWatchEventsFailsWhenNoGPUCanRegister(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// TestWatchEventsMIG: an XID on a MIG instance arrives on the parent's
+// handle with the instance ids; Event.MIG names the instance, or is nil
+// for the whole GPU, for a GPU not in MIG mode, and for other events.
+func TestWatchEventsMIG(t *testing.T) {
+	const none = 0xFFFFFFFF
+	s := nvmltest.NewDGXA100()
+	events := nvmltest.WithEvents(s)
+	nvmltest.WithMIG(s, 2,
+		&nvmltest.MIG{GPUInstance: 1, ComputeInstance: 0, GISlices: 3, MemoryMiB: 19968},
+		&nvmltest.MIG{GPUInstance: 1, ComputeInstance: 1, GISlices: 3, CISlices: 1, MemoryMiB: 19968},
+	)
+	inv := discover(t, s)
+	out := make(chan nvml.Event)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go nvml.NewMonitor(s, inv, nil).WatchEvents(ctx, out)
+
+	xid := uint64(gonvml.EventTypeXidCriticalError)
+	tests := []struct {
+		name string
+		data gonvml.EventData
+		want *nvml.Instance
+	}{
+		{name: "compute instance", data: gonvml.EventData{Device: inv.Handle(2), EventType: xid, EventData: 43, GpuInstanceId: 1, ComputeInstanceId: 1}, want: &nvml.Instance{GPUInstance: 1, ComputeInstance: 1}},
+		{name: "GPU and compute instance 0", data: gonvml.EventData{Device: inv.Handle(2), EventType: xid, EventData: 43, GpuInstanceId: 0, ComputeInstanceId: 0}, want: &nvml.Instance{}},
+		{name: "every compute instance of a GPU instance", data: gonvml.EventData{Device: inv.Handle(2), EventType: xid, EventData: 43, GpuInstanceId: 1, ComputeInstanceId: none}, want: &nvml.Instance{GPUInstance: 1, ComputeInstance: -1}},
+		{name: "whole GPU", data: gonvml.EventData{Device: inv.Handle(2), EventType: xid, EventData: 79, GpuInstanceId: none, ComputeInstanceId: none}},
+		{name: "GPU not in MIG mode", data: gonvml.EventData{Device: inv.Handle(3), EventType: xid, EventData: 79, GpuInstanceId: 0, ComputeInstanceId: 0}},
+		{name: "not an XID", data: gonvml.EventData{Device: inv.Handle(2), EventType: gonvml.EventTypeDoubleBitEccError, GpuInstanceId: 1, ComputeInstanceId: 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			events <- tt.data
+			select {
+			case got := <-out:
+				if (got.MIG == nil) != (tt.want == nil) || (got.MIG != nil && *got.MIG != *tt.want) {
+					t.Errorf("event MIG = %+v, want %+v", got.MIG, tt.want)
+				}
+				if tt.data.EventType == xid && got.XID != tt.data.EventData {
+					t.Errorf("event XID = %d, want %d", got.XID, tt.data.EventData)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event")
+			}
+		})
+	}
+}

@@ -25,14 +25,33 @@ const (
 	symRemappedRows          = "nvmlDeviceGetRemappedRows"                 // R460+
 	symFieldValues           = "nvmlDeviceGetFieldValues"                  // R410+; the recovery-action field is R550+
 	symArchitecture          = "nvmlDeviceGetArchitecture"                 // R460+
+
+	// Listing MIG devices (R450+, with attributes v2). Without every one
+	// of them a GPU's MIG mode is still read, but its MIG devices are not
+	// listed, as if the driver had no MIG support beyond the mode.
+	symMaxMigDeviceCount = "nvmlDeviceGetMaxMigDeviceCount"
+	symMigDeviceHandle   = "nvmlDeviceGetMigDeviceHandleByIndex"
+	symGpuInstanceID     = "nvmlDeviceGetGpuInstanceId"
+	symComputeInstanceID = "nvmlDeviceGetComputeInstanceId"
+	symAttributes        = "nvmlDeviceGetAttributes_v2"
+	symGpuInstanceByID   = "nvmlDeviceGetGpuInstanceById"
+	symGpuInstanceInfo   = "nvmlGpuInstanceGetInfo"
 )
+
+// migListingSymbols are the functions listing MIG devices needs.
+func migListingSymbols() []string {
+	return []string{
+		symMaxMigDeviceCount, symMigDeviceHandle, symGpuInstanceID, symComputeInstanceID,
+		symAttributes, symGpuInstanceByID, symGpuInstanceInfo,
+	}
+}
 
 // optionalSymbols are checked at start, in this order.
 func optionalSymbols() []string {
-	return []string{
+	return append([]string{
 		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
 		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture,
-	}
+	}, migListingSymbols()...)
 }
 
 // Symbols says which optional NVML functions the loaded library exports.
@@ -56,6 +75,16 @@ func CheckSymbols(lib Library) Symbols {
 		s.has[name] = ext.LookupSymbol(name) == nil
 	}
 	return s
+}
+
+// hasMIGListing reports whether the library can list MIG devices.
+func (s Symbols) hasMIGListing() bool {
+	for _, name := range migListingSymbols() {
+		if !s.Has(name) {
+			return false
+		}
+	}
+	return true
 }
 
 // log says, in one line, which fallbacks the library needs and which
@@ -89,6 +118,8 @@ func (s Symbols) log(log *slog.Logger) {
 	}
 	if !s.Has(symMigMode) {
 		fallbacks = append(fallbacks, "MIG mode not read (the driver predates MIG)")
+	} else if !s.hasMIGListing() {
+		fallbacks = append(fallbacks, "MIG devices not listed (a GPU in MIG mode serves nothing)")
 	}
 	if !s.Has(symRemappedRows) {
 		off = append(off, "remapped-rows")

@@ -148,8 +148,11 @@ func TestDiscoverMIGMode(t *testing.T) {
 			t.Errorf("GPU %d MIGEnabled = %v", g.Index, g.MIGEnabled)
 		}
 	}
-	if n := strings.Count(buf.String(), "MIG is enabled"); n != 1 {
+	if n := strings.Count(buf.String(), "MIG enabled with no MIG devices"); n != 1 {
 		t.Errorf("MIG logged %d times, want once:\n%s", n, buf.String())
+	}
+	if got := inv.GPUs[1].MIG; len(got) != 0 {
+		t.Errorf("GPU 1 MIG = %+v, want none", got)
 	}
 	if n := strings.Count(buf.String(), "reading MIG mode"); n != 1 {
 		t.Errorf("MIG read errors logged %d times, want once (GPU 3 only):\n%s", n, buf.String())

@@ -64,7 +64,8 @@ func Device(s *dgxa100.Server, i int) *dgxa100.Device {
 // The library exports every optional NVML function except
 // nvmlDeviceGetTemperatureV: go-nvml's TemperatureHandler calls C directly
 // and cannot be mocked, so temperature goes through GetTemperature.
-// WithoutSymbols takes more away, as an older driver would.
+// WithoutSymbols takes more away, as an older driver would. MIG is off;
+// WithMIG turns it on with MIG devices.
 func NewDGXA100() *dgxa100.Server {
 	s := dgxa100.New()
 	s.ErrorStringFunc = func(r gonvml.Return) string { return r.Error() }
@@ -139,6 +140,9 @@ func NewDGXA100() *dgxa100.Server {
 		d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
 			return gonvml.SUCCESS
 		}
+		// MIG off; a GPU put in MIG mode has no instances until WithMIG.
+		WithMIG(s, i)
+		d.MigMode = gonvml.DEVICE_MIG_DISABLE
 	}
 	s.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
 		return &mock.EventSet{
@@ -211,4 +215,100 @@ func WithEvents(s *dgxa100.Server) chan<- gonvml.EventData {
 		}, gonvml.SUCCESS
 	}
 	return ch
+}
+
+// MIG describes one mock MIG device for WithMIG.
+type MIG struct {
+	// UUID is the device's; empty gives "MIG-<parent UUID>-<gi>-<ci>".
+	UUID                         string
+	GPUInstance, ComputeInstance int
+	// GISlices and CISlices are the slice counts of the GPU and compute
+	// instance; CISlices 0 means the whole GPU instance.
+	GISlices, CISlices int
+	// MemoryMiB is the device's memory as NVML's attributes report it.
+	MemoryMiB       uint64
+	Multiprocessors int
+	// GIProfileID is the GPU instance's NVML profile id
+	// (gonvml.GPU_INSTANCE_PROFILE_*); it gives the name's suffix.
+	GIProfileID int
+}
+
+// MemoryH100 and MemoryA100 are the total memory NVML reports for an
+// H100 80GB (81559 MiB) and an A100 40GB (40 GiB, as go-nvml's mock has it).
+const (
+	MemoryH100 = 81559 << 20
+	MemoryA100 = 40 << 30
+)
+
+// WithMIG puts mock GPU i of s in MIG mode with migs at MIG device
+// indices 0, 1, ...; a nil entry is an empty slot (NOT_FOUND), as are the
+// slots past the list up to seven. It returns the MIG device handles, nil
+// for empty slots, so a test can override their hooks. Without WithMIG a
+// mock GPU put in MIG mode has seven empty slots.
+func WithMIG(s *dgxa100.Server, i int, migs ...*MIG) []*mock.Device {
+	d := Device(s, i)
+	d.MigMode = gonvml.DEVICE_MIG_ENABLE
+	handles := make([]*mock.Device, len(migs))
+	profiles := map[int]int{}
+	for k, m := range migs {
+		if m == nil {
+			continue
+		}
+		profiles[m.GPUInstance] = m.GIProfileID
+		handles[k] = MIGHandle(d, m)
+	}
+	slots := max(7, len(migs))
+	d.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return slots, gonvml.SUCCESS }
+	d.GetMigDeviceHandleByIndexFunc = func(idx int) (gonvml.Device, gonvml.Return) {
+		switch {
+		case idx < 0 || idx >= slots:
+			return nil, gonvml.ERROR_INVALID_ARGUMENT
+		case idx >= len(handles) || handles[idx] == nil:
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return handles[idx], gonvml.SUCCESS
+	}
+	d.GetGpuInstanceByIdFunc = func(gi int) (gonvml.GpuInstance, gonvml.Return) {
+		id, ok := profiles[gi]
+		if !ok {
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return &mock.GpuInstance{
+			GetInfoFunc: func() (gonvml.GpuInstanceInfo, gonvml.Return) {
+				return gonvml.GpuInstanceInfo{Device: d, Id: uint32(gi), ProfileId: uint32(id)}, gonvml.SUCCESS
+			},
+		}, gonvml.SUCCESS
+	}
+	return handles
+}
+
+// MIGHandle returns a mock MIG device handle of parent described by m.
+func MIGHandle(parent *dgxa100.Device, m *MIG) *mock.Device {
+	uuid := m.UUID
+	if uuid == "" {
+		uuid = fmt.Sprintf("MIG-%s-%d-%d", parent.UUID, m.GPUInstance, m.ComputeInstance)
+	}
+	ci := m.CISlices
+	if ci == 0 {
+		ci = m.GISlices
+	}
+	return &mock.Device{
+		GetUUIDFunc:              func() (string, gonvml.Return) { return uuid, gonvml.SUCCESS },
+		GetGpuInstanceIdFunc:     func() (int, gonvml.Return) { return m.GPUInstance, gonvml.SUCCESS },
+		GetComputeInstanceIdFunc: func() (int, gonvml.Return) { return m.ComputeInstance, gonvml.SUCCESS },
+		GetAttributesFunc: func() (gonvml.DeviceAttributes, gonvml.Return) {
+			return gonvml.DeviceAttributes{
+				MultiprocessorCount:       uint32(m.Multiprocessors),
+				GpuInstanceSliceCount:     uint32(m.GISlices),
+				ComputeInstanceSliceCount: uint32(ci),
+				MemorySizeMB:              m.MemoryMiB,
+			}, gonvml.SUCCESS
+		},
+		GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) {
+			// NVML's total is the attributes' figure; some is in use.
+			return gonvml.Memory{Total: m.MemoryMiB << 20, Used: 13 << 20, Free: (m.MemoryMiB - 13) << 20}, gonvml.SUCCESS
+		},
+		IsMigDeviceHandleFunc:                  func() (bool, gonvml.Return) { return true, gonvml.SUCCESS },
+		GetDeviceHandleFromMigDeviceHandleFunc: func() (gonvml.Device, gonvml.Return) { return parent, gonvml.SUCCESS },
+	}
 }
