@@ -19,38 +19,42 @@ type hint struct {
 	available, must []string
 	size            int
 	asked           int32
-	inAvail         map[string]struct{}
+	// byID is the snapshot's index; inAvail and inMust mark devices by it
+	// (a bitmap beats a map per request: requests name every device).
+	byID            map[string]int
+	inAvail, inMust []bool
 
 	unknown, repeated, unavailable []string
 }
 
 func (s *snapshot) hint(req *pluginapi.ContainerPreferredAllocationRequest) hint {
-	h := hint{asked: req.GetAllocationSize()}
-	inAvail := make(map[string]struct{}, len(req.GetAvailableDeviceIDs()))
-	h.inAvail = inAvail
+	h := hint{asked: req.GetAllocationSize(), byID: s.byID}
+	marks := make([]bool, 2*len(s.devices))
+	h.inAvail, h.inMust = marks[:len(s.devices)], marks[len(s.devices):]
+	h.available = make([]string, 0, len(req.GetAvailableDeviceIDs()))
 	for _, id := range req.GetAvailableDeviceIDs() {
-		switch _, dup := inAvail[id]; {
-		case dup:
-			h.repeated = append(h.repeated, id)
-		case !s.has(id):
+		i, known := s.byID[id]
+		switch {
+		case !known:
 			h.unknown = append(h.unknown, id)
+		case h.inAvail[i]:
+			h.repeated = append(h.repeated, id)
 		default:
-			inAvail[id] = struct{}{}
+			h.inAvail[i] = true
 			h.available = append(h.available, id)
 		}
 	}
-	inMust := make(map[string]struct{}, len(req.GetMustIncludeDeviceIDs()))
 	for _, id := range req.GetMustIncludeDeviceIDs() {
-		_, avail := inAvail[id]
-		switch _, dup := inMust[id]; {
-		case dup:
-			h.repeated = append(h.repeated, id)
-		case !s.has(id):
+		i, known := s.byID[id]
+		switch {
+		case !known:
 			h.unknown = append(h.unknown, id)
-		case !avail:
+		case h.inMust[i]:
+			h.repeated = append(h.repeated, id)
+		case !h.inAvail[i]:
 			h.unavailable = append(h.unavailable, id)
 		default:
-			inMust[id] = struct{}{}
+			h.inMust[i] = true
 			h.must = append(h.must, id)
 		}
 	}
@@ -69,18 +73,19 @@ func (h hint) check(ids []string) error {
 	if len(ids) != h.size {
 		return fmt.Errorf("%d devices chosen, want %d", len(ids), h.size)
 	}
-	seen := make(map[string]struct{}, len(ids))
+	seen := make([]bool, len(h.inAvail))
 	for _, id := range ids {
-		if _, dup := seen[id]; dup {
-			return fmt.Errorf("device %q chosen twice", id)
-		}
-		if _, ok := h.inAvail[id]; !ok {
+		i, ok := h.byID[id]
+		if !ok || !h.inAvail[i] {
 			return fmt.Errorf("device %q chosen but not available", id)
 		}
-		seen[id] = struct{}{}
+		if seen[i] {
+			return fmt.Errorf("device %q chosen twice", id)
+		}
+		seen[i] = true
 	}
 	for _, id := range h.must {
-		if _, ok := seen[id]; !ok {
+		if !seen[h.byID[id]] {
 			return fmt.Errorf("must-include device %q not chosen", id)
 		}
 	}

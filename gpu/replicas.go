@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
 )
@@ -65,36 +64,37 @@ func (r *Resource) preferReplicas(available, mustInclude []string, size int) ([]
 //     best linked, then the first; as many replicas of it as still needed.
 func (r *Resource) pickReplicas(available, mustInclude []string, size int) ([]Pick, error) {
 	n := len(r.units)
-	free := make([][]string, n)
+	// free[u] counts unit u's available replicas not yet taken; avail
+	// marks them by flat device number (r.offset[u] + replica).
+	free := make([]int, n)
 	inAnswer := make([]int, n)
-	taken := make(map[string]bool, size)
-	var out []Pick
-	for _, id := range mustInclude {
-		u, ok := r.byID[id]
+	avail := make([]bool, len(r.byID))
+	out := make([]Pick, 0, size)
+	for _, id := range available {
+		d, ok := r.byID[id]
 		if !ok {
 			return nil, fmt.Errorf("%w: unknown device %q", allocator.ErrBadRequest, id)
 		}
-		if !taken[id] {
-			taken[id] = true
-			inAnswer[u]++
-			out = append(out, Pick{ID: id, Unit: r.units[u].uuid, Why: "must include"})
+		if k := r.offset[d.unit] + d.replica; !avail[k] {
+			avail[k] = true
+			free[d.unit]++
 		}
 	}
-	for _, id := range available {
-		u, ok := r.byID[id]
+	for _, id := range mustInclude {
+		d, ok := r.byID[id]
 		if !ok {
 			return nil, fmt.Errorf("%w: unknown device %q", allocator.ErrBadRequest, id)
 		}
-		if !taken[id] {
-			free[u] = append(free[u], id)
+		if k := r.offset[d.unit] + d.replica; avail[k] {
+			avail[k] = false
+			free[d.unit]--
+			inAnswer[d.unit]++
+			out = append(out, Pick{ID: id, Unit: r.units[d.unit].uuid, Why: "must include"})
 		}
 	}
 	total := 0
-	for u := range free {
-		// Lowest replica number first: answers read predictably.
-		slices.SortFunc(free[u], func(a, b string) int { return replicaNumber(a) - replicaNumber(b) })
-		free[u] = slices.Compact(free[u])
-		total += len(free[u])
+	for _, f := range free {
+		total += f
 	}
 	if size < len(out) || size > len(out)+total {
 		return nil, fmt.Errorf("%w: %d devices wanted, %d must be included, %d more available", allocator.ErrBadRequest, size, len(out), total)
@@ -116,52 +116,55 @@ func (r *Resource) pickReplicas(available, mustInclude []string, size int) ([]Pi
 	for len(out) < size {
 		best := -1
 		for u := range n {
-			if len(free[u]) == 0 {
-				continue
-			}
-			if best < 0 || r.better(u, best, inAnswer, free, link) {
+			if free[u] > 0 && (best < 0 || r.better(u, best, inAnswer, free, link)) {
 				best = u
 			}
 		}
 		take := 1
 		if r.packed {
-			take = min(size-len(out), len(free[best]))
+			take = min(size-len(out), free[best])
 		}
 		why := r.why(best, inAnswer, free)
 		if inAnswer[best] == 0 {
 			addLinks(best)
 		}
-		for _, id := range free[best][:take] {
-			out = append(out, Pick{ID: id, Unit: r.units[best].uuid, Why: why})
+		// Lowest replica numbers first: answers read predictably.
+		e := &r.units[best]
+		for rep := 0; take > 0; rep++ {
+			if k := r.offset[best] + rep; avail[k] {
+				avail[k] = false
+				out = append(out, Pick{ID: e.ids[rep], Unit: e.uuid, Why: why})
+				free[best]--
+				inAnswer[best]++
+				take--
+			}
 		}
-		free[best] = free[best][take:]
-		inAnswer[best] += take
 	}
 	return out, nil
 }
 
 // better reports whether unit a beats unit b for the next replica.
-func (r *Resource) better(a, b int, inAnswer []int, free [][]string, link []int) bool {
+func (r *Resource) better(a, b int, inAnswer, free, link []int) bool {
 	if r.packed {
 		if (inAnswer[a] > 0) != (inAnswer[b] > 0) {
 			return inAnswer[a] > 0
 		}
-		if len(free[a]) != len(free[b]) {
-			return len(free[a]) < len(free[b])
+		if free[a] != free[b] {
+			return free[a] < free[b]
 		}
 		return link[a] > link[b]
 	}
 	if inAnswer[a] != inAnswer[b] {
 		return inAnswer[a] < inAnswer[b]
 	}
-	if len(free[a]) != len(free[b]) {
-		return len(free[a]) > len(free[b])
+	if free[a] != free[b] {
+		return free[a] > free[b]
 	}
 	return link[a] > link[b]
 }
 
-func (r *Resource) why(u int, inAnswer []int, free [][]string) string {
-	f := strconv.Itoa(len(free[u])) + " of " + strconv.Itoa(len(r.units[u].ids)) + " replicas free"
+func (r *Resource) why(u int, inAnswer, free []int) string {
+	f := strconv.Itoa(free[u]) + " of " + strconv.Itoa(len(r.units[u].ids)) + " replicas free"
 	switch {
 	case r.packed && inAnswer[u] > 0:
 		return "packed: filling a GPU already in this allocation (" + f + ")"
@@ -172,14 +175,4 @@ func (r *Resource) why(u int, inAnswer []int, free [][]string) string {
 	default:
 		return "distributed: least used GPU not yet in this allocation, best linked among equals (" + f + ")"
 	}
-}
-
-// replicaNumber is the n of "<uuid>::<n>"; 0 when absent.
-func replicaNumber(id string) int {
-	i := strings.LastIndex(id, ReplicaSep)
-	if i < 0 {
-		return 0
-	}
-	n, _ := strconv.Atoi(id[i+len(ReplicaSep):])
-	return n
 }

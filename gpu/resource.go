@@ -91,6 +91,9 @@ type unitEntry struct {
 	ids []string
 }
 
+// devRef locates a device ID: its unit and replica number.
+type devRef struct{ unit, replica int }
+
 // ReplicaSep joins a unit's UUID and replica number in a device ID.
 const ReplicaSep = "::"
 
@@ -99,9 +102,12 @@ const ReplicaSep = "::"
 // number when shared: unlike indices they never change across reboots or
 // driver reloads.
 type Resource struct {
-	units   []unitEntry
-	byUUID  map[string]int
-	byID    map[string]int // device ID -> unit
+	units  []unitEntry
+	byUUID map[string]int
+	byID   map[string]devRef
+	// offset[u] is where unit u's replicas start in a flat numbering of
+	// every device, for per-request bitmaps.
+	offset  []int
 	devRoot string
 	specs   CDISpecs
 	graph   *allocator.Graph
@@ -138,7 +144,7 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		o.DevRoot = "/dev"
 	}
 	r := &Resource{
-		byUUID: make(map[string]int, len(units)), byID: make(map[string]int, len(units)),
+		byUUID: make(map[string]int, len(units)), byID: make(map[string]devRef, len(units)),
 		devRoot: o.DevRoot, specs: o.Specs, topo: topo,
 		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
 	}
@@ -188,8 +194,9 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		} else {
 			e.ids = []string{e.uuid}
 		}
-		for _, id := range e.ids {
-			r.byID[id] = i
+		r.offset = append(r.offset, len(r.byID))
+		for n, id := range e.ids {
+			r.byID[id] = devRef{unit: i, replica: n}
 		}
 		r.byUUID[e.uuid] = i
 		r.units = append(r.units, e)
@@ -284,10 +291,11 @@ func (r *Resource) Units() []Unit {
 // UnitOf is the UUID of the unit device ID id belongs to, and whether it
 // is one of this resource's.
 func (r *Resource) UnitOf(id string) (string, bool) {
-	i, ok := r.byID[id]
+	d, ok := r.byID[id]
 	if !ok {
 		return "", false
 	}
+	i := d.unit
 	return r.units[i].uuid, true
 }
 
@@ -306,10 +314,11 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 	seenID := make(map[string]bool, len(ids))
 	seenUnit := make([]bool, len(r.units))
 	for _, id := range ids {
-		i, ok := r.byID[id]
+		d, ok := r.byID[id]
 		if !ok {
 			return nil, fmt.Errorf("%w: unknown device %q", device.ErrBadRequest, id)
 		}
+		i := d.unit
 		// The server refuses repeats first; this keeps a device from being
 		// listed twice whoever calls.
 		if seenID[id] {

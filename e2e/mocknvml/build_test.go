@@ -27,6 +27,10 @@ var pluginCalls = []string{
 	"nvmlEventSetWait_v2", "nvmlEventSetFree", "nvmlDeviceGetArchitecture",
 	"nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetBrand",
 	"nvmlDeviceGetTemperatureV", "nvmlDeviceGetMigMode", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues",
+	// MIG discovery.
+	"nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceIsMigDeviceHandle",
+	"nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
+	"nvmlDeviceGetAttributes_v2", "nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetInfo",
 }
 
 // v1Layouts are versioned calls whose v1 struct differs from the one the

@@ -28,7 +28,9 @@ var (
 // Control injects faults into a mock library through its control FIFO (the
 // path in the library's MOCK_NVML_CONTROL). Commands, one a line:
 //
-//	xid <index> <code>           XID event, data <code>
+//	xid <index> <code> [<gi> [<ci>]]
+//	                             XID event, data <code>; with gi (and ci) it is
+//	                             that MIG instance's, still on the parent GPU
 //	ecc <index> [double|single]  ECC event, double-bit unless told
 //	temp <index> <celsius>       current temperature
 //	throttle <index> <hex>       current clocks event reasons

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -146,7 +147,7 @@ func TestChildDiscover(t *testing.T) {
 			PCIBusID: p.BusID, NUMANode: p.NUMANode,
 			Brand: p.Brand, Architecture: p.Architecture, CUDAComputeCapability: p.ComputeCapability,
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("GPU %d:\n got %+v\nwant %+v", i, got, want)
 		}
 		if !strings.HasPrefix(got.PCIBusID, "0000:") || strings.ToLower(got.PCIBusID) != got.PCIBusID {

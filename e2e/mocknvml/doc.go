@@ -3,8 +3,9 @@
 //
 // The library (mocknvml.c, built by Build into libnvidia-ml.so.1) answers the
 // NVML calls the device plugin makes from a profile, a text file naming the
-// GPUs, their PCI addresses, NUMA nodes, NVLinks and PCIe topology (see
-// e2e/profiles/README.md). The plugin loads it through go-nvml's real cgo
+// GPUs, their PCI addresses, NUMA nodes, NVLinks, PCIe topology and MIG
+// devices (see e2e/profiles/README.md). WriteSysfs, WriteDev and WriteProc
+// lay out the files the plugin reads beside NVML. The plugin loads it through go-nvml's real cgo
 // binding, unchanged, so a test exercises the same code a node does.
 // Faults (XID and ECC events, temperature, throttling, a lost GPU, failing
 // calls, transient errors, recovery actions, remapped rows) are injected at

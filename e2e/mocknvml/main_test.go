@@ -60,8 +60,9 @@ func profilePath(name string) string {
 
 // runChild runs the TestChild function test in a new process with env added
 // (MOCK_NVML_* variables are cleared first) and fails t if the child fails
-// or does not run. The child's output is logged.
-func runChild(t *testing.T, test string, env ...string) {
+// or does not run. The child's output (the library's stderr included) is
+// logged and returned.
+func runChild(t *testing.T, test string, env ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	if d, ok := t.Deadline(); ok {
@@ -85,6 +86,7 @@ func runChild(t *testing.T, test string, env ...string) {
 		t.Fatalf("child %s did not pass:\n%s", test, out)
 	}
 	t.Logf("child %s:\n%s", test, out)
+	return string(out)
 }
 
 // childOnly skips a TestChild function unless runChild started it.

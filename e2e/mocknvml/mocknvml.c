@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,12 @@
 #define QUEUE_LEN 256
 #define STR_LEN 96
 #define LINE_LEN 4096
+#define MAX_MIG 7          /* MIG devices a GPU can hold: nvmlDeviceGetMaxMigDeviceCount */
+#define MIG_SLICES 7       /* GPU instance slices of an A100 or H100 */
+#define MAX_GI_ID 14       /* GPU instance ids the driver hands out (its caps go up to gi14) */
+#define MAX_CI_ID 7        /* compute instance ids within a GPU instance */
+#define MAX_GI_PROFILE 17  /* NVML_GPU_INSTANCE_PROFILE_COUNT - 1 in go-nvml v0.13's nvml.h */
+#define NO_INSTANCE 0xFFFFFFFFu /* an event's instance id when it has none */
 
 #ifdef MOCK_R470
 #define SUPPORTED_EVENTS \
@@ -112,6 +119,25 @@ struct pcie_rule {
     uint64_t members;   /* else every pair inside this set */
 };
 
+/* One MIG device (a compute instance), from a mig line of the profile. */
+struct mig_dev {
+    unsigned gi, ci, giprofile, slices, cislices, sms;
+    unsigned long long memory; /* bytes */
+    char uuid[STR_LEN], profile[32];
+};
+
+/* A GPU instance: what nvmlDeviceGetGpuInstanceById hands out. */
+struct nvmlGpuInstance_st {
+    unsigned gpu; /* the parent's index */
+    unsigned id, profile, slices;
+    unsigned start, size; /* placement, in memory slices */
+};
+
+/*
+ * A GPU. Its MIG devices and GPU instances live inside it, so their handles
+ * (pointers to migs[k] and gis[k]) are distinct, stable, and map back to the
+ * GPU by address; a MIG handle is an nvmlDevice_t that points at a mig_dev.
+ */
 struct nvmlDevice_st {
     /* From the profile. */
     unsigned has;
@@ -129,6 +155,9 @@ struct nvmlDevice_st {
     struct link_end links[NVML_NVLINK_MAX_LINKS];
     unsigned unsupported; /* UNSUP_* */
     unsigned mig;         /* MIG mode, with HAS_MIG */
+    unsigned nmig, ngis;
+    struct mig_dev migs[MAX_MIG];            /* by MIG device index: the order of the mig lines */
+    struct nvmlGpuInstance_st gis[MAX_MIG];  /* in the order the mig lines name them */
     /* Injected at run time. */
     int lost;
     int has_temp;
@@ -151,6 +180,7 @@ struct profile {
 struct event {
     unsigned gpu;
     unsigned long long type, data;
+    unsigned gi, ci; /* the MIG instance it is attributed to, or NO_INSTANCE */
 };
 
 struct nvmlEventSet_st {
@@ -583,6 +613,137 @@ static int parse_members(struct parser *ps, char **tok, int n, uint64_t *out)
     return 0;
 }
 
+/* mig_keys are the keys of a mig line, every one required. */
+static const char *const mig_keys[] = {"gi", "ci", "profile", "giprofile", "slices", "cislices", "memory", "sms", "uuid"};
+#define N_MIG_KEYS (sizeof mig_keys / sizeof mig_keys[0])
+
+/*
+ * parse_mig reads "mig <gpu index> key=value..." into the next MIG device
+ * slot of that GPU, and checks it against the GPU and its other MIG devices:
+ * the lines of one GPU instance agree on what the instance is, its compute
+ * instances fit in its slices, and its GPU instances fit in the GPU's.
+ */
+static int parse_mig(struct parser *ps, char **tok, int n)
+{
+    struct profile *p = ps->p;
+    unsigned long long idx, v;
+    if (n < 2 || parse_uint(tok[1], 10, MAX_GPUS - 1, &idx))
+        return fail_at(ps, "usage: mig <gpu index> gi= ci= profile= giprofile= slices= cislices= memory= sms= uuid=");
+    if (idx >= p->ngpus)
+        return fail_at(ps, "mig %llu: no gpu %llu above this line", idx, idx);
+    struct nvmlDevice_st *g = &p->gpus[idx];
+    if (!(g->has & HAS_MIG) || !g->mig)
+        return fail_at(ps, "mig %llu: gpu %llu does not have mig=on", idx, idx);
+    struct mig_dev m;
+    memset(&m, 0, sizeof m);
+    unsigned seen = 0;
+    for (int i = 2; i < n; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return fail_at(ps, "%s: expected key=value", tok[i]);
+        *eq = '\0';
+        const char *key = tok[i], *val = eq + 1;
+        size_t k = 0;
+        while (k < N_MIG_KEYS && strcmp(mig_keys[k], key) != 0)
+            k++;
+        switch (k) {
+        case 0: /* gi */
+            if (parse_uint(val, 10, MAX_GI_ID, &v))
+                return fail_at(ps, "gi %s is not a GPU instance id from 0 to %d", val, MAX_GI_ID);
+            m.gi = (unsigned)v;
+            break;
+        case 1: /* ci */
+            if (parse_uint(val, 10, MAX_CI_ID, &v))
+                return fail_at(ps, "ci %s is not a compute instance id from 0 to %d", val, MAX_CI_ID);
+            m.ci = (unsigned)v;
+            break;
+        case 2: /* profile */
+            if (copy_str(ps, key, val, m.profile, sizeof m.profile))
+                return -1;
+            break;
+        case 3: /* giprofile */
+            if (parse_uint(val, 10, MAX_GI_PROFILE, &v))
+                return fail_at(ps, "giprofile %s is not an NVML GPU instance profile id from 0 to %d", val, MAX_GI_PROFILE);
+            m.giprofile = (unsigned)v;
+            break;
+        case 4: /* slices */
+        case 5: /* cislices */
+            if (parse_uint(val, 10, MIG_SLICES, &v) || v == 0)
+                return fail_at(ps, "%s %s is not a slice count from 1 to %d", key, val, MIG_SLICES);
+            *(k == 4 ? &m.slices : &m.cislices) = (unsigned)v;
+            break;
+        case 6: /* memory */
+            if (parse_uint(val, 10, 1ULL << 40, &v) || v == 0)
+                return fail_at(ps, "memory %s is not a size in MiB", val);
+            m.memory = v << 20;
+            break;
+        case 7: /* sms */
+            if (parse_uint(val, 10, 65535, &v) || v == 0)
+                return fail_at(ps, "sms %s is not a multiprocessor count from 1 to 65535", val);
+            m.sms = (unsigned)v;
+            break;
+        case 8: /* uuid */
+            if (copy_str(ps, key, val, m.uuid, 80))
+                return -1;
+            if (strncmp(val, "MIG-", 4) != 0)
+                return fail_at(ps, "uuid %s does not start with MIG-", val);
+            break;
+        default:
+            return fail_at(ps, "mig: unknown key %s", key);
+        }
+        seen |= 1u << k;
+    }
+    if (seen != (1u << N_MIG_KEYS) - 1)
+        return fail_at(ps, "mig %llu: gi, ci, profile, giprofile, slices, cislices, memory, sms and uuid are required", idx);
+    if (m.cislices > m.slices)
+        return fail_at(ps, "mig %llu: cislices %u is more than slices %u", idx, m.cislices, m.slices);
+    if ((g->has & HAS_MEMORY) && m.memory > g->memory)
+        return fail_at(ps, "mig %llu: memory %llu MiB is more than the GPU's %llu MiB", idx, m.memory >> 20,
+                       g->memory >> 20);
+    for (unsigned i = 0; i < p->ngpus; i++)
+        for (unsigned j = 0; j < p->gpus[i].nmig; j++)
+            if (!strcmp(p->gpus[i].migs[j].uuid, m.uuid))
+                return fail_at(ps, "mig %llu: uuid %s is also gpu %u's MIG device %u", idx, m.uuid, i, j);
+    unsigned ci_slices = m.cislices;
+    for (unsigned j = 0; j < g->nmig; j++) {
+        const struct mig_dev *o = &g->migs[j];
+        if (o->gi != m.gi)
+            continue;
+        if (o->ci == m.ci)
+            return fail_at(ps, "mig %llu: gi %u ci %u is declared twice", idx, m.gi, m.ci);
+        if (o->giprofile != m.giprofile || o->slices != m.slices || o->memory != m.memory)
+            return fail_at(ps, "mig %llu: gi %u differs from its earlier line in giprofile, slices or memory", idx, m.gi);
+        ci_slices += o->cislices;
+    }
+    if (ci_slices > m.slices)
+        return fail_at(ps, "mig %llu: the compute instances of gi %u take more than its %u slices", idx, m.gi, m.slices);
+    /* Slices bound the counts (a CI takes at least one), so the arrays cannot overflow. */
+    if (g->nmig == MAX_MIG)
+        return fail_at(ps, "mig %llu: more than %d MIG devices", idx, MAX_MIG);
+    unsigned k = 0;
+    while (k < g->ngis && g->gis[k].id != m.gi)
+        k++;
+    if (k == g->ngis) { /* the first line of this GPU instance */
+        unsigned gi_slices = m.slices, placed = 0;
+        for (unsigned j = 0; j < g->ngis; j++) {
+            gi_slices += g->gis[j].slices;
+            placed += g->gis[j].size;
+        }
+        if (gi_slices > MIG_SLICES)
+            return fail_at(ps, "mig %llu: its GPU instances take more than %d slices", idx, MIG_SLICES);
+        struct nvmlGpuInstance_st *gi = &g->gis[g->ngis++];
+        gi->gpu = g->index;
+        gi->id = m.gi;
+        gi->profile = m.giprofile;
+        gi->slices = m.slices;
+        /* Placed one after another, each over the eighths of memory it holds. */
+        gi->start = placed;
+        gi->size = (g->has & HAS_MEMORY) ? (unsigned)((m.memory * 8 + g->memory - 1) / g->memory) : m.slices;
+    }
+    g->migs[g->nmig++] = m;
+    return 0;
+}
+
 static int parse_line(struct parser *ps, char *line)
 {
     struct profile *p = ps->p;
@@ -655,6 +816,8 @@ static int parse_line(struct parser *ps, char *line)
         p->ngpus++;
         return 0;
     }
+    if (!strcmp(kw, "mig"))
+        return parse_mig(ps, tok, n);
     if (!strcmp(kw, "pcie")) {
         if (n < 3)
             return fail_at(ps, "usage: pcie <level> same-numa | pcie <level> <GPU indexes>");
@@ -670,7 +833,7 @@ static int parse_line(struct parser *ps, char *line)
         p->nrules++;
         return 0;
     }
-    return fail_at(ps, "unknown keyword %s (want driver, nvml, cuda, nvswitch, defaults, gpu or pcie)", kw);
+    return fail_at(ps, "unknown keyword %s (want driver, nvml, cuda, nvswitch, defaults, gpu, mig or pcie)", kw);
 }
 
 /* load_profile parses path into p; on error it fills err with path:line: message. */
@@ -789,8 +952,12 @@ static struct nvmlEventSet_st *set_find(struct nvmlEventSet_st *h)
     return NULL;
 }
 
-/* deliver queues an event on every set registered for it; call with mu held. */
-static void deliver(unsigned gpu, unsigned long long type, unsigned long long data)
+/*
+ * deliver queues an event on every set registered for it; call with mu held.
+ * gi and ci name the MIG instance it belongs to (NO_INSTANCE for none): like
+ * NVML's, the event comes on the parent GPU, with the instance in its data.
+ */
+static void deliver(unsigned gpu, unsigned long long type, unsigned long long data, unsigned gi, unsigned ci)
 {
     for (struct nvmlEventSet_st *s = sets; s; s = s->next) {
         if (!(s->mask[gpu] & type))
@@ -800,7 +967,7 @@ static void deliver(unsigned gpu, unsigned long long type, unsigned long long da
             s->head = (s->head + 1) % QUEUE_LEN;
             s->len--;
         }
-        s->queue[(s->head + s->len) % QUEUE_LEN] = (struct event){gpu, type, data};
+        s->queue[(s->head + s->len) % QUEUE_LEN] = (struct event){gpu, type, data, gi, ci};
         s->len++;
         pthread_cond_signal(&s->cond);
     }
@@ -839,6 +1006,15 @@ static void reset_faults(struct nvmlDevice_st *g)
     g->transient = 0;
 }
 
+/* mig_instance says whether GPU instance gi (and compute instance ci, unless NO_INSTANCE) exists on g. */
+static int mig_instance(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
+{
+    for (unsigned k = 0; k < g->nmig; k++)
+        if (g->migs[k].gi == gi && (ci == NO_INSTANCE || g->migs[k].ci == ci))
+            return 1;
+    return 0;
+}
+
 /* apply runs one control command; it fills err and returns -1 when the command is wrong. */
 static int apply(char **tok, int n, char *err, size_t errlen)
 {
@@ -856,7 +1032,7 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         int min, max; /* words after the index */
         const char *usage;
     } cmds[] = {
-        {"xid", 1, 1, "xid <index> <code>"},
+        {"xid", 1, 3, "xid <index> <code> [<gi> [<ci>]]"},
         {"ecc", 0, 1, "ecc <index> [double|single]"},
         {"temp", 1, 1, "temp <index> <celsius>"},
         {"throttle", 1, 1, "throttle <index> <hex reasons>"},
@@ -893,7 +1069,19 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             snprintf(err, errlen, "xid: %s is not a decimal XID", tok[2]);
             return -1;
         }
-        deliver(g->index, nvmlEventTypeXidCriticalError, v);
+        unsigned long long gi = NO_INSTANCE, ci = NO_INSTANCE;
+        if (n >= 4 && (parse_uint(tok[3], 10, MAX_GI_ID, &gi) || (n == 5 && parse_uint(tok[4], 10, MAX_CI_ID, &ci)))) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        if (n >= 4 && !mig_instance(g, (unsigned)gi, (unsigned)ci)) {
+            if (n == 4)
+                snprintf(err, errlen, "xid: gpu %llu has no GPU instance %llu", idx, gi);
+            else
+                snprintf(err, errlen, "xid: gpu %llu has no compute instance %llu in GPU instance %llu", idx, ci, gi);
+            return -1;
+        }
+        deliver(g->index, nvmlEventTypeXidCriticalError, v, (unsigned)gi, (unsigned)ci);
     } else if (!strcmp(cmd, "ecc")) {
         unsigned long long type = nvmlEventTypeDoubleBitEccError;
         if (n == 3 && !strcmp(tok[2], "single"))
@@ -902,7 +1090,7 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             snprintf(err, errlen, "usage: %s", usage);
             return -1;
         }
-        deliver(g->index, type, 0);
+        deliver(g->index, type, 0, NO_INSTANCE, NO_INSTANCE);
     } else if (!strcmp(cmd, "temp")) {
         if (parse_uint(tok[2], 10, 200, &v)) {
             snprintf(err, errlen, "temp: %s is not a temperature from 0 to 200 C", tok[2]);
@@ -918,7 +1106,7 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         g->cur_throttle = v;
     } else if (!strcmp(cmd, "lost")) {
         g->lost = 1;
-        deliver(g->index, nvmlEventTypeXidCriticalError, XID_GPU_LOST);
+        deliver(g->index, nvmlEventTypeXidCriticalError, XID_GPU_LOST, NO_INSTANCE, NO_INSTANCE);
     } else if (!strcmp(cmd, "recovery")) {
         static const char *const actions[] = {"none", "reset", "reboot", "drain", "drain-and-reset"};
         unsigned a = 0;
@@ -931,7 +1119,7 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         g->recovery = a; /* the order of nvmlDeviceGpuRecoveryAction_t */
         /* eventData is 0 for every event but XIDs, as nvml.h says. */
         if (SUPPORTED_EVENTS & nvmlEventTypeGpuRecoveryAction)
-            deliver(g->index, nvmlEventTypeGpuRecoveryAction, 0);
+            deliver(g->index, nvmlEventTypeGpuRecoveryAction, 0, NO_INSTANCE, NO_INSTANCE);
     } else if (!strcmp(cmd, "remap")) {
         if (strcmp(tok[2], "none") != 0 && strcmp(tok[2], "pending") != 0 && strcmp(tok[2], "failure") != 0) {
             snprintf(err, errlen, "usage: %s", usage);
@@ -1297,23 +1485,79 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 
 /* ---------------------------------------------------------------- devices */
 
-/* device_check validates a handle for a call on it; call with mu held. */
-static nvmlReturn_t device_check(struct nvmlDevice_st *h)
+/*
+ * member_of finds the GPU whose struct holds p at offset first + k * size
+ * for some k < count(GPU), and sets *k; NULL when p is no such pointer. It
+ * is how a handle is told apart from anything else: GPU handles are
+ * &prof.gpus[i] (first 0, size the whole struct), MIG device and GPU
+ * instance handles point into a GPU's migs and gis arrays.
+ */
+static struct nvmlDevice_st *member_of(const void *p, size_t first, size_t size,
+                                       unsigned (*count)(const struct nvmlDevice_st *), unsigned *k)
 {
-    if (refcount == 0)
-        return NVML_ERROR_UNINITIALIZED;
-    uintptr_t base = (uintptr_t)prof.gpus, p = (uintptr_t)h;
-    if (p < base || (p - base) % sizeof *h != 0 || (p - base) / sizeof *h >= prof.ngpus)
-        return NVML_ERROR_INVALID_ARGUMENT;
+    uintptr_t base = (uintptr_t)prof.gpus, a = (uintptr_t)p;
+    if (a < base || a - base >= prof.ngpus * sizeof prof.gpus[0])
+        return NULL;
+    struct nvmlDevice_st *g = &prof.gpus[(a - base) / sizeof prof.gpus[0]];
+    size_t off = (a - base) % sizeof prof.gpus[0];
+    if (off < first || (off - first) % size != 0 || (off - first) / size >= count(g))
+        return NULL;
+    *k = (unsigned)((off - first) / size);
+    return g;
+}
+
+static unsigned one(const struct nvmlDevice_st *g) { (void)g; return 1; }
+static unsigned mig_count(const struct nvmlDevice_st *g) { return g->nmig; }
+static unsigned gi_count(const struct nvmlDevice_st *g) { return g->ngis; }
+
+/* mig_handle is the nvmlDevice_t of a MIG device: it points at the mig_dev, never dereferenced as a GPU. */
+static struct nvmlDevice_st *mig_handle(struct mig_dev *m) { return (struct nvmlDevice_st *)(void *)m; }
+
+/* gpu_state answers for the GPU a call reaches, MIG handles included: fail, lost, transient. */
+static nvmlReturn_t gpu_state(struct nvmlDevice_st *g)
+{
     if (failing)
         return NVML_ERROR_UNKNOWN;
-    if (h->lost)
+    if (g->lost)
         return NVML_ERROR_GPU_IS_LOST;
-    if (h->transient > 0) {
-        h->transient--;
+    if (g->transient > 0) {
+        g->transient--;
         return NVML_ERROR_UNKNOWN;
     }
     return NVML_SUCCESS;
+}
+
+/*
+ * handle_check validates a GPU or MIG device handle for a call on it and
+ * sets *gpu to the GPU (the parent, for a MIG handle) and *mig to the MIG
+ * device or NULL; call with mu held.
+ */
+static nvmlReturn_t handle_check(struct nvmlDevice_st *h, struct nvmlDevice_st **gpu, struct mig_dev **mig)
+{
+    if (refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    unsigned k;
+    struct nvmlDevice_st *g = member_of(h, 0, sizeof *h, one, &k);
+    *mig = NULL;
+    if (!g) {
+        g = member_of(h, offsetof(struct nvmlDevice_st, migs), sizeof g->migs[0], mig_count, &k);
+        if (!g)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        *mig = &g->migs[k];
+    }
+    *gpu = g;
+    return gpu_state(g);
+}
+
+/* device_check validates a GPU handle for a call that takes no MIG handle; call with mu held. */
+static nvmlReturn_t device_check(struct nvmlDevice_st *h)
+{
+    struct nvmlDevice_st *g;
+    struct mig_dev *m;
+    nvmlReturn_t ret = handle_check(h, &g, &m);
+    if (ret == NVML_SUCCESS && m)
+        ret = NVML_ERROR_NOT_SUPPORTED; /* as NVML answers most calls on a MIG device */
+    return ret;
 }
 
 /* device_begin locks mu and checks the handle; on success the caller must device_end. */
@@ -1344,6 +1588,24 @@ static nvmlReturn_t device_end(nvmlReturn_t ret)
             return device_end(NVML_ERROR_INVALID_ARGUMENT);   \
         __VA_ARGS__;                                          \
         return device_end(ret_);                              \
+    } while (0)
+
+/*
+ * A query that also takes MIG device handles: g is the GPU (the parent of a
+ * MIG device), m the MIG device or NULL.
+ */
+#define MIG_QUERY(device, out, ...)                                  \
+    do {                                                              \
+        struct nvmlDevice_st *g;                                      \
+        struct mig_dev *m;                                            \
+        pthread_mutex_lock(&mu);                                      \
+        nvmlReturn_t ret_ = handle_check((device).handle, &g, &m);    \
+        if (ret_ != NVML_SUCCESS)                                     \
+            return device_end(ret_);                                  \
+        if (!(out))                                                   \
+            return device_end(NVML_ERROR_INVALID_ARGUMENT);           \
+        __VA_ARGS__;                                                  \
+        return device_end(ret_);                                      \
     } while (0)
 
 static nvmlReturn_t count(unsigned int *deviceCount)
@@ -1400,10 +1662,32 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     return handle_by(match_index, &index, NVML_ERROR_INVALID_ARGUMENT, device);
 }
 
+/* mig_by_uuid finds a MIG device by its UUID, which NVML takes in place of a GPU's. */
+static nvmlReturn_t mig_by_uuid(const char *uuid, nvmlDevice_t *device)
+{
+    pthread_mutex_lock(&mu);
+    nvmlReturn_t ret = NVML_ERROR_NOT_FOUND;
+    if (refcount == 0)
+        ret = NVML_ERROR_UNINITIALIZED;
+    for (unsigned i = 0; refcount > 0 && i < prof.ngpus; i++)
+        for (unsigned k = 0; k < prof.gpus[i].nmig; k++)
+            if (!strcmp(prof.gpus[i].migs[k].uuid, uuid)) {
+                ret = gpu_state(&prof.gpus[i]);
+                if (ret == NVML_SUCCESS)
+                    device->handle = mig_handle(&prof.gpus[i].migs[k]);
+                pthread_mutex_unlock(&mu);
+                return ret;
+            }
+    pthread_mutex_unlock(&mu);
+    return ret;
+}
+
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
-    if (!uuid)
+    if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (!strncmp(uuid, "MIG-", 4))
+        return mig_by_uuid(uuid, device);
     return handle_by(match_uuid, uuid, NVML_ERROR_NOT_FOUND, device);
 }
 
@@ -1432,16 +1716,22 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    DEVICE_QUERY(device, uuid, ret_ = copy_out(uuid, length, g->uuid));
+    MIG_QUERY(device, uuid, ret_ = copy_out(uuid, length, m ? m->uuid : g->uuid));
 }
 
+/* A MIG device is named after its GPU and profile, as NVML does: "NVIDIA H100 80GB HBM3 MIG 1g.10gb". */
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    DEVICE_QUERY(device, name, {
-        if (!(g->has & HAS_NAME))
+    MIG_QUERY(device, name, {
+        char mig_name[STR_LEN + sizeof m->profile + 8];
+        if (!(g->has & HAS_NAME)) {
             ret_ = NVML_ERROR_NOT_SUPPORTED;
-        else
+        } else if (m) {
+            snprintf(mig_name, sizeof mig_name, "%s MIG %s", g->name, m->profile);
+            ret_ = copy_out(name, length, mig_name);
+        } else {
             ret_ = copy_out(name, length, g->name);
+        }
     });
 }
 
@@ -1450,14 +1740,15 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
     DEVICE_QUERY(device, minorNumber, *minorNumber = g->minor);
 }
 
+/* Memory reads all free; a MIG device has its GPU instance's memory. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    DEVICE_QUERY(device, memory, {
-        if (!(g->has & HAS_MEMORY)) {
+    MIG_QUERY(device, memory, {
+        if (!m && !(g->has & HAS_MEMORY)) {
             ret_ = NVML_ERROR_NOT_SUPPORTED;
         } else {
-            memory->total = g->memory;
-            memory->free = g->memory;
+            memory->total = m ? m->memory : g->memory;
+            memory->free = memory->total;
             memory->used = 0;
         }
     });
@@ -1465,15 +1756,15 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    DEVICE_QUERY(device, memory, {
+    MIG_QUERY(device, memory, {
         if (memory->version != nvmlMemory_v2) {
             ret_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-        } else if (!(g->has & HAS_MEMORY)) {
+        } else if (!m && !(g->has & HAS_MEMORY)) {
             ret_ = NVML_ERROR_NOT_SUPPORTED;
         } else {
-            memory->total = g->memory;
+            memory->total = m ? m->memory : g->memory;
             memory->reserved = 0;
-            memory->free = g->memory;
+            memory->free = memory->total;
             memory->used = 0;
         }
     });
@@ -1709,6 +2000,122 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     });
 }
 
+/* ------------------------------------------------------------------- MIG */
+
+/* MIG-capable GPUs (with a mig key) hold up to seven MIG devices while MIG is on, none while it is off. */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    DEVICE_QUERY(device, count, {
+        if (!(g->has & HAS_MIG))
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        else
+            *count = g->mig ? MAX_MIG : 0;
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    DEVICE_QUERY(device, migDevice, {
+        if (!(g->has & HAS_MIG))
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        else if (index >= (g->mig ? MAX_MIG : 0))
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        else if (index >= g->nmig)
+            ret_ = NVML_ERROR_NOT_FOUND; /* an empty slot */
+        else
+            migDevice->handle = mig_handle(&g->migs[index]);
+    });
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    MIG_QUERY(device, isMigDevice, *isMigDevice = m != NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    MIG_QUERY(migDevice, device, {
+        if (!m)
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            device->handle = g;
+    });
+}
+
+/* The instance ids are a MIG device's; a GPU's handle is the wrong argument. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    MIG_QUERY(device, id, {
+        if (!m)
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *id = m->gi;
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    MIG_QUERY(device, id, {
+        if (!m)
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            *id = m->ci;
+    });
+}
+
+/* Attributes are answered for MIG devices only, as nvml.h says; engine counts read 0. */
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    MIG_QUERY(device, attributes, {
+        if (!m) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            memset(attributes, 0, sizeof *attributes);
+            attributes->multiprocessorCount = m->sms;
+            attributes->gpuInstanceSliceCount = m->slices;
+            attributes->computeInstanceSliceCount = m->cislices;
+            attributes->memorySizeMB = m->memory >> 20;
+        }
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    DEVICE_QUERY(device, gpuInstance, {
+        ret_ = NVML_ERROR_NOT_FOUND;
+        if (!(g->has & HAS_MIG) || !g->mig)
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        for (unsigned k = 0; ret_ == NVML_ERROR_NOT_FOUND && k < g->ngis; k++)
+            if (g->gis[k].id == id) {
+                gpuInstance->handle = &g->gis[k];
+                ret_ = NVML_SUCCESS;
+            }
+    });
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    unsigned k;
+    struct nvmlDevice_st *g =
+        member_of(gpuInstance.handle, offsetof(struct nvmlDevice_st, gis), sizeof g->gis[0], gi_count, &k);
+    if (!g || !info)
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    nvmlReturn_t ret = gpu_state(g);
+    if (ret == NVML_SUCCESS) {
+        const struct nvmlGpuInstance_st *gi = &g->gis[k];
+        memset(info, 0, sizeof *info);
+        info->device.handle = g;
+        info->id = gi->id;
+        info->profileId = gi->profile;
+        info->placement.start = gi->start;
+        info->placement.size = gi->size;
+    }
+    return device_end(ret);
+}
+
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
                                        unsigned int *isPending, unsigned int *failureOccurred)
 {
@@ -1870,8 +2277,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         data->device.handle = &prof.gpus[e.gpu];
         data->eventType = e.type;
         data->eventData = e.data;
-        data->gpuInstanceId = 0xFFFFFFFFu;
-        data->computeInstanceId = 0xFFFFFFFFu;
+        data->gpuInstanceId = e.gi;
+        data->computeInstanceId = e.ci;
         ret = NVML_SUCCESS;
     }
     if (s->freed && s->waiters == 0)

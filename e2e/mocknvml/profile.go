@@ -10,10 +10,19 @@ import (
 	"strings"
 )
 
-// maxGPUs and maxLinks are the C library's limits (MAX_GPUS, NVML_NVLINK_MAX_LINKS).
+// maxGPUs and maxLinks are the C library's limits (MAX_GPUS, NVML_NVLINK_MAX_LINKS);
+// the MIG limits are its MIG_SLICES, MAX_GI_ID, MAX_CI_ID and MAX_GI_PROFILE.
 const (
 	maxGPUs  = 64
 	maxLinks = 36
+
+	// MaxMIGDevices is what nvmlDeviceGetMaxMigDeviceCount answers for a
+	// GPU with MIG on: MIG device indexes run from 0 to 6.
+	MaxMIGDevices = 7
+	migSlices     = 7
+	maxGIID       = 14 // the driver's caps cover gi0 to gi14
+	maxCIID       = 7
+	maxGIProfile  = 17 // NVML_GPU_INSTANCE_PROFILE_COUNT - 1 in go-nvml v0.13's nvml.h
 )
 
 // Profile is a machine the mock library pretends to be, as LoadProfile reads
@@ -66,10 +75,64 @@ type GPU struct {
 	// MIG is "on" or "off", the GPU's MIG mode; "" when the profile leaves
 	// it out (the GPU cannot do MIG: NVML answers NOT_SUPPORTED).
 	MIG string
+	// MIGDevices are the GPU's MIG devices (mig lines), by MIG device index.
+	MIGDevices []MIGDevice
 	// Unsupported are the signals the GPU answers NOT_SUPPORTED to, in
 	// the order Signals lists them: temp, throttle, recovery, remap.
 	Unsupported []string
 }
+
+// MIGDevice is one MIG device (a compute instance in a GPU instance) of a
+// GPU with MIG on, from a mig line of the profile.
+type MIGDevice struct {
+	// GPU is the parent's index; Index the NVML MIG device index within it
+	// (the order of the GPU's mig lines).
+	GPU   int
+	Index int
+	UUID  string // "MIG-..."
+	// GPUInstance and ComputeInstance are the instance ids NVML reports.
+	GPUInstance     int
+	ComputeInstance int
+	// Profile is NVIDIA's name, "3g.40gb", "1c.3g.40gb", "1g.10gb+me".
+	Profile string
+	// GIProfileID is the NVML GPU instance profile id
+	// (NVML_GPU_INSTANCE_PROFILE_*) nvmlGpuInstanceGetInfo reports.
+	GIProfileID int
+	// Slices and CISlices are the GPU instance's and the compute
+	// instance's slice counts.
+	Slices          int
+	CISlices        int
+	MemoryMiB       uint64
+	Multiprocessors int
+	// GICapMinor and CICapMinor are the nvidia-caps minors of the GPU
+	// instance's and compute instance's access capabilities (GICapMinor and
+	// CICapMinor, the functions, of the parent's minor).
+	GICapMinor int
+	CICapMinor int
+}
+
+// MemoryBytes is the memory NVML reports for the MIG device.
+func (m MIGDevice) MemoryBytes() uint64 { return m.MemoryMiB << 20 }
+
+// CapMinors are the device's capability minors as a container gets them:
+// the GPU instance's access, then the compute instance's.
+func (m MIGDevice) CapMinors() []int { return []int{m.GICapMinor, m.CICapMinor} }
+
+// The nvidia-caps minors of the two global MIG capabilities,
+// /proc/driver/nvidia/capabilities/mig/config and mig/monitor.
+const (
+	MIGConfigCapMinor  = 1
+	MIGMonitorCapMinor = 2
+)
+
+// GICapMinor is the nvidia-caps minor of gpu<gpuMinor>/mig/gi<gi>/access,
+// numbered as the driver's mig-minors table does: after config and monitor,
+// each GPU takes 15 GPU instances of 9 minors each, the instance's own
+// access and then its compute instances ci0 to ci7.
+func GICapMinor(gpuMinor, gi int) int { return 3 + gpuMinor*(maxGIID+1)*(maxCIID+2) + gi*(maxCIID+2) }
+
+// CICapMinor is the nvidia-caps minor of gpu<gpuMinor>/mig/gi<gi>/ci<ci>/access.
+func CICapMinor(gpuMinor, gi, ci int) int { return GICapMinor(gpuMinor, gi) + 1 + ci }
 
 // Signals are the names the unsupported key takes: temperature, clocks
 // event (throttle) reasons, the recovery-action field, remapped rows.
@@ -240,6 +303,8 @@ func (ps *parser) parseLine(line string) error {
 			}
 		}
 		p.GPUs = append(p.GPUs, g)
+	case "mig":
+		return ps.parseMIG(tok)
 	case "pcie":
 		if len(tok) < 3 {
 			return ps.errorf("usage: pcie <level> same-numa | pcie <level> <GPU indexes>")
@@ -262,7 +327,7 @@ func (ps *parser) parseLine(line string) error {
 		}
 		p.PCIe = append(p.PCIe, r)
 	default:
-		return ps.errorf("unknown keyword %s (want driver, nvml, cuda, nvswitch, defaults, gpu or pcie)", kw)
+		return ps.errorf("unknown keyword %s (want driver, nvml, cuda, nvswitch, defaults, gpu, mig or pcie)", kw)
 	}
 	return nil
 }
@@ -397,6 +462,144 @@ func (ps *parser) parseGPUKeys(words []string, g *GPU, identity bool) (int, erro
 		}
 	}
 	return len(seen), nil
+}
+
+// migKeys are the keys of a mig line, every one required.
+var migKeys = []string{"gi", "ci", "profile", "giprofile", "slices", "cislices", "memory", "sms", "uuid"}
+
+// parseMIG reads "mig <gpu index> key=value..." into the GPU's next MIG
+// device and checks it against the GPU and its other MIG devices: the lines
+// of one GPU instance agree on what the instance is, its compute instances
+// fit in its slices, and its GPU instances fit in the GPU's.
+func (ps *parser) parseMIG(tok []string) error {
+	var idx uint64
+	var err error
+	if len(tok) >= 2 {
+		idx, err = parseUint(tok[1], 10, maxGPUs-1)
+	}
+	if len(tok) < 2 || err != nil {
+		return ps.errorf("usage: mig <gpu index> gi= ci= profile= giprofile= slices= cislices= memory= sms= uuid=")
+	}
+	if int(idx) >= len(ps.p.GPUs) {
+		return ps.errorf("mig %d: no gpu %d above this line", idx, idx)
+	}
+	g := &ps.p.GPUs[idx]
+	if g.MIG != "on" {
+		return ps.errorf("mig %d: gpu %d does not have mig=on", idx, idx)
+	}
+	m := MIGDevice{GPU: int(idx), Index: len(g.MIGDevices)}
+	seen := map[string]bool{}
+	for _, w := range tok[2:] {
+		key, val, ok := strings.Cut(w, "=")
+		if !ok {
+			return ps.errorf("%s: expected key=value", w)
+		}
+		switch key {
+		case "gi", "ci":
+			max, what := uint64(maxGIID), "GPU"
+			if key == "ci" {
+				max, what = maxCIID, "compute"
+			}
+			v, err := parseUint(val, 10, max)
+			if err != nil {
+				return ps.errorf("%s %s is not a %s instance id from 0 to %d", key, val, what, max)
+			}
+			if key == "gi" {
+				m.GPUInstance = int(v)
+			} else {
+				m.ComputeInstance = int(v)
+			}
+		case "profile":
+			if err := ps.checkString(key, val, 31); err != nil {
+				return err
+			}
+			m.Profile = val
+		case "giprofile":
+			v, err := parseUint(val, 10, maxGIProfile)
+			if err != nil {
+				return ps.errorf("giprofile %s is not an NVML GPU instance profile id from 0 to %d", val, maxGIProfile)
+			}
+			m.GIProfileID = int(v)
+		case "slices", "cislices":
+			v, err := parseUint(val, 10, migSlices)
+			if err != nil || v == 0 {
+				return ps.errorf("%s %s is not a slice count from 1 to %d", key, val, migSlices)
+			}
+			if key == "slices" {
+				m.Slices = int(v)
+			} else {
+				m.CISlices = int(v)
+			}
+		case "memory":
+			v, err := parseUint(val, 10, 1<<40)
+			if err != nil || v == 0 {
+				return ps.errorf("memory %s is not a size in MiB", val)
+			}
+			m.MemoryMiB = v
+		case "sms":
+			v, err := parseUint(val, 10, 65535)
+			if err != nil || v == 0 {
+				return ps.errorf("sms %s is not a multiprocessor count from 1 to 65535", val)
+			}
+			m.Multiprocessors = int(v)
+		case "uuid":
+			if err := ps.checkString(key, val, 79); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(val, "MIG-") {
+				return ps.errorf("uuid %s does not start with MIG-", val)
+			}
+			m.UUID = val
+		default:
+			return ps.errorf("mig: unknown key %s", key)
+		}
+		seen[key] = true
+	}
+	if len(seen) != len(migKeys) {
+		return ps.errorf("mig %d: gi, ci, profile, giprofile, slices, cislices, memory, sms and uuid are required", idx)
+	}
+	if m.CISlices > m.Slices {
+		return ps.errorf("mig %d: cislices %d is more than slices %d", idx, m.CISlices, m.Slices)
+	}
+	if g.MemoryMiB != 0 && m.MemoryMiB > g.MemoryMiB {
+		return ps.errorf("mig %d: memory %d MiB is more than the GPU's %d MiB", idx, m.MemoryMiB, g.MemoryMiB)
+	}
+	for i, o := range ps.p.GPUs {
+		for j, om := range o.MIGDevices {
+			if om.UUID == m.UUID {
+				return ps.errorf("mig %d: uuid %s is also gpu %d's MIG device %d", idx, m.UUID, i, j)
+			}
+		}
+	}
+	ciSlices, giSlices, newGI := m.CISlices, m.Slices, true
+	counted := map[int]bool{m.GPUInstance: true}
+	for _, o := range g.MIGDevices {
+		if o.GPUInstance != m.GPUInstance {
+			if !counted[o.GPUInstance] {
+				counted[o.GPUInstance] = true
+				giSlices += o.Slices
+			}
+			continue
+		}
+		newGI = false
+		if o.ComputeInstance == m.ComputeInstance {
+			return ps.errorf("mig %d: gi %d ci %d is declared twice", idx, m.GPUInstance, m.ComputeInstance)
+		}
+		if o.GIProfileID != m.GIProfileID || o.Slices != m.Slices || o.MemoryMiB != m.MemoryMiB {
+			return ps.errorf("mig %d: gi %d differs from its earlier line in giprofile, slices or memory", idx, m.GPUInstance)
+		}
+		ciSlices += o.CISlices
+	}
+	if ciSlices > m.Slices {
+		return ps.errorf("mig %d: the compute instances of gi %d take more than its %d slices", idx, m.GPUInstance, m.Slices)
+	}
+	if newGI && giSlices > migSlices {
+		return ps.errorf("mig %d: its GPU instances take more than %d slices", idx, migSlices)
+	}
+	m.GICapMinor = GICapMinor(g.Minor, m.GPUInstance)
+	m.CICapMinor = CICapMinor(g.Minor, m.GPUInstance, m.ComputeInstance)
+	g.MIGDevices = append(g.MIGDevices, m)
+	return nil
 }
 
 // parseNVLinks reads "end*count,end,..." where end is a declared switch or gpuN.
@@ -633,18 +836,74 @@ func (p *Profile) WriteSysfs(root string) error {
 
 // WriteDev creates the device nodes the plugin hands to containers, as empty
 // files under root (standing in for /dev): nvidia<minor> for each GPU,
-// nvidiactl, nvidia-uvm and nvidia-uvm-tools.
+// nvidiactl, nvidia-uvm and nvidia-uvm-tools, and nvidia-caps/nvidia-cap<N>
+// for every capability WriteProc describes.
 func (p *Profile) WriteDev(root string) error {
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "nvidia-caps"), 0o755); err != nil {
 		return fmt.Errorf("writing dev: %w", err)
 	}
 	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 	for _, g := range p.GPUs {
 		names = append(names, fmt.Sprintf("nvidia%d", g.Minor))
 	}
+	for _, c := range p.migCaps() {
+		names = append(names, filepath.Join("nvidia-caps", fmt.Sprintf("nvidia-cap%d", c.minor)))
+	}
 	for _, name := range names {
 		if err := os.WriteFile(filepath.Join(root, name), nil, 0o666); err != nil {
 			return fmt.Errorf("writing dev: %w", err)
+		}
+	}
+	return nil
+}
+
+// migCap is one nvidia capability WriteProc and WriteDev describe.
+type migCap struct {
+	path  string // under <procRoot>/driver/nvidia/capabilities
+	minor int
+	mode  os.FileMode
+}
+
+// migCaps lists the global MIG capabilities, then the access capability of
+// each GPU instance (once) and compute instance of every MIG device.
+func (p *Profile) migCaps() []migCap {
+	// config lets its holder create and destroy instances, so only root may
+	// read it; monitor and the access capabilities are world-readable, as
+	// the driver sets them.
+	caps := []migCap{
+		{path: "mig/config", minor: MIGConfigCapMinor, mode: 0o400},
+		{path: "mig/monitor", minor: MIGMonitorCapMinor, mode: 0o444},
+	}
+	for _, g := range p.GPUs {
+		seen := map[int]bool{}
+		for _, m := range g.MIGDevices {
+			gi := fmt.Sprintf("gpu%d/mig/gi%d", g.Minor, m.GPUInstance)
+			if !seen[m.GPUInstance] {
+				seen[m.GPUInstance] = true
+				caps = append(caps, migCap{path: gi + "/access", minor: m.GICapMinor, mode: 0o444})
+			}
+			caps = append(caps, migCap{path: fmt.Sprintf("%s/ci%d/access", gi, m.ComputeInstance), minor: m.CICapMinor, mode: 0o444})
+		}
+	}
+	return caps
+}
+
+// WriteProc writes the MIG capabilities as the driver shows them under
+// procRoot (standing in for /proc): driver/nvidia/capabilities/mig/config
+// and mig/monitor, and for each MIG device
+// driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access and
+// gi<G>/ci<C>/access, each "DeviceFileMinor: <N>\nDeviceFileMode: <octal>\n"
+// where N is the minor of /dev/nvidia-caps/nvidia-cap<N>.
+func (p *Profile) WriteProc(procRoot string) error {
+	base := filepath.Join(procRoot, "driver", "nvidia", "capabilities")
+	for _, c := range p.migCaps() {
+		path := filepath.Join(base, filepath.FromSlash(c.path))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("writing proc capability %s: %w", c.path, err)
+		}
+		text := fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: %o\n", c.minor, c.mode)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return fmt.Errorf("writing proc capability %s: %w", c.path, err)
 		}
 	}
 	return nil

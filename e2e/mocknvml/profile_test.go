@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -162,7 +163,33 @@ var badProfiles = []struct {
 	{"mig neither on nor off", "defaults mig=yes\n", "mig yes is not on or off"},
 	{"unknown unsupported signal", "defaults unsupported=temp,power\n", "power is not one of temp throttle recovery remap"},
 	{"empty unsupported list", "defaults unsupported=,\n", "unsupported: empty list"},
+	{"mig before its gpu", migGPU0 + "mig 1 " + mig1g + "\n", "mig 1: no gpu 1 above this line"},
+	{"mig on a MIG-off gpu", "gpu 0 uuid=GPU-0 bus=1:0.0 minor=0 mig=off memory=81559\nmig 0 " + mig1g + "\n", "gpu 0 does not have mig=on"},
+	{"mig on a gpu without MIG", "gpu 0 uuid=GPU-0 bus=1:0.0 minor=0\nmig 0 " + mig1g + "\n", "gpu 0 does not have mig=on"},
+	{"mig without a gpu index", migGPU0 + "mig gi=1\n", "usage: mig <gpu index>"},
+	{"mig key missing", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 uuid=MIG-a\n", "sms and uuid are required"},
+	{"mig unknown key", migGPU0 + "mig 0 " + mig1g + " colour=green\n", "mig: unknown key colour"},
+	{"mig uuid without MIG- prefix", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=GPU-a\n", "uuid GPU-a does not start with MIG-"},
+	{"mig gi past 14", migGPU0 + "mig 0 gi=15 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "gi 15 is not a GPU instance id from 0 to 14"},
+	{"mig ci past 7", migGPU0 + "mig 0 gi=7 ci=8 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "ci 8 is not a compute instance id from 0 to 7"},
+	{"mig unknown GI profile", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=18 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "giprofile 18 is not an NVML GPU instance profile id"},
+	{"mig zero slices", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=0 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "slices 0 is not a slice count from 1 to 7"},
+	{"mig more CI slices than GI slices", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=2 memory=9856 sms=16 uuid=MIG-a\n", "cislices 2 is more than slices 1"},
+	{"mig memory past the GPU's", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=90000 sms=16 uuid=MIG-a\n", "memory 90000 MiB is more than the GPU's 81559 MiB"},
+	{"mig zero SMs", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=0 uuid=MIG-a\n", "sms 0 is not a multiprocessor count"},
+	{"mig gi and ci twice", migGPU0 + "mig 0 " + mig1g + "\nmig 0 gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-b\n", "gi 7 ci 0 is declared twice"},
+	{"mig uuid twice", migGPU0 + "mig 0 " + mig1g + "\nmig 0 gi=8 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "uuid MIG-a is also gpu 0's MIG device 0"},
+	{"mig GPU instance described two ways", migGPU0 + "mig 0 gi=1 ci=0 profile=1c.3g.40gb giprofile=2 slices=3 cislices=1 memory=40192 sms=16 uuid=MIG-a\nmig 0 gi=1 ci=1 profile=1c.2g.20gb giprofile=1 slices=2 cislices=1 memory=20096 sms=16 uuid=MIG-b\n", "gi 1 differs from its earlier line"},
+	{"mig compute instances overflow their GPU instance", migGPU0 + "mig 0 gi=1 ci=0 profile=2c.3g.40gb giprofile=2 slices=3 cislices=2 memory=40192 sms=32 uuid=MIG-a\nmig 0 gi=1 ci=1 profile=2c.3g.40gb giprofile=2 slices=3 cislices=2 memory=40192 sms=32 uuid=MIG-b\n", "the compute instances of gi 1 take more than its 3 slices"},
+	{"mig GPU instances overflow the GPU", migGPU0 + "mig 0 gi=0 ci=0 profile=7g.80gb giprofile=4 slices=7 cislices=7 memory=80768 sms=132 uuid=MIG-z\nmig 0 " + mig1g + "\n", "its GPU instances take more than 7 slices"},
 }
+
+// migGPU0 is a gpu line with MIG on for the mig cases of badProfiles, and
+// mig1g the keys of a 1g.10gb MIG device on it.
+const (
+	migGPU0 = "gpu 0 uuid=GPU-0 bus=1:0.0 minor=0 mig=on memory=81559\n"
+	mig1g   = "gi=7 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a"
+)
 
 func TestLoadProfileRejects(t *testing.T) {
 	for _, c := range badProfiles {
@@ -177,7 +204,16 @@ func TestLoadProfileRejects(t *testing.T) {
 }
 
 func TestLibraryRejectsBadProfiles(t *testing.T) {
-	runChild(t, "TestChildRejects", "MOCKNVML_TEST_DIR="+t.TempDir())
+	dir := t.TempDir()
+	out := runChild(t, "TestChildRejects", "MOCKNVML_TEST_DIR="+dir)
+	// The library says why on stderr, in the Go parser's words: "path:line: ...",
+	// or "path: ..." for what only the whole file shows.
+	for _, c := range badProfiles {
+		path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
+		if !regexp.MustCompile(`mocknvml: ` + regexp.QuoteMeta(path) + `(:\d+)?: .*` + regexp.QuoteMeta(c.reason)).MatchString(out) {
+			t.Errorf("case %q: the library did not report %q at %s", c.name, c.reason, path)
+		}
+	}
 }
 
 // TestChildRejects initialises the library on each bad profile in turn:

@@ -1,6 +1,7 @@
-# dgx-a100-mig: four A100 SXM4 on one NUMA node, GPU 1 in MIG mode (its
-# instances are not described: the plugin does not serve MIG yet and must
-# keep GPU 1 out). GPUs 0, 2 and 3 have MIG off; no NVLink is modelled.
+# dgx-a100-mig: four A100 SXM4 on one NUMA node, GPU 1 in MIG mode with no
+# GPU instances created (no mig lines): NVML lists no MIG devices on it, so
+# it has nothing to serve, whole or in parts. GPUs 0, 2 and 3 have MIG off;
+# no NVLink is modelled. dgx-h100-mig.profile has MIG devices.
 # The format is described in README.md and at the top of dgx-h100.profile.
 
 driver 550.54.15

@@ -10,6 +10,7 @@
 #   nvswitch <name> <bus id>    an NVSwitch that GPU links can lead to
 #   defaults key=value...       keys for the gpu lines below (merged, later wins)
 #   gpu <index> key=value...    one GPU, listed in index order from 0
+#   mig <gpu> key=value...      one MIG device of a gpu with mig=on (README.md)
 #   pcie <level> same-numa      pairs on one NUMA node share at least <level>
 #   pcie <level> <GPUs>         pairs inside the list ("0 1", "0-3", "4,6")
 # gpu keys: uuid bus minor (required), name memory (MiB) numa temp slowdown
