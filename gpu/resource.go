@@ -201,13 +201,13 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		r.byUUID[e.uuid] = i
 		r.units = append(r.units, e)
 	}
-	r.graph = unitGraph(units, topo)
+	r.graph = UnitGraph(units, topo)
 	return r, nil
 }
 
-// unitGraph is the allocation graph of units by UUID. Two MIG devices of
-// one GPU rank as a same-board pair; otherwise their GPUs' link counts.
-func unitGraph(units []Unit, topo nvml.Topology) *allocator.Graph {
+// UnitGraph is the allocation graph of units by UUID: each pair weighted
+// LinkWeight(UnitLink(...)).
+func UnitGraph(units []Unit, topo nvml.Topology) *allocator.Graph {
 	ids := make([]string, len(units))
 	numa := make([]int, len(units))
 	for i, u := range units {
@@ -216,12 +216,22 @@ func unitGraph(units []Unit, topo nvml.Topology) *allocator.Graph {
 	return allocator.NewGraph(ids, numa, func(i, j int) int { return unitWeight(units[i], units[j], topo) })
 }
 
-func unitWeight(a, b Unit, topo nvml.Topology) int {
+// UnitLink is how two units are connected: two of one GPU (MIG devices,
+// replicas) as a same-board pair, else their GPUs' link. MIG devices
+// cannot reach each other over NVLink (no peer access between MIG
+// devices), so for them only the PCIe path counts.
+func UnitLink(a, b Unit, topo nvml.Topology) nvml.Link {
 	if a.Pos == b.Pos {
-		return LinkWeight(nvml.Link{PCIe: nvml.LinkSameBoard})
+		return nvml.Link{PCIe: nvml.LinkSameBoard}
 	}
-	return LinkWeight(topo.Between(a.Pos, b.Pos))
+	l := topo.Between(a.Pos, b.Pos)
+	if a.MIG != nil || b.MIG != nil {
+		l.NVLinks = 0
+	}
+	return l
 }
+
+func unitWeight(a, b Unit, topo nvml.Topology) int { return LinkWeight(UnitLink(a, b, topo)) }
 
 // NewGraph builds the allocation graph of gpus: UUIDs as IDs, their NUMA
 // nodes, and LinkWeight of each pair. topo must describe gpus in the same

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,17 +19,20 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
-// allocateCommand is `allocate`: the GPUs the plugin would prefer for a
+// allocateCommand is `allocate`: the devices the plugin would prefer for a
 // request on this node, and why.
 func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
-		Name:      "allocate",
-		Usage:     "show which GPUs GetPreferredAllocation would choose on this node, with the score",
-		UsageText: "gpu-device-plugin allocate --size N [--available ID,...] [--must-include ID,...] [-o table|json]\n\nIDs are GPU UUIDs or indices, as list shows them.",
+		Name:  "allocate",
+		Usage: "show which devices GetPreferredAllocation would choose on this node, and why",
+		UsageText: "gpu-device-plugin allocate --size N [--resource NAME] [--available ID,...] [--must-include ID,...] [-o table|json]\n\n" +
+			"IDs are device IDs as list shows them (UUIDs, or <uuid>::<n> for a time-slicing replica), GPU indices, or\n" +
+			"<gpu>:<mig> MIG indices. In --available a shared GPU's UUID or index offers all its replicas.",
 		Flags: append(settingFlags(),
-			&cli.IntFlag{Name: "size", Aliases: []string{"n"}, Usage: "how many GPUs the container asks for (required)"},
-			&cli.StringSliceFlag{Name: "available", Usage: "the GPUs the kubelet offers, comma-separated UUIDs or indices (default: every GPU found)"},
-			&cli.StringSliceFlag{Name: "must-include", Usage: "GPUs the answer must contain, comma-separated UUIDs or indices"},
+			&cli.IntFlag{Name: "size", Aliases: []string{"n"}, Usage: "how many devices the container asks for (required)"},
+			&cli.StringFlag{Name: "resource", Value: gpu.ResourceName, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
+			&cli.StringSliceFlag{Name: "available", Usage: "the devices the kubelet offers, comma-separated IDs (default: every device of the resource)"},
+			&cli.StringSliceFlag{Name: "must-include", Usage: "devices the answer must contain, comma-separated IDs"},
 			&cli.StringFlag{
 				Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
 				EnvVars: []string{config.EnvName("output")},
@@ -38,7 +42,9 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 	}
 }
 
-// allocation is what `allocate` prints.
+// allocation is what `allocate` prints. Resource, Placement and Picks
+// are set for a shared or MIG resource only, so the answer for whole
+// GPUs reads as it always has. Available counts device IDs.
 type allocation struct {
 	Size      int             `json:"size"`
 	Available int             `json:"available"`
@@ -46,8 +52,22 @@ type allocation struct {
 	GPUs      []allocatedGPU  `json:"gpus"`
 	Score     allocator.Score `json:"score"`
 	Pairs     []allocatedPair `json:"pairs"`
+	Resource  string          `json:"resource,omitempty"`
+	// Placement is the time-slicing placement, for a shared resource.
+	Placement string          `json:"placement,omitempty"`
+	Picks     []allocatedPick `json:"picks,omitempty"`
 }
 
+// allocatedPick is one device ID the preferred allocation chose, its
+// unit ("3" for GPU 3, "3:1" for MIG device 1 of GPU 3) and why.
+type allocatedPick struct {
+	ID   string `json:"id"`
+	Unit string `json:"unit"`
+	Why  string `json:"why"`
+}
+
+// allocatedGPU is one chosen unit: a GPU, or (UUID MIG-…) a MIG device of
+// GPU Index.
 type allocatedGPU struct {
 	Index    int    `json:"index"`
 	UUID     string `json:"uuid"`
@@ -77,71 +97,183 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		return fmt.Errorf("--size is required: how many GPUs to choose")
 	}
 	log := newLogger(cfg, stderr)
-	lib, inv, err := discover(cfg, open, log)
+	lib, inv, err := discoverMIG(cfg, open, log)
 	if err != nil {
 		return err
 	}
 	defer lib.Shutdown()
+	served, err := layOut(cfg, inv, log)
+	if err != nil {
+		return err
+	}
+	name := c.String("resource")
+	k := slices.IndexFunc(served, func(s servedResource) bool { return s.name == name })
+	if k < 0 {
+		names := make([]string, len(served))
+		for i, s := range served {
+			names[i] = s.name
+		}
+		have := strings.Join(names, ", ")
+		if have == "" {
+			have = "none"
+		}
+		return fmt.Errorf("--resource: %q is not served on this node with migStrategy %s and this sharing configuration; served: %s", name, cfg.MIGStrategy, have)
+	}
+	res := served[k].res
+	units := res.Units()
 
-	available, err := gpuIDs(inv.GPUs, "available", c.StringSlice("available"))
+	available, err := deviceIDs(res, name, "available", c.StringSlice("available"), true)
 	if err != nil {
 		return err
 	}
 	if !c.IsSet("available") {
-		for _, g := range inv.GPUs {
-			available = append(available, g.UUID)
+		for _, d := range res.Devices() {
+			available = append(available, d.ID)
 		}
 	}
-	must, err := gpuIDs(inv.GPUs, "must-include", c.StringSlice("must-include"))
+	must, err := deviceIDs(res, name, "must-include", c.StringSlice("must-include"), false)
 	if err != nil {
 		return err
 	}
-	choice, err := gpu.NewGraph(inv.GPUs, inv.Topology).Choose(available, must, c.Int("size"))
-	if err != nil {
-		return fmt.Errorf("choosing %d of %d GPUs: %w", c.Int("size"), len(available), err)
-	}
+	size := c.Int("size")
+	shared := slices.ContainsFunc(units, func(u gpu.Unit) bool { return u.Replicas > 1 })
+	mig := slices.ContainsFunc(units, func(u gpu.Unit) bool { return u.MIG != nil })
+	g := gpu.UnitGraph(units, inv.Topology)
 
-	out := allocation{Size: c.Int("size"), Available: len(available), Exact: choice.Exact, Score: choice.Score,
-		GPUs: make([]allocatedGPU, 0, len(choice.IDs)), Pairs: []allocatedPair{}}
-	var chosen []int // positions in inv.GPUs
-	for _, id := range choice.IDs {
-		i := slices.IndexFunc(inv.GPUs, func(g nvml.GPU) bool { return g.UUID == id })
-		chosen = append(chosen, i)
-		g := inv.GPUs[i]
-		out.GPUs = append(out.GPUs, allocatedGPU{Index: g.Index, UUID: g.UUID, NUMANode: g.NUMANode})
-	}
-	for k, i := range chosen {
-		for _, j := range chosen[k+1:] {
-			l := inv.Topology.Between(i, j)
-			out.Pairs = append(out.Pairs, allocatedPair{A: inv.GPUs[i].Index, B: inv.GPUs[j].Index,
-				NVLinks: l.NVLinks, PCIe: pcieName(l.PCIe), Weight: gpu.LinkWeight(l)})
+	var out allocation
+	if shared || mig {
+		out, err = explain(res, g, units, inv.Topology, available, must, size)
+		if err != nil {
+			return fmt.Errorf("choosing %d of %d devices of %s: %w", size, len(available), name, err)
 		}
+		out.Resource = name
+		if shared {
+			out.Placement = cmp.Or(cfg.Sharing.TimeSlicing.Placement, gpu.PlacementDistributed)
+			if cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne && size > 1 {
+				log.Warn("failRequestsGreaterThanOne is set: the kubelet's Allocate of this many replicas would be refused", "size", size, "resource", name)
+			}
+		}
+	} else {
+		choice, err := g.Choose(available, must, size)
+		if err != nil {
+			return fmt.Errorf("choosing %d of %d GPUs: %w", size, len(available), err)
+		}
+		out = allocation{Size: size, Available: len(available), Exact: choice.Exact, Score: choice.Score}
+		out.GPUs, out.Pairs = chosenUnits(units, inv.Topology, choice.IDs)
 	}
 	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
+	if out.Picks != nil {
+		return writePicks(stdout, out)
+	}
 	return writeAllocation(stdout, out)
 }
 
-// gpuIDs turns UUIDs or indices into UUIDs, naming the flag of one that
-// matches no GPU.
-func gpuIDs(gpus []nvml.GPU, flag string, values []string) ([]string, error) {
+// chosenUnits describes the units with UUIDs ids and each pair of them.
+func chosenUnits(units []gpu.Unit, topo nvml.Topology, ids []string) ([]allocatedGPU, []allocatedPair) {
+	gpus := make([]allocatedGPU, 0, len(ids))
+	pairs := []allocatedPair{}
+	chosen := make([]gpu.Unit, 0, len(ids))
+	for _, id := range ids {
+		i := slices.IndexFunc(units, func(u gpu.Unit) bool { return u.UUID() == id })
+		u := units[i]
+		chosen = append(chosen, u)
+		gpus = append(gpus, allocatedGPU{Index: u.GPU.Index, UUID: id, NUMANode: u.GPU.NUMANode})
+	}
+	for k, a := range chosen {
+		for _, b := range chosen[k+1:] {
+			l := gpu.UnitLink(a, b, topo)
+			pairs = append(pairs, allocatedPair{A: a.GPU.Index, B: b.GPU.Index,
+				NVLinks: l.NVLinks, PCIe: pcieName(l.PCIe), Weight: gpu.LinkWeight(l)})
+		}
+	}
+	return gpus, pairs
+}
+
+// explain answers for a shared or MIG resource: the picks of
+// Resource.ExplainPreferred, which is what GetPreferredAllocation
+// answers, and the units they fall on, scored as a set of units. Exact is
+// true only for an unshared resource whose set the exact search chose:
+// replicas are placed greedily.
+func explain(res *gpu.Resource, g *allocator.Graph, units []gpu.Unit, topo nvml.Topology, available, must []string, size int) (allocation, error) {
+	picks, err := res.ExplainPreferred(available, must, size)
+	if err != nil {
+		return allocation{}, err
+	}
+	byUUID := make(map[string]gpu.Unit, len(units))
+	for _, u := range units {
+		byUUID[u.UUID()] = u
+	}
+	out := allocation{Size: size, Available: len(available), Picks: make([]allocatedPick, len(picks))}
+	var chosen []string
+	for i, p := range picks {
+		out.Picks[i] = allocatedPick{ID: p.ID, Unit: unitLabel(byUUID[p.Unit]), Why: p.Why}
+		if !slices.Contains(chosen, p.Unit) {
+			chosen = append(chosen, p.Unit)
+		}
+	}
+	// The units offered: those of the available and chosen device IDs.
+	offered := slices.Clone(chosen)
+	for _, id := range available {
+		if uuid, ok := res.UnitOf(id); ok && !slices.Contains(offered, uuid) {
+			offered = append(offered, uuid)
+		}
+	}
+	out.Score, err = g.Score(offered, chosen)
+	if err != nil {
+		return allocation{}, fmt.Errorf("scoring the chosen units: %w", err)
+	}
+	if !slices.ContainsFunc(units, func(u gpu.Unit) bool { return u.Replicas > 1 }) {
+		choice, err := g.Choose(available, must, size)
+		out.Exact = err == nil && choice.Exact && sameSet(choice.IDs, chosen)
+	}
+	out.GPUs, out.Pairs = chosenUnits(units, topo, chosen)
+	return out, nil
+}
+
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) })
+}
+
+// unitLabel names a unit as list's INDEX column does: "3", or "3:1" for
+// MIG device 1 of GPU 3.
+func unitLabel(u gpu.Unit) string {
+	s := strconv.Itoa(u.GPU.Index)
+	if u.MIG != nil {
+		s += ":" + strconv.Itoa(u.MIG.Index)
+	}
+	return s
+}
+
+// deviceIDs turns --flag values into device IDs of res (named resource).
+// A value is a device ID, or names a unit by UUID, GPU index ("3", a
+// whole GPU) or MIG index ("3:1"); a unit named stands for its device ID,
+// or with expand (the devices offered) for every replica of it. Naming a
+// shared unit without expand is ambiguous and refused.
+func deviceIDs(res *gpu.Resource, resource, flag string, values []string, expand bool) ([]string, error) {
+	units := res.Units()
 	var out []string
 	for _, v := range values {
 		v = strings.TrimSpace(v)
 		if v == "" {
 			continue
 		}
-		k := slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.UUID == v })
-		if n, err := strconv.Atoi(v); k < 0 && err == nil {
-			k = slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.Index == n })
+		if _, ok := res.UnitOf(v); ok {
+			out = append(out, v)
+			continue
 		}
+		k := slices.IndexFunc(units, func(u gpu.Unit) bool { return u.UUID() == v || unitLabel(u) == v })
 		if k < 0 {
-			return nil, fmt.Errorf("--%s: %q is neither the UUID nor the index of a GPU on this node (list shows them)", flag, v)
+			return nil, fmt.Errorf("--%s: %q is neither the UUID nor the index of a device of %s on this node, nor one of its device IDs (list shows them)", flag, v, resource)
 		}
-		out = append(out, gpus[k].UUID)
+		ids := res.DeviceIDs(units[k].UUID())
+		if len(ids) > 1 && !expand {
+			return nil, fmt.Errorf("--%s: %q is %s, shared as %d replicas: name one of them, %s to %s", flag, v, units[k].Describe(), len(ids), ids[0], ids[len(ids)-1])
+		}
+		out = append(out, ids...)
 	}
 	return out, nil
 }
@@ -198,4 +330,34 @@ func writeAllocation(w io.Writer, a allocation) error {
 		fmt.Fprintf(tw, "%d-%d\t%d\t%s\t%d\n", p.A, p.B, p.NVLinks, p.PCIe, p.Weight)
 	}
 	return tw.Flush()
+}
+
+// writePicks prints the picks of a shared or MIG resource, then what the
+// placement does and the score of the units they fall on.
+func writePicks(w io.Writer, a allocation) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE ID\tUNIT\tWHY")
+	for _, p := range a.Picks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Unit, p.Why)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%d of %d available devices of %s\n", a.Size, a.Available, a.Resource)
+	switch a.Placement {
+	case gpu.PlacementPacked:
+		fmt.Fprintln(w, "placement packed: replicas fill the most used GPUs first, keeping others free")
+	case gpu.PlacementDistributed:
+		fmt.Fprintln(w, "placement distributed: replicas spread over the least used GPUs, one per GPU while there are more")
+	default:
+		how := "exact (no other set scores higher)"
+		if !a.Exact {
+			how = "heuristic (bounded search; never below NUMA grouping)"
+		}
+		fmt.Fprintf(w, "not shared: the best-linked set of MIG devices, %s\n", how)
+	}
+	s := a.Score
+	fmt.Fprintf(w, "units chosen: %d; link %d, NUMA nodes %d, same-node pairs %d, remaining %d\n",
+		len(a.GPUs), s.Link, s.NUMANodes, s.SameNUMAPairs, s.Remaining)
+	return nil
 }

@@ -36,7 +36,7 @@ func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer)
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	lib, inv, err := discover(cfg, open, log)
+	lib, inv, err := discoverMIG(cfg, open, log)
 	if err != nil {
 		return err
 	}

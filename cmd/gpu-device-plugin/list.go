@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
@@ -50,7 +52,11 @@ type listedDRA struct {
 	Devices []draslice.Device `json:"devices"`
 }
 
-// listedGPU is one GPU row of `list`.
+// listedGPU is one GPU row of `list`. Resource and DeviceIDs say how the
+// device-plugin API serves the GPU whole under the MIG strategy and
+// sharing: "" and [] when it does not (a MIG-enabled GPU under single or
+// mixed is served as its MIG devices); one device ID per time-slicing
+// replica.
 type listedGPU struct {
 	Index       int            `json:"index"`
 	UUID        string         `json:"uuid"`
@@ -62,7 +68,28 @@ type listedGPU struct {
 	MIGEnabled  bool           `json:"migEnabled"`
 	Health      string         `json:"health"`
 	Reason      string         `json:"reason"`
+	Resource    string         `json:"resource"`
+	DeviceIDs   []string       `json:"deviceIDs"`
 	AllocatedTo []listedHolder `json:"allocatedTo"`
+	MIG         []listedMIG    `json:"mig"`
+}
+
+// listedMIG is one MIG device of a listed GPU; Resource and DeviceIDs as
+// for GPUs ("" and [] when the MIG strategy leaves it out).
+type listedMIG struct {
+	UUID            string         `json:"uuid"`
+	Index           int            `json:"index"`
+	GPUInstance     int            `json:"gpuInstance"`
+	ComputeInstance int            `json:"computeInstance"`
+	Profile         string         `json:"profile"`
+	MemoryBytes     uint64         `json:"memoryBytes"`
+	Multiprocessors int            `json:"multiprocessors"`
+	CapMinors       []int          `json:"capMinors"`
+	Health          string         `json:"health"`
+	Reason          string         `json:"reason"`
+	Resource        string         `json:"resource"`
+	DeviceIDs       []string       `json:"deviceIDs"`
+	AllocatedTo     []listedHolder `json:"allocatedTo"`
 }
 
 // listedHolder is a container holding a device, as the kubelet's
@@ -112,11 +139,23 @@ type listedNIC struct {
 	AllocatedTo  []listedHolder  `json:"allocatedTo"`
 }
 
-func newListedGPU(g nvml.GPU, health, reason string, holders []podresources.Holder) listedGPU {
+func newListedGPU(g nvml.GPU, health, reason string, as servedAs, holders []podresources.Holder) listedGPU {
 	return listedGPU{
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
 		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
-		Health: health, Reason: reason, AllocatedTo: listedHolders(holders),
+		Health: health, Reason: reason, Resource: as.resource, DeviceIDs: orEmpty(as.ids),
+		AllocatedTo: listedHolders(holders), MIG: []listedMIG{},
+	}
+}
+
+func newListedMIG(m nvml.MIGDevice, health, reason string, as servedAs, holders []podresources.Holder) listedMIG {
+	minors := make([]int, len(m.CapMinors))
+	copy(minors, m.CapMinors)
+	return listedMIG{
+		UUID: m.UUID, Index: m.Index, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance,
+		Profile: m.Profile, MemoryBytes: m.MemoryBytes, Multiprocessors: m.Multiprocessors, CapMinors: minors,
+		Health: health, Reason: reason, Resource: as.resource, DeviceIDs: orEmpty(as.ids),
+		AllocatedTo: listedHolders(holders),
 	}
 }
 
@@ -194,50 +233,64 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
 	}
 	log := newLogger(cfg, stderr)
-	lib, inv, err := discover(cfg, open, log)
+	lib, inv, err := discoverMIG(cfg, open, log)
 	if err != nil {
 		return err
 	}
 	defer lib.Shutdown()
-	// One poll through the same policy serve uses; events need a watch
-	// over time, so list reports what the polled state says now.
-	ids := make([]string, len(inv.GPUs))
-	for i, g := range inv.GPUs {
-		ids[i] = g.UUID
-	}
 	node, err := cfg.Node()
 	if err != nil {
 		return err
 	}
-	w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log)
+	served, err := layOut(cfg, inv, log)
 	if err != nil {
 		return err
 	}
-	w.Poll()
+	as := servedUnits(served)
+	st, err := pollHealth(cfg, lib, inv, served, log)
+	if err != nil {
+		return err
+	}
 	holders := listHolders(c.Context, cfg, log)
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
-	// running plugin's to say).
+	// running plugin's to say). DRA publishes a MIG GPU's MIG devices,
+	// so theirs are the reasons that count there.
 	gpuCDIName := func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) }
 	reasons := map[string]string{}
 	for i, g := range inv.GPUs {
-		if healthy, reason := w.State(i); !healthy {
+		if healthy, reason := st.gpu(i); !healthy {
 			reasons[g.UUID] = reason
+		}
+		for _, m := range g.MIG {
+			if healthy, reason := st.mig(m.UUID); !healthy {
+				reasons[m.UUID] = reason
+			}
 		}
 	}
 	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(draslice.GPUs{
 		GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion,
 	}, cfg.SysfsRoot, gpuCDIName, log), reasons)}
-	for i, g := range inv.GPUs {
-		healthy, reason := w.State(i)
-		state := "Healthy"
-		if !healthy {
-			state = "Unhealthy"
+	// held merges a unit's holders through the device-plugin API (any of
+	// its device IDs under the resource it is served as) and through DRA.
+	held := func(uuid, draName string) []podresources.Holder {
+		a := as[uuid]
+		lists := make([][]podresources.Holder, 0, len(a.ids)+1)
+		for _, id := range a.ids {
+			lists = append(lists, holders.Device(a.resource, id))
 		}
-		held := podresources.Merge(holders.Device(gpu.ResourceName, g.UUID),
-			holders.DRADevice(config.DRADriverName, node, draslice.GPUDeviceName(g)))
-		out.GPUs = append(out.GPUs, newListedGPU(g, state, reason, held))
+		lists = append(lists, holders.DRADevice(config.DRADriverName, node, draName))
+		return podresources.Merge(lists...)
+	}
+	for i, g := range inv.GPUs {
+		healthy, reason := st.gpu(i)
+		lg := newListedGPU(g, healthState(healthy), reason, as[g.UUID], held(g.UUID, draslice.GPUDeviceName(g)))
+		for _, m := range g.MIG {
+			healthy, reason := st.mig(m.UUID)
+			lg.MIG = append(lg.MIG, newListedMIG(m, healthState(healthy), reason, as[m.UUID], held(m.UUID, draslice.MIGDeviceName(g, m))))
+		}
+		out.GPUs = append(out.GPUs, lg)
 	}
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
@@ -256,6 +309,142 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	return writeTable(stdout, out)
 }
 
+func healthState(healthy bool) string {
+	if healthy {
+		return "Healthy"
+	}
+	return "Unhealthy"
+}
+
+// discoverMIG (list, allocate, cdi generate) is discover with each MIG device's capability minors read
+// from procfs, as serve does: a MIG device without them is left out.
+func discoverMIG(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
+	lib, inv, err := discover(cfg, open, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	return lib, inv, nil
+}
+
+// servedResource is one resource the device-plugin API serves.
+type servedResource struct {
+	name string
+	res  *gpu.Resource
+}
+
+// layOut builds the resources serve would, from the MIG strategy and
+// time-slicing, in resource name order.
+func layOut(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]servedResource, error) {
+	ts := cfg.Sharing.TimeSlicing
+	var sharing gpu.Sharing
+	if ts.Enabled() {
+		sharing = ts
+	}
+	layout, err := gpu.Layout(inv.GPUs, cfg.MIGStrategy, sharing, log)
+	if err != nil {
+		return nil, err
+	}
+	opts := gpu.Options{
+		IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot,
+		Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
+	}
+	out := make([]servedResource, 0, len(layout))
+	for _, sv := range layout {
+		res, err := gpu.NewUnits(sv.Units, inv.Topology, opts)
+		if err != nil {
+			return nil, fmt.Errorf("building %s resource: %w", sv.Name, err)
+		}
+		out = append(out, servedResource{name: sv.Name, res: res})
+	}
+	return out, nil
+}
+
+// servedAs is how a unit is served: its resource and device IDs; zero
+// when it is not.
+type servedAs struct {
+	resource string
+	ids      []string
+}
+
+// servedUnits maps each served unit's UUID to how it is served.
+func servedUnits(served []servedResource) map[string]servedAs {
+	out := map[string]servedAs{}
+	for _, s := range served {
+		for _, u := range s.res.Units() {
+			out[u.UUID()] = servedAs{resource: s.name, ids: s.res.DeviceIDs(u.UUID())}
+		}
+	}
+	return out
+}
+
+// healthStates is one poll's health of the GPUs and their MIG devices.
+type healthStates struct {
+	// served watches as serve does: MIG devices the layout serves as
+	// parts, every other GPU whole (so a MIG GPU served whole under
+	// strategy none is Unhealthy, mig-enabled).
+	served *health.Watcher
+	// all has every MIG device as a part, as the DRA front-end watches
+	// them; nil when served already does.
+	all *health.Watcher
+}
+
+func (h healthStates) gpu(i int) (bool, string) { return h.served.State(i) }
+
+func (h healthStates) mig(uuid string) (bool, string) {
+	if healthy, reason, ok := h.served.PartState(uuid); ok || h.all == nil {
+		return healthy, reason
+	}
+	healthy, reason, _ := h.all.PartState(uuid)
+	return healthy, reason
+}
+
+// pollHealth polls once through the same policy serve uses; events need
+// a watch over time, so list reports what the polled state says now.
+func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served []servedResource, log *slog.Logger) (healthStates, error) {
+	ids := make([]string, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		ids[i] = g.UUID
+	}
+	parts := make([][]health.Part, len(inv.GPUs))
+	all := make([][]health.Part, len(inv.GPUs))
+	nServed, nAll := 0, 0
+	for _, s := range served {
+		for _, u := range s.res.Units() {
+			if m := u.MIG; m != nil {
+				parts[u.Pos] = append(parts[u.Pos], migPart(*m))
+				nServed++
+			}
+		}
+	}
+	for i, g := range inv.GPUs {
+		for _, m := range g.MIG {
+			all[i] = append(all[i], migPart(m))
+			nAll++
+		}
+	}
+	poll := func(parts [][]health.Part, log *slog.Logger) (*health.Watcher, error) {
+		w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log, health.WithParts(parts))
+		if err != nil {
+			return nil, err
+		}
+		w.Poll()
+		return w, nil
+	}
+	var h healthStates
+	var err error
+	if h.served, err = poll(parts, log); err != nil || nServed == nAll {
+		return h, err
+	}
+	// The second poll reads the same GPUs: its warnings would repeat.
+	h.all, err = poll(all, slog.New(slog.DiscardHandler))
+	return h, err
+}
+
+func migPart(m nvml.MIGDevice) health.Part {
+	return health.Part{ID: m.UUID, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance}
+}
+
 // listHolders asks the kubelet who holds the devices. Holders are
 // extra: without them (no kubelet here, or no access to its socket) the
 // listing is complete but for them, with one note saying why.
@@ -268,6 +457,22 @@ func listHolders(ctx context.Context, cfg config.Config, log *slog.Logger) podre
 		log.Warn("reading the kubelet PodResources API failed; device holders not shown", "socket", cfg.PodResourcesSocket, "setting", "podResourcesSocket (--pod-resources-socket)", "err", err)
 	}
 	return h
+}
+
+func healthColumn(state, reason string) string {
+	if reason != "" {
+		return state + " (" + reason + ")"
+	}
+	return state
+}
+
+// replicasColumn is the table's REPLICAS: how many time-slicing replicas
+// a unit is served as, - when it is not shared (or not served).
+func replicasColumn(ids []string) string {
+	if len(ids) < 2 {
+		return "-"
+	}
+	return strconv.Itoa(len(ids))
 }
 
 // holderColumn is the table's HOLDER: namespace/pod/container, several
@@ -315,17 +520,19 @@ func (discard) SetHealth(string, bool, string) bool { return false }
 
 func writeTable(w io.Writer, l listing) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\tHOLDER")
+	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\tRESOURCE\tREPLICAS\tHOLDER")
 	for _, g := range l.GPUs {
 		numa := "-"
 		if g.NUMANode >= 0 {
 			numa = fmt.Sprint(g.NUMANode)
 		}
-		health := g.Health
-		if g.Reason != "" {
-			health += " (" + g.Reason + ")"
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa,
+			healthColumn(g.Health, g.Reason), orDash(g.Resource), replicasColumn(g.DeviceIDs), holderColumn(g.AllocatedTo))
+		// MIG devices under their GPU, indented, by NVIDIA's index form.
+		for _, m := range g.MIG {
+			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, m.Index, m.UUID, m.Profile, m.MemoryBytes>>20, g.PCIBusID, numa,
+				healthColumn(m.Health, m.Reason), orDash(m.Resource), replicasColumn(m.DeviceIDs), holderColumn(m.AllocatedTo))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa, health, holderColumn(g.AllocatedTo))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -241,8 +241,8 @@ func TestHelmDRA(t *testing.T) {
 	if len(objs.Policies) != 1 || len(objs.PolicyBindings) != 1 {
 		t.Errorf("%d ValidatingAdmissionPolicies, %d bindings: want the one restricting ResourceSlices to the pod's node", len(objs.Policies), len(objs.PolicyBindings))
 	}
-	if len(objs.DeviceClasses) != 1 || objs.DeviceClasses[0].Name != "gpu."+draDriver {
-		t.Errorf("want DeviceClass gpu.%s alone, got %d", draDriver, len(objs.DeviceClasses))
+	if len(objs.DeviceClasses) != 2 || objs.DeviceClasses[0].Name != "gpu."+draDriver || objs.DeviceClasses[1].Name != "mig."+draDriver {
+		t.Errorf("want DeviceClasses gpu.%s and mig.%s alone, got %d", draDriver, draDriver, len(objs.DeviceClasses))
 	}
 	for _, want := range []string{
 		"kind: ResourceClaimTemplate", "deviceClassName: gpu." + draDriver, "nvidia.com/gpu: 2",
@@ -323,7 +323,7 @@ func TestHelmDRAEveryOption(t *testing.T) {
 	if len(objs.Policies)+len(objs.PolicyBindings) != 0 {
 		t.Error("dra.restrictSlicesToNode: false still renders the admission policy")
 	}
-	if len(objs.DeviceClasses) != 1 || objs.DeviceClasses[0].Spec.ExtendedResourceName != nil {
+	if len(objs.DeviceClasses) != 2 || objs.DeviceClasses[0].Spec.ExtendedResourceName != nil || objs.DeviceClasses[1].Spec.ExtendedResourceName != nil {
 		t.Error("dra.gpuExtendedResource: false still names nvidia.com/gpu in the GPU DeviceClass")
 	}
 	// dra.nicExtendedResources: false, with pools.
@@ -426,8 +426,9 @@ func TestHelmDRADeviceClasses(t *testing.T) {
 		classes[dc.Name] = dc
 	}
 	pools := []string{"example.com/rdma_numa0", "example.com/rdma_numa1"}
-	want := map[string]string{ // class: extended resource
+	want := map[string]string{ // class: extended resource ("" none)
 		"gpu." + draDriver:                    "nvidia.com/gpu",
+		"mig." + draDriver:                    "",
 		"example.com-rdma-numa0." + draDriver: pools[0],
 		"example.com-rdma-numa1." + draDriver: pools[1],
 	}
@@ -446,6 +447,12 @@ func TestHelmDRADeviceClasses(t *testing.T) {
 			t.Errorf("no DeviceClass %s", name)
 			continue
 		}
+		if er == "" {
+			if dc.Spec.ExtendedResourceName != nil {
+				t.Errorf("DeviceClass %s: extendedResourceName %s, want none", name, *dc.Spec.ExtendedResourceName)
+			}
+			continue
+		}
 		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != er {
 			t.Errorf("DeviceClass %s: extendedResourceName %v, want %s", name, dc.Spec.ExtendedResourceName, er)
 		}
@@ -456,12 +463,13 @@ func TestHelmDRADeviceClasses(t *testing.T) {
 
 	devices := map[string]map[string]string{
 		"gpu":   {"type": "gpu"},
+		"mig":   {"type": "mig", "profile": "1g.10gb"},
 		"nic0":  {"type": "nic", "pool": pools[0]},
 		"nic1":  {"type": "nic", "pool": pools[1]},
 		"other": {"type": "fpga"},
 	}
 	wantSel := map[string]string{ // device: the one class that selects it
-		"gpu": "gpu." + draDriver, "nic0": "example.com-rdma-numa0." + draDriver, "nic1": "example.com-rdma-numa1." + draDriver,
+		"gpu": "gpu." + draDriver, "mig": "mig." + draDriver, "nic0": "example.com-rdma-numa0." + draDriver, "nic1": "example.com-rdma-numa1." + draDriver,
 	}
 	for _, qualified := range []bool{false, true} {
 		for dev, attrs := range devices {
