@@ -10,7 +10,8 @@ import (
 )
 
 // TestResolvedConfigRoundTrip: what gpu-device-plugin serve passes is read
-// back to the same configuration, NIC pools and durations included.
+// back to the same configuration, NIC pools, MIG strategy, sharing and
+// durations included.
 func TestResolvedConfigRoundTrip(t *testing.T) {
 	cfg, err := config.Load("../../config/testdata/example-nics.yaml")
 	if err != nil {
@@ -18,6 +19,11 @@ func TestResolvedConfigRoundTrip(t *testing.T) {
 	}
 	cfg.KubeletAPI, cfg.NodeName, cfg.PodUID, cfg.Kubeconfig = config.KubeletAPIDRA, "node-a", "uid-1", "/etc/kubernetes/kubelet.conf"
 	cfg.XIDIgnore = []uint64{13}
+	shared, err := config.Load("../../config/testdata/example-sharing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MIGStrategy, cfg.Sharing = shared.MIGStrategy, shared.Sharing
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
