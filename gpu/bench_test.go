@@ -21,27 +21,8 @@ func BenchmarkAllocate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
-	s, err := deviceplugin.New(deviceplugin.Options{ResourceName: ResourceName, SocketDir: dir, Backend: r})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.SetDevices(r.Devices())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	conn, err := grpc.NewClient("passthrough:///"+s.SocketPath(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	c := pluginapi.NewDevicePluginClient(conn)
+	_, c := serveOnSocket(b, r)
+	ctx := b.Context()
 
 	for _, n := range []int{1, 8} {
 		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{}}}
@@ -60,6 +41,32 @@ func BenchmarkAllocate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// serveOnSocket serves r as nvidia.com/gpu on a unix socket until the
+// benchmark ends, and returns the server and a client of it, as the
+// kubelet dials it.
+func serveOnSocket(b *testing.B, r *Resource) (*deviceplugin.Server, pluginapi.DevicePluginClient) {
+	b.Helper()
+	s, err := deviceplugin.New(deviceplugin.Options{ResourceName: ResourceName, SocketDir: b.TempDir(), Backend: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.SetDevices(r.Devices())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	conn, err := grpc.NewClient("passthrough:///"+s.SocketPath(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return s, pluginapi.NewDevicePluginClient(conn)
 }
 
 // BenchmarkAllocateBackend is the plugin's own share of Allocate, without

@@ -1,18 +1,14 @@
 package gpu
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
@@ -80,25 +76,8 @@ func BenchmarkScale(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := deviceplugin.New(deviceplugin.Options{ResourceName: ResourceName, SocketDir: b.TempDir(), Backend: r})
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.SetDevices(r.Devices())
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { s.Run(ctx); close(done) }()
-			defer func() { cancel(); <-done }()
-			conn, err := grpc.NewClient("passthrough:///"+s.SocketPath(),
-				grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-				}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			c := pluginapi.NewDevicePluginClient(conn)
+			s, c := serveOnSocket(b, r)
+			ctx := b.Context()
 			if _, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true)); err != nil {
 				b.Fatal(err)
 			}
