@@ -47,16 +47,21 @@ type release struct {
 // at the same path, so the host paths in Allocate answers and CDI specs
 // are right for the runtime too.
 func chartValues(strategies ...string) (chartutil.Values, error) {
-	fixture := env.Fixture
-	repo, tag := env.PluginImage, "latest"
+	return env.chartValues(strategies...)
+}
+
+// chartValues are the values that put the plugin on the fixture s describes.
+func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
+	fixture := s.Fixture
+	repo, tag := s.PluginImage, "latest"
 	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo, tag = repo[:i], repo[i+1:]
 	}
 	v := chartutil.Values{
 		"image":              map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
 		"hostNetwork":        true,
-		"driverRoot":         env.driverRoot(),
-		"cdiSpecDir":         env.CDISpecDir,
+		"driverRoot":         s.driverRoot(),
+		"cdiSpecDir":         s.CDISpecDir,
 		"deviceListStrategy": strategies,
 		"config": map[string]any{
 			"deviceIDStrategy": "uuid",
@@ -66,13 +71,13 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 			"logFormat":          "json",
 		},
 		"extraArgs": []any{
-			"--nvml-library=" + env.nvmlLibrary(),
+			"--nvml-library=" + s.nvmlLibrary(),
 			"--sysfs-root=" + filepath.Join(fixture, "sys"),
 			"--dev-root=" + filepath.Join(fixture, "dev"),
 		},
 		"env": []any{
-			map[string]any{"name": "MOCK_NVML_PROFILE", "value": env.profilePath()},
-			map[string]any{"name": "MOCK_NVML_CONTROL", "value": env.controlFIFO()},
+			map[string]any{"name": "MOCK_NVML_PROFILE", "value": s.profilePath()},
+			map[string]any{"name": "MOCK_NVML_CONTROL", "value": s.controlFIFO()},
 		},
 		"extraVolumes": []any{
 			map[string]any{"name": "fixture", "hostPath": map[string]any{"path": fixture, "type": "Directory"}},
@@ -92,7 +97,7 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": host},
 		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": port},
 	)
-	if env.hasNICs() {
+	if s.hasNICs() {
 		// The README's pools for this node: config/testdata/example-nics.yaml.
 		root, err := repoRoot()
 		if err != nil {
@@ -103,7 +108,7 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 			return nil, err
 		}
 		v["config"].(map[string]any)["nicResources"] = pools["nicResources"]
-		v["extraArgs"] = append(v["extraArgs"].([]any), "--proc-root="+env.procRoot())
+		v["extraArgs"] = append(v["extraArgs"].([]any), "--proc-root="+s.procRoot())
 	}
 	return v, nil
 }
