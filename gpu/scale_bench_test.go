@@ -108,12 +108,15 @@ func BenchmarkScale(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := st.Recv(); err != nil {
+				first, err := st.Recv()
+				if err != nil {
 					b.Fatal(err)
 				}
 				unit := units[0].UUID()
 				ids := r.DeviceIDs(unit)
-				healthy := true
+				// Start from the state an earlier run (-count) left.
+				i := slices.IndexFunc(first.Devices, func(d *pluginapi.Device) bool { return d.ID == ids[len(ids)-1] })
+				healthy := first.Devices[i].Health == pluginapi.Healthy
 				p50(b, func() {
 					healthy = !healthy
 					s.SetHealthOf(ids, healthy, "bench")
