@@ -185,9 +185,6 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
-		for _, m := range g.MIG {
-			log.Info("MIG device", "parent", g.UUID, "uuid", m.UUID, "profile", m.Profile, "gpuInstance", m.GPUInstance, "computeInstance", m.ComputeInstance)
-		}
 	}
 	// The spec first: the kubelet may hand out a CDI name as soon as the
 	// resource registers.

@@ -174,8 +174,8 @@ type podHolders struct {
 	// kubelet knows it by (replicas of a shared GPU, a MIG profile's
 	// resource).
 	served map[string]servedAs
-	last podresources.Holders
-	at   time.Time
+	last   podresources.Holders
+	at     time.Time
 }
 
 // holdersFresh is how long one List answers for: a burst of transitions

@@ -50,19 +50,7 @@ func TestDRANode(t *testing.T) {
 		{"deleting the pods unprepares their claims", s.unprepare},
 		{"uninstall removes the slices; the documented step the CDI specs", s.uninstall},
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		t.Logf("plugin logs at failure:%s", pluginLogs(ctx))
-		deletePods(ctx, draPods...)
-		if s.release != nil {
-			s.release.uninstall(ctx)
-		}
-		removeSpecs()
-	})
+	cleanUpOnFailure(t, func() *release { return s.release }, true, draPods...)
 	runSteps(t, ctx, steps)
 }
 

@@ -50,19 +50,7 @@ func TestGPUNode(t *testing.T) {
 		{"GPU container restarts while the plugin is down", s.restartWithoutPlugin},
 		{"uninstall leaves only the CDI specs, which the documented step removes", s.uninstall},
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		// Leave the node clean for the next run, whatever failed.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		t.Logf("plugin logs at failure:%s", pluginLogs(ctx))
-		deletePods(ctx, allPods...)
-		if s.release != nil {
-			s.release.uninstall(ctx)
-		}
-	})
+	cleanUpOnFailure(t, func() *release { return s.release }, false, allPods...)
 	runSteps(t, ctx, steps)
 }
 
@@ -74,6 +62,28 @@ type step struct {
 
 // runSteps runs steps in order, timing each; the first failure stops the
 // rest.
+// cleanUpOnFailure leaves the node clean for the next lane when t fails,
+// whatever failed: it logs the plugin's output, deletes pods, uninstalls
+// the release rel returns (nil before install) and, with specs, removes
+// the CDI specs the plugin left.
+func cleanUpOnFailure(t *testing.T, rel func() *release, specs bool, pods ...string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		t.Logf("plugin logs at failure:%s", pluginLogs(ctx))
+		deletePods(ctx, pods...)
+		if r := rel(); r != nil {
+			r.uninstall(ctx)
+		}
+		if specs {
+			removeSpecs()
+		}
+	})
+}
+
 func runSteps(t *testing.T, ctx context.Context, steps []step) {
 	t.Helper()
 	for _, st := range steps {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
 )
 
 // The sharing lane: MIG devices and time-sliced replicas on a node whose
@@ -30,8 +31,6 @@ const (
 	podMIG         = "mig-1g"   // one nvidia.com/mig-1g.10gb
 	podShared1     = "shared-1" // one replica of the shared GPU
 	podShared2     = "shared-2" // the other replica of the same GPU
-	// replicaSep joins a GPU's UUID and a replica number in a device ID.
-	replicaSep = "::"
 )
 
 var sharingPods = []string{podMIG, podShared1, podShared2}
@@ -50,19 +49,7 @@ func TestSharingNode(t *testing.T) {
 		{"XID 79 on the shared GPU reaches both pods' status", s.xid},
 		{"uninstall leaves the node clean", s.uninstall},
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		t.Logf("plugin logs at failure:%s", pluginLogs(ctx))
-		deletePods(ctx, sharingPods...)
-		if s.release != nil {
-			s.release.uninstall(ctx)
-		}
-		removeSpecs()
-	})
+	cleanUpOnFailure(t, func() *release { return s.release }, true, sharingPods...)
 	runSteps(t, ctx, steps)
 }
 
@@ -338,7 +325,7 @@ func (s *sharingScenario) sharedPods(t *testing.T, ctx context.Context) {
 		}
 		checkGPUNodes(t, rep, s.shared.Minor)
 		ids := sortedKeys(allocatedDevices(pod, sharedResource))
-		if len(ids) != 1 || !strings.HasPrefix(ids[0], s.shared.UUID+replicaSep) {
+		if len(ids) != 1 || !strings.HasPrefix(ids[0], s.shared.UUID+gpu.ReplicaSep) {
 			t.Fatalf("pod %s: allocatedResourcesStatus of %s lists %v, want one replica of %s", name, sharedResource, ids, s.shared.UUID)
 		}
 		s.replicas[name] = ids[0]
