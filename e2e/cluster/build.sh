@@ -3,6 +3,7 @@
 #   kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
 #   etcd:       etcd (server)
 #   containerd: containerd, containerd-shim-runc-v2, ctr (CDI on by default in 2.x)
+#   kubeadm:    kubeadm (kind's node image; not part of "all")
 # Each goes to .cache/bin/<component>-<version>/, written only when the whole
 # build succeeded, so an existing directory means "done" and is never rebuilt.
 # Kubernetes is built from a scratch module that requires k8s.io/kubernetes
@@ -23,16 +24,16 @@ finish() {
 	rm -rf "$2" && mv "$1" "$2"
 }
 
-build_kubernetes() {
-	[ -x "$K8S_BIN/kubelet" ] && return
-	local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+# kubernetes_module: the scratch module (src/kubernetes-VERSION) that
+# requires k8s.io/kubernetes with every staging module replaced; made once.
+kubernetes_module() {
+	K8S_SRC=$CACHE_DIR/src/kubernetes-$K8S_VERSION
+	[ -f "$K8S_SRC/.ready" ] && return
 	local staging=v0.${K8S_VERSION#v1.}
-	local src=$CACHE_DIR/src/kubernetes-$K8S_VERSION out=$CACHE_DIR/bin/.kubernetes-$K8S_VERSION.tmp
-	log "building kubernetes $K8S_VERSION (cold: ~15 min on 2 cores)"
-	scratch_module "$src" e2e-cluster/kubernetes
+	scratch_module "$K8S_SRC" e2e-cluster/kubernetes
 	# The go tool fetches it, so the user's GOPROXY, GOFLAGS and GONOSUMDB apply.
 	local info gomod mod
-	info=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION") ||
+	info=$(cd "$K8S_SRC" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION") ||
 		die "go mod download k8s.io/kubernetes@$K8S_VERSION: $info"
 	gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' <<<"$info")
 	[ -n "$gomod" ] && [ -r "$gomod" ] || die "go mod download named no go.mod for k8s.io/kubernetes@$K8S_VERSION: $info"
@@ -44,22 +45,42 @@ build_kubernetes() {
 		# Every "k8s.io/x => ./staging/src/k8s.io/x" becomes "k8s.io/x => k8s.io/x v0.N.P".
 		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' <<<"$mod"
 		echo ')'
-	} >>"$src/go.mod"
-	local n; n=$(grep -c " => k8s.io/" "$src/go.mod")
+	} >>"$K8S_SRC/go.mod"
+	local n; n=$(grep -c " => k8s.io/" "$K8S_SRC/go.mod")
 	[ "$n" -ge 30 ] || die "only $n staging modules found in k8s.io/kubernetes@$K8S_VERSION's go.mod"
+	touch "$K8S_SRC/.ready"
+}
+
+# build_kubernetes_commands DEST CMD...: k8s.io/kubernetes/cmd/CMD for each,
+# into DEST, stamped with the version as a release build would be.
+build_kubernetes_commands() {
+	local dest=$1; shift
+	[ -x "$dest/$1" ] && return
+	kubernetes_module
+	local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+	local out=$dest.tmp pkgs=() c
+	for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 	local pkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version ldflags="-s -w"
 	for p in $pkg $cpkg; do
 		ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
 		ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 	done
 	rm -rf "$out" && mkdir -p "$out"
-	(cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/" \
-		k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager \
-		k8s.io/kubernetes/cmd/kube-scheduler \
-		k8s.io/kubernetes/cmd/kubelet \
-		k8s.io/kubernetes/cmd/kubectl)
-	finish "$out" "$K8S_BIN"
+	(cd "$K8S_SRC" && go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
+	finish "$out" "$dest"
+}
+
+build_kubernetes() {
+	[ -x "$K8S_BIN/kubelet" ] && return
+	log "building kubernetes $K8S_VERSION (cold: ~15 min on 2 cores)"
+	build_kubernetes_commands "$K8S_BIN" kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl
+}
+
+# kubeadm, for kind's node image only (the local cluster needs none).
+build_kubeadm() {
+	[ -x "$KUBEADM_BIN/kubeadm" ] && return
+	log "building kubeadm $K8S_VERSION"
+	build_kubernetes_commands "$KUBEADM_BIN" kubeadm
 }
 
 build_etcd() {
@@ -92,8 +113,9 @@ build_containerd() {
 mkdir -p "$CACHE_DIR/bin"
 case "${1:-all}" in
 kubernetes) build_kubernetes ;;
+kubeadm) build_kubeadm ;;
 etcd) build_etcd ;;
 containerd) build_containerd ;;
 all) build_etcd; build_containerd; build_kubernetes ;;
-*) die "usage: $0 [all|kubernetes|etcd|containerd]" ;;
+*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd]" ;;
 esac

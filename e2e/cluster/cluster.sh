@@ -35,9 +35,6 @@ NS_VARLIB=$RUN_DIR/ns/var-lib
 NS_VARLOG=$RUN_DIR/ns/var-log
 CONTAINERD_SOCK=$NS_RUN/containerd/containerd.sock
 
-# The sysctls the kubelet sets when protectKernelDefaults is off.
-KUBELET_SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
-
 pid_of() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
 alive() { local p; p=$(pid_of "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
@@ -369,7 +366,7 @@ up() {
 	rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
 	trap 'log "up failed: logs in $LOGS; cluster.sh down (make e2e-cluster-down) cleans up"' EXIT
 	local t0=$SECONDS
-	for s in $KUBELET_SYSCTLS; do echo "$s $(cat /proc/sys/$s)"; done >"$RUN_DIR/sysctl.saved"
+	save_sysctls "$RUN_DIR/sysctl.saved"
 	if command -v iptables-save >/dev/null; then
 		{ iptables-save; ip6tables-save; } 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p' | sort -u >"$RUN_DIR/iptables.before"
 	fi
@@ -459,9 +456,7 @@ down() {
 		find $cgroups -depth -type d -exec rmdir {} + 2>/dev/null || true
 		sleep 0.5
 	done
-	if [ -f "$RUN_DIR/sysctl.saved" ]; then
-		while read -r s v; do echo "$v" >"/proc/sys/$s"; done <"$RUN_DIR/sysctl.saved"
-	fi
+	restore_sysctls "$RUN_DIR/sysctl.saved"
 	cleanup_iptables
 	ip link delete e2e0 2>/dev/null || true
 	if [ -n "$(kubepods_cgroups)" ]; then

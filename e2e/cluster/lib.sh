@@ -15,6 +15,7 @@ CACHE_DIR=${E2E_CLUSTER_CACHE:-$E2E_CLUSTER_DIR/.cache}
 RUN_DIR=${E2E_CLUSTER_RUN:-$E2E_CLUSTER_DIR/.run}
 
 K8S_BIN=$CACHE_DIR/bin/kubernetes-$K8S_VERSION
+KUBEADM_BIN=$CACHE_DIR/bin/kubeadm-$K8S_VERSION
 ETCD_BIN=$CACHE_DIR/bin/etcd-$ETCD_VERSION
 CONTAINERD_BIN=$CACHE_DIR/bin/containerd-$CONTAINERD_VERSION
 
@@ -39,6 +40,21 @@ die() { log "error: $*"; exit 1; }
 PLUGIN_REPO=localhost/gpu-device-plugin
 PLUGIN_TAG=e2e
 PLUGIN_IMAGE=$PLUGIN_REPO:$PLUGIN_TAG
+
+# The host sysctls a kubelet sets when protectKernelDefaults is off; a
+# privileged container's /proc/sys does not keep them from the host, so the
+# kind node's kubelet sets them too. save_sysctls FILE records them before a
+# cluster starts, restore_sysctls FILE puts them back after.
+KUBELET_SYSCTLS="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
+save_sysctls() {
+	local s
+	for s in $KUBELET_SYSCTLS; do echo "$s $(cat "/proc/sys/$s")"; done >"$1"
+}
+restore_sysctls() {
+	local s v
+	[ -f "$1" ] || return 0
+	while read -r s v; do echo "$v" >"/proc/sys/$s"; done <"$1"
+}
 
 # suite_env KEY=VALUE...: the settings file suite.sh reads, values quoted.
 suite_env() {

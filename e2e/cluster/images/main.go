@@ -1,9 +1,11 @@
-// Command images builds the two images the local cluster needs and cannot
-// pull: the pod sandbox (pause) and the test container (probe), each one
-// static Go binary in an otherwise empty image, written as docker-archive
-// tarballs that `ctr images import` and `kind load image-archive` read.
+// Command images builds the images a test node needs and cannot pull: the
+// pod sandbox (pause) and the test container (probe), each one static Go
+// binary in an otherwise empty image, and (-bin, for kind's node image) an
+// image of each static binary given, such as kube-apiserver. All are written
+// as docker-archive tarballs that `ctr images import` and `kind load
+// image-archive` read.
 //
-//	go run ./cluster/images -o DIR [-pause localhost/e2e/pause:v1] [-probe localhost/e2e/probe:v1]
+//	go run ./cluster/images -o DIR [-pause localhost/e2e/pause:v1] [-probe localhost/e2e/probe:v1] [-bin REF=PATH]...
 package main
 
 import (
@@ -18,13 +20,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 )
 
 func main() {
 	out := flag.String("o", "", "output directory (pause.tar, probe.tar)")
 	pause := flag.String("pause", "localhost/e2e/pause:v1", "the sandbox image's name")
-	probe := flag.String("probe", "localhost/e2e/probe:v1", "the test image's name")
+	probe := flag.String("probe", "localhost/e2e/probe:v1", "the test image's name; empty: no probe image")
+	var bins binFlags
+	flag.Var(&bins, "bin", "REF=PATH: an image REF holding the static binary PATH at /usr/local/bin, as BASENAME.tar (repeatable)")
 	flag.Parse()
 	if *out == "" {
 		fail(fmt.Errorf("-o is required"))
@@ -36,7 +42,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	for _, img := range []struct{ name, ref string }{{"pause", *pause}, {"probe", *probe}} {
+	imgs := []struct{ name, ref string }{{"pause", *pause}}
+	if *probe != "" {
+		imgs = append(imgs, struct{ name, ref string }{"probe", *probe})
+	}
+	for _, img := range imgs {
 		bin := filepath.Join(*out, img.name)
 		if err := build(filepath.Join(src, img.name), bin); err != nil {
 			fail(err)
@@ -58,6 +68,28 @@ func main() {
 		os.Remove(bin)
 		fmt.Printf("images: %s: %s\n", tarball, img.ref)
 	}
+	for _, b := range bins {
+		name := filepath.Base(b.path)
+		tarball := filepath.Join(*out, name+".tar")
+		if err := writeImage(tarball, b.ref, b.path, "/usr/local/bin/"+name); err != nil {
+			fail(err)
+		}
+		fmt.Printf("images: %s: %s\n", tarball, b.ref)
+	}
+}
+
+// binFlags are the -bin REF=PATH flags.
+type binFlags []struct{ ref, path string }
+
+func (b *binFlags) String() string { return fmt.Sprint(*b) }
+
+func (b *binFlags) Set(v string) error {
+	ref, path, ok := strings.Cut(v, "=")
+	if !ok || ref == "" || path == "" {
+		return fmt.Errorf("%q: want REF=PATH, as registry.k8s.io/kube-apiserver:v1.37.0=/path/to/kube-apiserver", v)
+	}
+	*b = append(*b, struct{ ref, path string }{ref, path})
+	return nil
 }
 
 // sourceDir is this command's directory, which holds pause/ and probe/.
@@ -98,7 +130,12 @@ func writeImage(tarball, ref, bin, path string, extra ...file) error {
 	var layer bytes.Buffer
 	lw := tar.NewWriter(&layer)
 	epoch := time.Unix(0, 0)
-	for _, d := range []string{"dev", "etc", "etc/ld.so.conf.d", "proc", "sbin", "sys", "tmp"} {
+	dirs := []string{"dev", "etc", "etc/ld.so.conf.d", "proc", "sbin", "sys", "tmp"}
+	for d := filepath.Dir(path[1:]); d != "." && !slices.Contains(dirs, d); d = filepath.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	slices.Sort(dirs)
+	for _, d := range dirs {
 		mode := int64(0o755)
 		if d == "tmp" {
 			mode = 0o1777
@@ -136,7 +173,7 @@ func writeImage(tarball, ref, bin, path string, extra ...file) error {
 		"created":      epoch.UTC().Format(time.RFC3339),
 		"config": map[string]any{
 			"Entrypoint": []string{path},
-			"Env":        []string{"PATH=/"},
+			"Env":        []string{"PATH=" + filepath.Dir(path)},
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerDigest}},
 		"history": []map[string]string{{"created": epoch.UTC().Format(time.RFC3339), "created_by": "e2e/cluster/images"}},

@@ -88,7 +88,7 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 	}
 	// The node has no kube-proxy: where the plugin talks to the API
 	// server (DRA, events, the node condition), it uses the address the
-	// suite uses.
+	// suite uses, or the node's own (E2E_NODE_API_SERVER, on kind).
 	host, port, err := apiHostPort()
 	if err != nil {
 		return nil, err

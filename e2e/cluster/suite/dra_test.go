@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -73,8 +74,17 @@ func draValues() (map[string]any, error) {
 	return v, nil
 }
 
-// apiHostPort is the API server's address as the suite reaches it.
+// apiHostPort is the API server's address as the plugin's pod, on the
+// node's network, reaches it: E2E_NODE_API_SERVER (kind: the node's own
+// port, which the host sees forwarded elsewhere), else the suite's own.
 func apiHostPort() (host, port string, err error) {
+	if hp := env.NodeAPIServer; hp != "" {
+		host, port, err = net.SplitHostPort(hp)
+		if err != nil {
+			return "", "", fmt.Errorf("E2E_NODE_API_SERVER %q: want host:port: %w", hp, err)
+		}
+		return host, port, nil
+	}
 	u, err := url.Parse(k8s.config.Host)
 	if err != nil {
 		return "", "", fmt.Errorf("API server address %q: %w", k8s.config.Host, err)

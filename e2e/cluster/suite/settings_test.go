@@ -43,6 +43,13 @@ type settings struct {
 	// CDI says whether the container runtime injects CDI devices; the
 	// cdi-cri pass is skipped without it.
 	CDI bool
+	// NodeAddress is where this process reaches the node's network (the
+	// plugin's metrics port): E2E_NODE_ADDRESS, else 127.0.0.1, the local
+	// cluster's node being this machine.
+	NodeAddress string
+	// NodeAPIServer is the API server's host:port as pods on the node's
+	// network reach it, when that is not the address this process uses.
+	NodeAPIServer string
 	// ReportDir receives the pod statuses the suite records; may be empty.
 	ReportDir string
 	// Profile is the fixture's machine profile.
@@ -61,6 +68,11 @@ func loadSettings() (*settings, error) {
 		Node:            os.Getenv("E2E_NODE"),
 		CDI:             os.Getenv("E2E_CDI") != "false",
 		ReportDir:       os.Getenv("E2E_REPORT_DIR"),
+		NodeAPIServer:   os.Getenv("E2E_NODE_API_SERVER"),
+		NodeAddress:     os.Getenv("E2E_NODE_ADDRESS"),
+	}
+	if s.NodeAddress == "" {
+		s.NodeAddress = "127.0.0.1"
 	}
 	if s.CDISpecDir == "" {
 		s.CDISpecDir = "/var/run/cdi"
