@@ -124,7 +124,12 @@ deploy-test:
 #                          once per version), the plugin's chart on the mock NVML library,
 #                          and the suite; the cluster stays up for kubectl until
 #   make e2e-cluster-down  which stops it and removes everything it made.
-#   make e2e-kind          the same suite on kind (needs docker; kind is built if missing).
+#   make e2e-kind          the same suite on a kind cluster (e2e/kind/kind.sh): Docker if none
+#                          answers (Debian's docker.io, a daemon of its own), kind built from
+#                          its module, and a node image built here (KIND_NODE_IMAGE=local, the
+#                          default) or kind's upstream kindest/node (KIND_NODE_IMAGE=upstream);
+#                          the cluster stays up until
+#   make e2e-kind-down     which deletes it, stops that daemon and removes everything it made.
 .PHONY: e2e-cluster e2e-cluster-down e2e-kind e2e-kind-down
 
 e2e-cluster:

@@ -33,7 +33,7 @@ NODE_NAME=${NODE_NAME:-e2e-node}
 PAUSE_IMAGE=localhost/e2e/pause:v1
 PROBE_IMAGE=localhost/e2e/probe:v1
 
-log() { printf '%s e2e-cluster: %s\n' "$(date +%T)" "$*" >&2; }
+log() { printf '%s %s: %s\n' "$(date +%T)" "${LOG_TAG:-e2e-cluster}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # The plugin's image as `make image` tags it: IMAGE_REPO:VERSION.

@@ -20,9 +20,10 @@
 # a daemon of its own under .run/docker (its own socket, data and bridge; no
 # iptables rules, no IP forwarding, no outbound NAT), stopped by down. On a
 # machine whose bounding set lacks CAP_SYS_RESOURCE that daemon runs
-# containers through runc-nosysres, and containerd on the node is told to
-# keep OOM scores at or above its own.
+# containers through runc-nosysres (./runc-nosysres, built into .run), and
+# containerd on the node is told to keep OOM scores at or above its own.
 # kind is built once from its Go module at $KIND_VERSION into the cache.
+LOG_TAG=e2e-kind
 source "$(dirname "${BASH_SOURCE[0]}")/../cluster/lib.sh"
 
 KIND_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -61,15 +62,15 @@ docker_up() {
 	fi
 	if ! command -v dockerd >/dev/null; then
 		log "installing Docker (Debian's docker.io)"
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io jq >&2 ||
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >&2 ||
 			die "installing docker.io failed; install Docker, or point DOCKER_HOST at a daemon"
 	fi
-	command -v jq >/dev/null || die "jq is not installed (apt-get install jq)"
 	mkdir -p "$DOCKERD_DIR"
 	local conf='{}'
 	if no_sys_resource; then
 		log "no CAP_SYS_RESOURCE here: the e2e's Docker daemon runs containers through runc-nosysres"
-		conf=$(printf '{"runtimes": {"nosysres": {"path": "%s"}}, "default-runtime": "nosysres"}' "$KIND_DIR/runc-nosysres")
+		(cd "$REPO_ROOT/e2e" && CGO_ENABLED=0 go build -o "$DOCKERD_DIR/runc-nosysres" ./kind/runc-nosysres)
+		conf=$(printf '{"runtimes": {"nosysres": {"path": "%s"}}, "default-runtime": "nosysres"}' "$DOCKERD_DIR/runc-nosysres")
 	fi
 	echo "$conf" >"$DOCKERD_DIR/daemon.json"
 	log "starting dockerd ($(dockerd --version)) in $DOCKERD_DIR"

@@ -15,6 +15,7 @@
 #
 # Cached under $CACHE_DIR/kind/: the Debian root filesystem by its package
 # list and suite, the whole image by a hash of every input.
+LOG_TAG=e2e-kind
 source "$(dirname "${BASH_SOURCE[0]}")/../cluster/lib.sh"
 
 KIND_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +29,11 @@ DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
 # kubelet and kubeadm call (mount, iptables, conntrack, ...).
 PACKAGES=systemd,systemd-sysv,dbus,runc,containernetworking-plugins,iptables,nftables,iproute2,mount,util-linux,procps,kmod,ca-certificates,conntrack,ethtool,socat,ebtables,hostname,libseccomp2
 
-command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get install mmdebstrap)"
+if ! command -v mmdebstrap >/dev/null; then
+	log "installing mmdebstrap (Debian's)"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2 ||
+		die "installing mmdebstrap failed; install it, or use KIND_NODE_IMAGE=upstream"
+fi
 mkdir -p "$CACHE_DIR/kind"
 
 # rootfs: the Debian part, cached by suite and packages. apt's sources and

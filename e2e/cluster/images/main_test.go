@@ -2,10 +2,13 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -70,6 +73,140 @@ func TestWriteImage(t *testing.T) {
 	b, _ := os.ReadFile(again)
 	if digest(a) != digest(b) {
 		t.Error("two builds of the same binary differ")
+	}
+}
+
+// TestWriteImageBin pins what -bin writes for kind's node image: the
+// binary at /usr/local/bin/NAME as the entrypoint, PATH=/usr/local/bin, and
+// the directories leading to it in the layer ahead of the file.
+func TestWriteImageBin(t *testing.T) {
+	dir := t.TempDir()
+	const ref = "registry.k8s.io/kube-apiserver:v1.37.0"
+	exe := []byte("\x7fELF a kube-apiserver, not really")
+	bin := filepath.Join(dir, "kube-apiserver")
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(dir, "kube-apiserver.tar")
+	if err := writeImage(tarball, ref, bin, "/usr/local/bin/kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	files := readTar(t, tarball)
+	var manifest []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{ref}) || len(manifest[0].Layers) != 1 {
+		t.Fatalf("manifest.json = %s", files["manifest.json"])
+	}
+	var config struct {
+		Config struct{ Entrypoint, Env []string }
+	}
+	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/usr/local/bin/kube-apiserver"}; !slices.Equal(config.Config.Entrypoint, want) {
+		t.Errorf("entrypoint %v, want %v", config.Config.Entrypoint, want)
+	}
+	if !slices.Contains(config.Config.Env, "PATH=/usr/local/bin") {
+		t.Errorf("env %v lacks PATH=/usr/local/bin", config.Config.Env)
+	}
+
+	// The layer, in order: each parent directory an entry before the file.
+	layer, ok := files[manifest[0].Layers[0]]
+	if !ok {
+		t.Fatalf("archive lacks the layer %s; has %v", manifest[0].Layers[0], keys(files))
+	}
+	at := map[string]int{}
+	var file *tar.Header
+	var content []byte
+	tr := tar.NewReader(bytes.NewReader(layer))
+	for i := 0; ; i++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := at[h.Name]; dup {
+			t.Errorf("layer has %s twice", h.Name)
+		}
+		at[h.Name] = i
+		if h.Name == "usr/local/bin/kube-apiserver" {
+			file = h
+			if content, err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if file == nil {
+		t.Fatalf("layer lacks usr/local/bin/kube-apiserver; has %v", at)
+	}
+	if file.Typeflag != tar.TypeReg || file.Mode != 0o755 {
+		t.Errorf("usr/local/bin/kube-apiserver: type %q mode %o, want a regular file, 0755", file.Typeflag, file.Mode)
+	}
+	if !bytes.Equal(content, exe) {
+		t.Errorf("usr/local/bin/kube-apiserver holds %q, want %q", content, exe)
+	}
+	for _, d := range []string{"usr/", "usr/local/", "usr/local/bin/"} {
+		i, ok := at[d]
+		if !ok {
+			t.Errorf("layer lacks the directory %s; has %v", d, at)
+		} else if i > at[file.Name] {
+			t.Errorf("directory %s comes after %s", d, file.Name)
+		}
+	}
+}
+
+// TestBinFlags pins -bin's REF=PATH parsing: each good value appends, a
+// bad one is an error that says what is wanted and appends nothing.
+func TestBinFlags(t *testing.T) {
+	for _, c := range []struct {
+		in, ref, path string
+		ok            bool
+	}{
+		{"registry.k8s.io/kube-apiserver:v1.37.0=/x/kube-apiserver", "registry.k8s.io/kube-apiserver:v1.37.0", "/x/kube-apiserver", true},
+		{"r=/a=b", "r", "/a=b", true}, // the first = splits
+		{"registry.k8s.io/kube-apiserver:v1.37.0", "", "", false},
+		{"=/x/kube-apiserver", "", "", false},
+		{"registry.k8s.io/kube-apiserver:v1.37.0=", "", "", false},
+		{"=", "", "", false},
+		{"", "", "", false},
+	} {
+		var b binFlags
+		err := b.Set(c.in)
+		if !c.ok {
+			if err == nil || !strings.Contains(err.Error(), "REF=PATH") {
+				t.Errorf("Set(%q) = %v, want an error saying REF=PATH", c.in, err)
+			}
+			if len(b) != 0 {
+				t.Errorf("Set(%q) failed yet appended %v", c.in, b)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Set(%q) = %v", c.in, err)
+			continue
+		}
+		if len(b) != 1 || b[0].ref != c.ref || b[0].path != c.path {
+			t.Errorf("Set(%q) gave %v, want ref %q path %q", c.in, b, c.ref, c.path)
+		}
+	}
+
+	// Repeated, as the flag is, it keeps every value in order.
+	var b binFlags
+	for _, v := range []string{"a:1=/bin/a", "b:2=/bin/b"} {
+		if err := b.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(b) != 2 || b[0].ref != "a:1" || b[1].path != "/bin/b" {
+		t.Errorf("two Sets gave %v", b)
 	}
 }
 
