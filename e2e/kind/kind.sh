@@ -185,7 +185,9 @@ down() {
 		mkdir -p "$KIND_DIR/.report"
 		kind export logs "$KIND_DIR/.report/logs" --name "$CLUSTER" >/dev/null 2>&1 || true
 		kind delete cluster --name "$CLUSTER" || true
-		docker network rm kind >/dev/null 2>&1 || true
+		# kind leaves its network (a bridge on the host); ours goes, a
+		# user's daemon keeps it for their other clusters.
+		[ -f "$DOCKERD_DIR/dockerd.pid" ] && { docker network rm kind >/dev/null 2>&1 || true; }
 	fi
 	docker_down
 	restore_sysctls "$KIND_RUN/sysctl.saved"

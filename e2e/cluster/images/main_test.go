@@ -12,20 +12,20 @@ import (
 	"testing"
 )
 
-// TestWriteImage pins the docker-archive layout ctr and kind read: a
-// manifest.json naming the tag, the config and the layer, and a layer
-// holding the entrypoint.
-func TestWriteImage(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "probe")
-	if err := os.WriteFile(bin, []byte("\x7fELF not really"), 0o755); err != nil {
+// writeTestImage writes exe as a binary, images it at path under ref with
+// writeImage, and returns the archive's files, checking that its manifest
+// names ref and one layer.
+func writeTestImage(t *testing.T, dir, ref, path string, exe []byte) (tarball, bin string, files map[string][]byte, configName, layerName string) {
+	t.Helper()
+	bin = filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tarball := filepath.Join(dir, "probe.tar")
-	if err := writeImage(tarball, "localhost/e2e/probe:v1", bin, "/probe"); err != nil {
+	tarball = filepath.Join(dir, filepath.Base(path)+".tar")
+	if err := writeImage(tarball, ref, bin, path); err != nil {
 		t.Fatal(err)
 	}
-	files := readTar(t, tarball)
+	files = readTar(t, tarball)
 	var manifest []struct {
 		Config   string
 		RepoTags []string
@@ -34,22 +34,31 @@ func TestWriteImage(t *testing.T) {
 	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
 		t.Fatal(err)
 	}
-	if len(manifest) != 1 || len(manifest[0].RepoTags) != 1 || manifest[0].RepoTags[0] != "localhost/e2e/probe:v1" || len(manifest[0].Layers) != 1 {
+	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{ref}) || len(manifest[0].Layers) != 1 {
 		t.Fatalf("manifest.json = %s", files["manifest.json"])
 	}
+	return tarball, bin, files, manifest[0].Config, manifest[0].Layers[0]
+}
+
+// TestWriteImage pins the docker-archive layout ctr and kind read: a
+// manifest.json naming the tag, the config and the layer, and a layer
+// holding the entrypoint.
+func TestWriteImage(t *testing.T) {
+	dir := t.TempDir()
+	tarball, bin, files, configName, layerName := writeTestImage(t, dir, "localhost/e2e/probe:v1", "/probe", []byte("\x7fELF not really"))
 	var config struct {
 		Config struct{ Entrypoint []string }
 		RootFS struct {
 			DiffIDs []string `json:"diff_ids"`
 		} `json:"rootfs"`
 	}
-	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
+	if err := json.Unmarshal(files[configName], &config); err != nil {
 		t.Fatal(err)
 	}
 	if len(config.Config.Entrypoint) != 1 || config.Config.Entrypoint[0] != "/probe" {
 		t.Errorf("entrypoint %v, want [/probe]", config.Config.Entrypoint)
 	}
-	layer := files[manifest[0].Layers[0]]
+	layer := files[layerName]
 	if len(config.RootFS.DiffIDs) != 1 || config.RootFS.DiffIDs[0] != "sha256:"+digest(layer) {
 		t.Errorf("diff_ids %v do not match the layer's digest %s", config.RootFS.DiffIDs, digest(layer))
 	}
@@ -83,30 +92,11 @@ func TestWriteImageBin(t *testing.T) {
 	dir := t.TempDir()
 	const ref = "registry.k8s.io/kube-apiserver:v1.37.0"
 	exe := []byte("\x7fELF a kube-apiserver, not really")
-	bin := filepath.Join(dir, "kube-apiserver")
-	if err := os.WriteFile(bin, exe, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tarball := filepath.Join(dir, "kube-apiserver.tar")
-	if err := writeImage(tarball, ref, bin, "/usr/local/bin/kube-apiserver"); err != nil {
-		t.Fatal(err)
-	}
-	files := readTar(t, tarball)
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
-		t.Fatal(err)
-	}
-	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{ref}) || len(manifest[0].Layers) != 1 {
-		t.Fatalf("manifest.json = %s", files["manifest.json"])
-	}
+	_, _, files, configName, layerName := writeTestImage(t, dir, ref, "/usr/local/bin/kube-apiserver", exe)
 	var config struct {
 		Config struct{ Entrypoint, Env []string }
 	}
-	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
+	if err := json.Unmarshal(files[configName], &config); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"/usr/local/bin/kube-apiserver"}; !slices.Equal(config.Config.Entrypoint, want) {
@@ -117,9 +107,9 @@ func TestWriteImageBin(t *testing.T) {
 	}
 
 	// The layer, in order: each parent directory an entry before the file.
-	layer, ok := files[manifest[0].Layers[0]]
+	layer, ok := files[layerName]
 	if !ok {
-		t.Fatalf("archive lacks the layer %s; has %v", manifest[0].Layers[0], keys(files))
+		t.Fatalf("archive lacks the layer %s; has %v", layerName, keys(files))
 	}
 	at := map[string]int{}
 	var file *tar.Header
