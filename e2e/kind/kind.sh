@@ -73,13 +73,17 @@ docker_up() {
 		conf=$(printf '{"runtimes": {"nosysres": {"path": "%s"}}, "default-runtime": "nosysres"}' "$DOCKERD_DIR/runc-nosysres")
 	fi
 	echo "$conf" >"$DOCKERD_DIR/daemon.json"
+	# Leave the daemon's OOM score alone (lowering it needs CAP_SYS_RESOURCE);
+	# Docker 25 and later have no such flag and leave it alone anyway.
+	local oom=()
+	dockerd --help 2>&1 | grep -q -- --oom-score-adjust && oom=(--oom-score-adjust=0)
 	log "starting dockerd ($(dockerd --version)) in $DOCKERD_DIR"
 	# Its own everything, and no changes to the host's network beyond the
 	# kind network's bridge: no iptables rules, no forwarding, no docker0.
 	setsid dockerd --config-file "$DOCKERD_DIR/daemon.json" --data-root "$DOCKERD_DIR/data" \
 		--exec-root "$DOCKERD_DIR/exec" --pidfile "$DOCKERD_DIR/dockerd.pid" \
 		-H "unix://$DOCKERD_DIR/docker.sock" --bridge=none --iptables=false --ip-forward=false \
-		--ip-masq=false --oom-score-adjust=0 </dev/null >"$DOCKERD_DIR/dockerd.log" 2>&1 &
+		--ip-masq=false "${oom[@]}" </dev/null >"$DOCKERD_DIR/dockerd.log" 2>&1 &
 	export DOCKER_HOST=unix://$DOCKERD_DIR/docker.sock
 	local i
 	for i in $(seq 60); do
