@@ -55,7 +55,6 @@ kubernetes_module() {
 # into DEST, stamped with the version as a release build would be.
 build_kubernetes_commands() {
 	local dest=$1; shift
-	[ -x "$dest/$1" ] && return
 	kubernetes_module
 	local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 	local out=$dest.tmp pkgs=() c

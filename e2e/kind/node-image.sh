@@ -35,6 +35,8 @@ if ! command -v mmdebstrap >/dev/null; then
 		die "installing mmdebstrap failed; install it, or use KIND_NODE_IMAGE=upstream"
 fi
 mkdir -p "$CACHE_DIR/kind"
+# What a killed build left: a root filesystem's worth each.
+rm -rf "$CACHE_DIR/kind/.build."* "$CACHE_DIR/kind/"*.tmp
 
 # rootfs: the Debian part, cached by suite and packages. apt's sources and
 # options are the host's, so its mirror and proxy settings apply.
