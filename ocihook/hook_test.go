@@ -10,17 +10,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/ocihook"
 )
 
-// shimEnv makes the test binary act as the runtime: in a mount namespace of its own it
-// mounts a procfs at <rootfs>/proc, as runc has done by createContainer time, and execs
-// the hook with the rest of its arguments.
+// shimEnv makes the test binary act as the runtime: in mount and PID namespaces of its own
+// it mounts that namespace's procfs at <rootfs>/proc, as runc has done by createContainer
+// time, and execs the hook with the rest of its arguments.
 const shimEnv = "OCIHOOK_TEST_RUNTIME_ROOTFS"
 
 var (
@@ -161,7 +165,9 @@ func (b bundle) run(t *testing.T, args ...string) (stderr string, code int) {
 	state, _ := json.Marshal(map[string]any{"ociVersion": "1.2.0", "id": "c1", "status": "creating", "pid": 1, "bundle": b.dir})
 	cmd := exec.Command(self, append([]string{hookBin}, args...)...)
 	cmd.Env = []string{shimEnv + "=" + b.rootfs}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	// As under runc: the hook's PID namespace is the container's, whose pid 1 (the runtime's
+	// init, here the shim) still has the host's / as its root.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Cloneflags: syscall.CLONE_NEWPID}
 	cmd.Stdin = bytes.NewReader(state)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -318,6 +324,48 @@ func TestSymlinkAttacks(t *testing.T) {
 			replaceWithSymlink(t, filepath.Join(b.sentinel, "ldconfig"), b.rootfs, "sbin/ldconfig")
 		},
 		check: wantStderr("no ldconfig in the image"),
+	}, {
+		// Magic links: /proc/1 is the runtime's init (here the host's), whose root is the
+		// host's /. The kernel follows these whatever the chroot.
+		name:  "ld.so.conf.d is a symlink through /proc/1/root",
+		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d") },
+		check: wantStderr("ld.so.conf.d is not a directory"),
+	}, {
+		name:  "ld.so.conf.d is a relative symlink through ../proc/1/root",
+		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "../proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d") },
+		check: wantStderr("ld.so.conf.d is not a directory"),
+	}, {
+		name:  "library folder is a symlink through /proc/1/root",
+		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, rhelLib) },
+		check: wantStderr("not creating " + rhelLib + "/libcuda.so"),
+	}, {
+		name:  "library folder is a symlink through /proc/1/cwd",
+		plant: func(t *testing.T, b bundle) {
+			wd, err := os.Getwd() // the shim's too
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, err := filepath.Rel(wd, b.sentinel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			replaceWithSymlink(t, "/proc/1/cwd/"+rel, b.rootfs, rhelLib)
+		},
+		check: wantStderr("not creating " + rhelLib + "/libcuda.so"),
+	}, {
+		name: "/etc is a symlink through /proc/1/root",
+		plant: func(t *testing.T, b bundle) {
+			mkdir(t, filepath.Join(b.sentinel, "ld.so.conf.d")) // so that each write would land
+			replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "etc")
+		},
+		check: wantStderr("installing /etc/ld.so.cache"),
+	}, {
+		name: "/sbin is a symlink through /proc/1/root to a host ldconfig",
+		plant: func(t *testing.T, b bundle) {
+			writeFile(t, filepath.Join(b.sentinel, "ldconfig"), "#!/bin/sh\necho pwned > "+b.sentinel+"/pwned\n", 0o755)
+			replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "sbin")
+		},
+		check: wantStderr("no ldconfig in the image"),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBundle(t, rhelLib, true)
@@ -335,18 +383,22 @@ func TestSymlinkAttacks(t *testing.T) {
 	}
 }
 
-// evilLdconfig is an image's "ldconfig" that tries every way out of the sandbox it can
-// think of, and reports the privileges it was given.
+// evilLdconfig is an image's "ldconfig" that tries every way out of its confinement it
+// can think of, and reports the privileges it was given. MODE picks the attack: 0 probes,
+// 1 fills the disk, 2 loops for ever.
 const evilLdconfig = `
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -357,8 +409,22 @@ static void try_create(const char *what, const char *path) {
 	if (fd >= 0) { write(fd, "pwned\n", 6); close(fd); }
 }
 
+static void try_call(const char *what, long r) {
+	fprintf(stderr, "evil: %s: %s\n", what, r >= 0 ? "ESCAPED" : strerror(errno));
+}
+
 int main(void) {
 	char p[8192];
+#if MODE == 1
+	static char buf[1 << 20];
+	long total = 0;
+	int fd = open("/proc/fill", O_WRONLY | O_CREAT, 0644);
+	while (fd >= 0 && write(fd, buf, sizeof buf) > 0) total += sizeof buf;
+	fprintf(stderr, "evil: wrote %ld bytes: %s\n", total, strerror(errno));
+	return 0;
+#elif MODE == 2
+	for (volatile unsigned long i = 0;; i++) ;
+#endif
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[2] = {{0}};
 	int bnd = 0;
@@ -371,28 +437,62 @@ int main(void) {
 	snprintf(p, sizeof p, "%s/absolute", SENTINEL); try_create("absolute host path", p);
 	snprintf(p, sizeof p, "/proc/1/root%s/proc1", SENTINEL); try_create("through /proc/1/root", p);
 	try_create("root-owned file in the image", "/etc/evil");
+	try_create("world-writable directory in the image", "/tmp/evil");
 	try_create("sysctl", "/proc/sys/kernel/domainname");
-	if (setuid(0) == 0) fprintf(stderr, "evil: setuid(0): ESCAPED\n");
-	if (unshare(CLONE_NEWUSER) == 0) fprintf(stderr, "evil: unshare(CLONE_NEWUSER): ESCAPED\n");
-	else fprintf(stderr, "evil: unshare(CLONE_NEWUSER): %s\n", strerror(errno));
+	try_call("open a device node in the image", open("/evil-null", O_RDWR));
+	try_call("exec another program of the image", execl("/bin/other", "other", (char *)NULL));
+	struct io_uring_params up = {0};
+	try_call("io_uring_setup", syscall(SYS_io_uring_setup, 1, &up));
+	try_call("add_key", syscall(SYS_add_key, "user", "evil", "secret", 6, KEY_SPEC_USER_KEYRING));
+	try_call("keyctl", syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 0));
+	try_call("socket", socket(AF_INET, SOCK_STREAM, 0));
+	try_call("setuid(0)", setuid(0));
+	try_call("unshare(CLONE_NEWUSER)", unshare(CLONE_NEWUSER));
+	try_call("ptrace", syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, 1, 0, 0));
 	mkdir("/proc/x", 0755);
 	if (chroot("/proc/x") == 0) {
 		for (int i = 0; i < 64; i++) chdir("..");
 		chroot(".");
 		snprintf(p, sizeof p, "%s/chroot", SENTINEL); try_create("after chroot escape", p);
 	} else fprintf(stderr, "evil: chroot: %s\n", strerror(errno));
-	if (fork() == 0) { pause(); } // a straggler holding stderr: must not keep the hook waiting
+	int forks = 0;
+	for (int i = 0; i < 100; i++) {
+		pid_t c = fork();
+		if (c == 0) { pause(); _exit(0); }
+		if (c > 0) forks++;
+	}
+	fprintf(stderr, "evil: forks: %d\n", forks);
 	return 3;
 }
 `
 
-func TestHostileLdconfig(t *testing.T) {
-	needRoot(t)
+// hostileImage is a bundle whose /sbin/ldconfig is evilLdconfig in the given mode, with a
+// world-writable /tmp, a device node anyone may open and a second program.
+func hostileImage(t *testing.T, mode int) bundle {
+	t.Helper()
 	b := newBundle(t, rhelLib, true)
 	evil := filepath.Join(t.TempDir(), "evil.c")
-	if err := gcc(evil, evilLdconfig, "-static", "-O1", fmt.Sprintf("-DSENTINEL=%q", b.sentinel), "-o", filepath.Join(b.rootfs, "sbin/ldconfig")); err != nil {
+	if err := gcc(evil, evilLdconfig, "-static", "-O1", fmt.Sprintf("-DSENTINEL=%q", b.sentinel), fmt.Sprintf("-DMODE=%d", mode), "-o", filepath.Join(b.rootfs, "sbin/ldconfig")); err != nil {
 		t.Fatal(err)
 	}
+	mkdir(t, filepath.Join(b.rootfs, "tmp"))
+	if err := os.Chmod(filepath.Join(b.rootfs, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(b.rootfs, "evil-null"), syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(b.rootfs, "evil-null"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	mkdir(t, filepath.Join(b.rootfs, "bin"))
+	copyFile(t, filepath.Join(b.rootfs, "sbin/ldconfig"), filepath.Join(b.rootfs, "bin/other"))
+	return b
+}
+
+func TestHostileLdconfig(t *testing.T) {
+	needRoot(t)
+	b := hostileImage(t, 0)
 	before := snapshot(t, b.sentinel)
 	stderr, code := b.run(t, createContainerArgs(rhelLib)...)
 	if code != 0 {
@@ -406,10 +506,28 @@ func TestHostileLdconfig(t *testing.T) {
 	if after := snapshot(t, b.sentinel); !maps.Equal(before, after) {
 		t.Errorf("the host directory changed:\nbefore %v\nafter  %v", before, after)
 	}
+	// An identity of its own, fresh for each run: not nobody, whom other images share.
+	id := regexp.MustCompile(`evil: uid=(\d+) gid=(\d+) `).FindStringSubmatch(stderr)
+	if id == nil || id[1] != id[2] {
+		t.Errorf("no uid=N gid=N line")
+	} else if uid, _ := strconv.Atoi(id[1]); uid < 0x7f000000 || uid > 0x7fffffff {
+		t.Errorf("ldconfig ran as uid %d, want one of its own from 0x7f000000 up", uid)
+	}
 	for _, want := range []string{
-		"evil: uid=65534 gid=65534 groups=0 capeff=0000000000000000 capprm=0000000000000000 capinh=0000000000000000 capbnd=0 nnp=1\n",
-		"evil: chroot: Operation not permitted\n",
-		"evil: unshare(CLONE_NEWUSER): Operation not permitted\n", // refused to a chrooted process
+		" groups=0 capeff=0000000000000000 capprm=0000000000000000 capinh=0000000000000000 capbnd=0 nnp=1\n",
+		"evil: root-owned file in the image /etc/evil: Read-only file system\n",
+		"evil: world-writable directory in the image /tmp/evil: Read-only file system\n", // no filling the disk
+		"evil: open a device node in the image: Permission denied\n",                       // nodev
+		"evil: exec another program of the image: Permission denied\n",                     // noexec
+		"evil: io_uring_setup: Function not implemented\n",                                 // seccomp
+		"evil: add_key: Function not implemented\n",
+		"evil: keyctl: Function not implemented\n",
+		"evil: socket: Function not implemented\n",
+		"evil: setuid(0): Function not implemented\n",
+		"evil: unshare(CLONE_NEWUSER): Function not implemented\n",
+		"evil: ptrace: Function not implemented\n",
+		"evil: chroot: Function not implemented\n",
+		"evil: forks: 0\n", // no fork bomb
 		"/sbin/ldconfig failed: exit status 3",
 	} {
 		if !strings.Contains(stderr, want) {
@@ -419,14 +537,41 @@ func TestHostileLdconfig(t *testing.T) {
 	if strings.Contains(stderr, "ESCAPED") {
 		t.Errorf("the image's ldconfig got out:\n%s", stderr)
 	}
-	if _, err := os.Lstat(filepath.Join(b.rootfs, "etc/evil")); err == nil {
-		t.Error("the image's ldconfig wrote into a root-owned directory of the image")
-	}
-	if _, err := os.Lstat(filepath.Join(b.rootfs, "etc/ld.so.cache")); err == nil {
-		t.Error("the cache of a failed ldconfig was installed")
+	for _, f := range []string{"etc/evil", "tmp/evil", "etc/ld.so.cache"} {
+		if _, err := os.Lstat(filepath.Join(b.rootfs, f)); err == nil {
+			t.Errorf("%s exists in the image: the image's ldconfig wrote it, or its failed cache was installed", f)
+		}
 	}
 	if got, err := os.Readlink(filepath.Join(b.rootfs, rhelLib, "libcuda.so")); err != nil || got != "libcuda.so.1" {
 		t.Errorf("libcuda.so -> %q, %v; want libcuda.so.1", got, err)
+	}
+}
+
+// TestHostileLdconfigLimits: an ldconfig that fills its disk or never ends is stopped by
+// its rlimits, and the container still starts.
+func TestHostileLdconfigLimits(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name string
+		mode int
+		want *regexp.Regexp
+	}{
+		// RLIMIT_FSIZE: SIGXFSZ kills it, or where that is ignored the write fails.
+		{"fills the disk", 1, regexp.MustCompile(`evil: wrote 67108864 bytes: File too large|/sbin/ldconfig failed: signal: file size limit exceeded`)},
+		// RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit; not the hook's wall-clock
+		// limit ("killed after").
+		{"loops for ever", 2, regexp.MustCompile(`/sbin/ldconfig failed: signal: (CPU time limit exceeded|killed);`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := hostileImage(t, tc.mode)
+			stderr, code := b.run(t, createContainerArgs(rhelLib)...)
+			if code != 0 || !tc.want.MatchString(stderr) {
+				t.Errorf("exit %d, want 0 and %q; stderr:\n%s", code, tc.want, stderr)
+			}
+			if _, err := os.Lstat(filepath.Join(b.rootfs, "etc/ld.so.cache")); err == nil {
+				t.Errorf("a cache was installed")
+			}
+		})
 	}
 }
 

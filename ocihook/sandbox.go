@@ -2,18 +2,15 @@ package ocihook
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,12 +20,12 @@ const (
 	// run later inside the container keeps the folders.
 	ConfName = "00-gpu-device-plugin.conf"
 
-	// The image's ldconfig runs as nobody: without uid 0 it cannot write root-owned files,
-	// sysctls or /proc/sysrq-trigger, whatever the runtime has not yet masked.
+	// The identity the image's ldconfig falls back to where the hook's user namespace does
+	// not map a fresh one (see ldconfigIdentity).
 	nobody = 65534
 
 	// scratch is where the image's ldconfig writes the new cache: a tmpfs that the sandbox
-	// mounts over the container's /proc, so that the procfs is out of sight as well.
+	// mounts over the container's /proc, whose procfs it has already detached.
 	scratch      = "/proc"
 	scratchCache = scratch + "/ld.so.cache"
 	maxCache     = 64 << 20
@@ -40,7 +37,8 @@ var ldconfigPaths = []string{"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin
 
 // Sandbox does req inside rootfs. It must run as the init of fresh mount and PID
 // namespaces, as CreateContainer starts it. It returns an error only when it could not
-// enter the rootfs or could not drop privileges; the rest is reported on stderr.
+// make the rootfs safe to work in, enter it, or confine ldconfig; the rest is reported on
+// stderr.
 func Sandbox(rootfs string, req Request, stderr io.Writer) error {
 	if os.Getpid() != 1 {
 		return errors.New("sandbox must be started by create-container, in namespaces of its own")
@@ -48,28 +46,46 @@ func Sandbox(rootfs string, req Request, stderr io.Writer) error {
 	if !filepath.IsAbs(rootfs) {
 		return fmt.Errorf("rootfs %q is not an absolute path", rootfs)
 	}
-	// Credentials, NO_NEW_PRIVS and the bounding set belong to a thread: the thread that
-	// drops them must be the one that starts ldconfig.
 	runtime.LockOSThread()
 	// Mounts made below must not propagate back to the runtime's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
-	// From here every path, absolute symlinks and .. included, resolves inside the rootfs.
-	if err := unix.Chroot(rootfs); err != nil {
-		return fmt.Errorf("entering rootfs %s: %w", rootfs, err)
+	// The mount table names real paths; the runtime's may go through symlinks of the host.
+	real, err := filepath.EvalSymlinks(rootfs)
+	if err != nil {
+		return fmt.Errorf("rootfs %s: %w", rootfs, err)
 	}
-	if err := unix.Chdir("/"); err != nil {
-		return fmt.Errorf("entering rootfs %s: %w", rootfs, err)
+	// Before the first path inside the rootfs is resolved: no magic links.
+	if err := hideProcfs(real); err != nil {
+		return fmt.Errorf("rootfs %s: %w", real, err)
 	}
 	log := func(format string, args ...any) { fmt.Fprintf(stderr, Name+": "+format+"\n", args...) }
+	// The launcher must start while this executable can still be reached; it waits.
+	var l *launcher
+	if id, err := ldconfigIdentity(); err != nil {
+		log("not running the image's ldconfig: choosing its identity: %v", err)
+	} else if l, err = startLauncher(real, id, req.Folders, stderr); err != nil {
+		log("not running the image's ldconfig: %v", err)
+	}
+	// From here every path, absolute symlinks and .. included, resolves inside the rootfs.
+	if err := unix.Chroot(real); err != nil {
+		return fmt.Errorf("entering rootfs %s: %w", real, err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("entering rootfs %s: %w", real, err)
+	}
 	for _, l := range req.Links {
 		ensureLink(l, log)
 	}
 	if len(req.Folders) > 0 {
 		writeConf(req.Folders, log)
 	}
-	return updateCache(req.Folders, stderr, log)
+	if l == nil {
+		return nil
+	}
+	updateCache(l, log)
+	return nil
 }
 
 type logFunc func(format string, args ...any)
@@ -108,47 +124,31 @@ func writeConf(folders []string, log logFunc) {
 }
 
 // updateCache runs the image's own ldconfig, which alone knows the image's cache format
-// and layout, stripped of every privilege, and installs the cache it writes.
-func updateCache(folders []string, out io.Writer, log logFunc) error {
+// and layout, confined (see Ldconfig), and installs the cache it writes.
+func updateCache(l *launcher, log logFunc) {
 	ldconfig := findLdconfig()
 	if ldconfig == "" {
+		l.abort()
 		log("no ldconfig in the image (looked for %s); ld cache not updated", strings.Join(ldconfigPaths, ", "))
-		return nil
+		return
 	}
-	if err := mountScratch(); err != nil {
+	if err := prepareLdconfig(ldconfig, l.id); err != nil {
+		l.abort()
 		log("not running %s: %v; ld cache not updated", ldconfig, err)
-		return nil
+		return
 	}
-	if err := dropPrivileges(); err != nil {
-		return fmt.Errorf("dropping privileges to run the image's %s: %w", ldconfig, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), ldconfigTimeout)
-	defer cancel()
-	// -X: the links in library folders are CDI's business, not ldconfig's. -i: no aux cache
-	// under /var/cache, which nobody could not write. Folders on the command line go into
-	// the cache even where the image's ld.so.conf does not include ld.so.conf.d.
-	cmd := exec.CommandContext(ctx, ldconfig, append([]string{"-i", "-X", "-C", scratchCache}, folders...)...)
-	cmd.Env = []string{cleanPath}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}},
-		Cloneflags: syscall.CLONE_NEWPID, // whatever it leaves running dies with it
-		Pdeathsig:  syscall.SIGKILL,
-	}
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	if err := l.run(ldconfigTimeout); err != nil {
 		log("%s failed: %v; ld cache not updated", ldconfig, err)
-		return nil
+		return
 	}
 	cache, err := readScratchCache()
 	if err != nil {
 		log("reading the cache %s wrote: %v; ld cache not updated", ldconfig, err)
-		return nil
+		return
 	}
 	if err := writeFileAtomic("/etc", "ld.so.cache", 0o644, bytes.NewReader(cache)); err != nil {
 		log("installing /etc/ld.so.cache: %v", err)
 	}
-	return nil
 }
 
 func findLdconfig() string {
@@ -160,66 +160,70 @@ func findLdconfig() string {
 	return ""
 }
 
-// mountScratch covers the container's /proc and /sys. The runtime has mounted them but not
-// yet made /proc/sys read-only or masked /proc/sysrq-trigger and the like, and ldconfig
-// needs neither. The tmpfs over /proc is the one place nobody may write.
-func mountScratch() error {
-	fi, err := os.Lstat(scratch)
-	if errors.Is(err, fs.ErrNotExist) {
-		// Every runtime creates /proc; an image without one gets it a little early.
-		if err = os.Mkdir(scratch, 0o555); err == nil {
-			fi, err = os.Lstat(scratch)
+// prepareLdconfig mounts the two tmpfs the launcher leaves writable or executable: the
+// scratch over /proc, the one place ldconfig may write, owned by its identity; and a
+// read-only one over /sys holding a copy of the image's ldconfig, the one file it may exec.
+// The runtime has mounted both /proc (the sandbox has detached it) and /sys, and ldconfig
+// needs neither.
+func prepareLdconfig(ldconfig string, id int) error {
+	for _, dir := range []string{scratch, execDir} {
+		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Every runtime creates both; an image without them gets them a little early.
+			if err = os.Mkdir(dir, 0o555); err == nil {
+				fi, err = os.Lstat(dir)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s in the image is not a directory", dir)
 		}
 	}
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s in the image is not a directory", scratch)
-	}
-	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := unix.Mount("tmpfs", scratch, "tmpfs", flags, fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", maxCache, nobody, nobody)); err != nil {
+	const flags = unix.MS_NOSUID | unix.MS_NODEV
+	if err := unix.Mount("tmpfs", scratch, "tmpfs", flags|unix.MS_NOEXEC, fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", maxCache, id, id)); err != nil {
 		return fmt.Errorf("mounting a tmpfs over %s: %w", scratch, err)
 	}
-	if fi, err := os.Lstat("/sys"); err == nil && fi.IsDir() {
-		if err := unix.Mount("tmpfs", "/sys", "tmpfs", flags|unix.MS_RDONLY, "size=4k"); err != nil {
-			return fmt.Errorf("mounting a tmpfs over /sys: %w", err)
-		}
+	if err := unix.Mount("tmpfs", execDir, "tmpfs", flags, fmt.Sprintf("size=%d,mode=0755", maxExec+4096)); err != nil {
+		return fmt.Errorf("mounting a tmpfs over %s: %w", execDir, err)
+	}
+	if err := copyExecutable(ldconfig, execCopy); err != nil {
+		return err
+	}
+	if err := unix.Mount("", execDir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return fmt.Errorf("making %s read-only: %w", execDir, err)
 	}
 	return nil
 }
 
-// dropPrivileges leaves this thread, and so the ldconfig it starts, unable to gain any
-// capability: after exec a process's capabilities come only from the bounding,
-// inheritable and ambient sets, all emptied here, whatever its uid or file capabilities.
-// NO_NEW_PRIVS stops a setuid binary in the image from giving back uid 0.
-func dropPrivileges() error {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("setting no_new_privs: %w", err)
+// copyExecutable copies the image's ldconfig, which must be an ELF executable: a script
+// would need an interpreter from the image, whose mounts are noexec for ldconfig.
+func copyExecutable(from, to string) error {
+	src, err := os.OpenFile(from, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
 	}
-	for c := 0; c < 64; c++ {
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
-		if errors.Is(err, unix.EINVAL) {
-			break // past the last capability this kernel knows
-		}
-		if err != nil {
-			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
-		}
+	defer src.Close()
+	if fi, err := src.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", from)
 	}
-	// EINVAL: a kernel older than 4.3 has no ambient set to clear.
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	data, err := readBounded(src, maxExec)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", from, err)
 	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("reading capabilities: %w", err)
+	if !bytes.HasPrefix(data, []byte("\x7fELF")) {
+		return fmt.Errorf("%s is not an ELF executable (a script?); only a compiled ldconfig is run", from)
 	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("clearing inheritable capabilities: %w", err)
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o555)
+	if err != nil {
+		return err
 	}
-	return nil
+	if _, err := dst.Write(data); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // readScratchCache reads what ldconfig, untrusted, left in the scratch tmpfs: it must be a

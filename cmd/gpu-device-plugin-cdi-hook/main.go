@@ -70,6 +70,27 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		} else {
 			err = ocihook.CreateContainer(ctx, req, stdin, stderr)
 		}
+	case "ldconfig": // internal: the confined launcher of the image's ldconfig, started by sandbox
+		var folders []string
+		fs.Func("folder", "library `DIR` to pass to ldconfig; repeatable", func(s string) error {
+			dir, err := ocihook.ParseFolder(s)
+			folders = append(folders, dir)
+			return err
+		})
+		rootfs := fs.String("rootfs", "", "the container's rootfs")
+		uid := fs.Int("uid", 0, "the uid and gid to run ldconfig as")
+		if code, ok := parse(fs, args); !ok {
+			return code
+		}
+		if *uid <= 0 {
+			fmt.Fprintln(stderr, "ldconfig: --uid must be a positive uid")
+			return 2
+		}
+		err = ocihook.Ldconfig(*rootfs, *uid, folders)
+		if errors.Is(err, ocihook.ErrAborted) {
+			return 0
+		}
+		cmd = "confining the image's ldconfig"
 	case "install":
 		dir := fs.String("dir", "", "`DIR` to copy the executable into (created if missing)")
 		if code, ok := parse(fs, args); !ok {
