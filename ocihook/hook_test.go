@@ -327,19 +327,23 @@ func TestSymlinkAttacks(t *testing.T) {
 	}, {
 		// Magic links: /proc/1 is the runtime's init (here the host's), whose root is the
 		// host's /. The kernel follows these whatever the chroot.
-		name:  "ld.so.conf.d is a symlink through /proc/1/root",
-		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d") },
+		name: "ld.so.conf.d is a symlink through /proc/1/root",
+		plant: func(t *testing.T, b bundle) {
+			replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d")
+		},
 		check: wantStderr("ld.so.conf.d is not a directory"),
 	}, {
-		name:  "ld.so.conf.d is a relative symlink through ../proc/1/root",
-		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "../proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d") },
+		name: "ld.so.conf.d is a relative symlink through ../proc/1/root",
+		plant: func(t *testing.T, b bundle) {
+			replaceWithSymlink(t, "../proc/1/root"+b.sentinel, b.rootfs, "etc/ld.so.conf.d")
+		},
 		check: wantStderr("ld.so.conf.d is not a directory"),
 	}, {
 		name:  "library folder is a symlink through /proc/1/root",
 		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, rhelLib) },
 		check: wantStderr("not creating " + rhelLib + "/libcuda.so"),
 	}, {
-		name:  "library folder is a symlink through /proc/1/cwd",
+		name: "library folder is a symlink through /proc/1/cwd",
 		plant: func(t *testing.T, b bundle) {
 			wd, err := os.Getwd() // the shim's too
 			if err != nil {
@@ -517,9 +521,9 @@ func TestHostileLdconfig(t *testing.T) {
 		" groups=0 capeff=0000000000000000 capprm=0000000000000000 capinh=0000000000000000 capbnd=0 nnp=1\n",
 		"evil: root-owned file in the image /etc/evil: Read-only file system\n",
 		"evil: world-writable directory in the image /tmp/evil: Read-only file system\n", // no filling the disk
-		"evil: open a device node in the image: Permission denied\n",                       // nodev
-		"evil: exec another program of the image: Permission denied\n",                     // noexec
-		"evil: io_uring_setup: Function not implemented\n",                                 // seccomp
+		"evil: open a device node in the image: Permission denied\n",                     // nodev
+		"evil: exec another program of the image: Permission denied\n",                   // noexec
+		"evil: io_uring_setup: Function not implemented\n",                               // seccomp
 		"evil: add_key: Function not implemented\n",
 		"evil: keyctl: Function not implemented\n",
 		"evil: socket: Function not implemented\n",
