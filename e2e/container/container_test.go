@@ -426,3 +426,81 @@ func sameFiles(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// Magic links: under runc, at createContainer time, the container's /proc is mounted and
+// /proc/1 is runc's init, whose root is still the host's /. An image whose paths go
+// through it must not make the hook, or the image's ldconfig, write on the host.
+func TestHookMagicLinks(t *testing.T) {
+	tl := need(t)
+	driverRoot, devRoot := host(t, tl, rhel)
+	specs := specDir(t, tl, driverRoot, devRoot)
+	names := []string{cdi.QualifiedName(cdi.GPUKind, gpus[0].UUID)}
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, rootfs, sentinel string)
+	}{{
+		name: "ld.so.conf.d through /proc/1/root",
+		plant: func(t *testing.T, rootfs, sentinel string) {
+			replaceWithSymlink(t, rootfs, "etc/ld.so.conf.d", "/proc/1/root"+sentinel)
+		},
+	}, {
+		name: "ld.so.conf.d through ../proc/1/root",
+		plant: func(t *testing.T, rootfs, sentinel string) {
+			replaceWithSymlink(t, rootfs, "etc/ld.so.conf.d", "../proc/1/root"+sentinel)
+		},
+	}, {
+		name: "/etc through /proc/1/root",
+		plant: func(t *testing.T, rootfs, sentinel string) {
+			mkdirs(t, sentinel, "ld.so.conf.d") // so that each write would land
+			replaceWithSymlink(t, rootfs, "etc", "/proc/1/root"+sentinel)
+		},
+	}, {
+		name: "ldconfig writes through /proc/1/root",
+		plant: func(t *testing.T, rootfs, sentinel string) {
+			src := filepath.Join(t.TempDir(), "evil.c")
+			code := `#include <fcntl.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(void) {
+	open("/proc/1/root" SENTINEL "/pwned", O_WRONLY | O_CREAT, 0644);
+	open(SENTINEL "/pwned", O_WRONLY | O_CREAT, 0644);
+	syscall(SYS_add_key, "user", "evil", "secret", 6, -4);
+	return 0;
+}
+`
+			if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("gcc", "-static", "-O1", fmt.Sprintf("-DSENTINEL=%q", sentinel), "-o", filepath.Join(rootfs, "sbin/ldconfig"), src).CombinedOutput(); err != nil {
+				t.Fatalf("gcc: %v\n%s", err, out)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sentinel := t.TempDir()
+			if err := os.WriteFile(filepath.Join(sentinel, "victim"), []byte("host file\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rootfs := image(t, tl, debian)
+			tc.plant(t, rootfs, sentinel)
+			before := snapshot(t, sentinel)
+			rep, hookLog := run(t, rootfs, specs, names, rhel.libDir)
+			if after := snapshot(t, sentinel); !sameFiles(before, after) {
+				t.Fatalf("the host changed outside the rootfs:\n before %v\n after  %v\nhook said: %s", before, after, hookLog)
+			}
+			if got := rep.Env["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q: the container did not run as injected", got)
+			}
+		})
+	}
+}
+
+func replaceWithSymlink(t *testing.T, rootfs, rel, target string) {
+	t.Helper()
+	if err := os.RemoveAll(filepath.Join(rootfs, rel)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(rootfs, rel)); err != nil {
+		t.Fatal(err)
+	}
+}
