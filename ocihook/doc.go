@@ -20,24 +20,37 @@
 // holds whatever the image put there. So the hook does nothing inside the rootfs itself.
 // CreateContainer reads the state and config.json (trusted: the runtime wrote them) and
 // re-executes itself as Sandbox, in new mount, PID, IPC, UTS and network namespaces, with
-// a clean environment and a 30 s limit. Sandbox makes its mounts private and chroots
-// into the rootfs; from then on every path, absolute symlinks and .. chains included,
-// resolves inside the rootfs, so a planted symlink can only point at the image itself.
-// Files are created with O_EXCL or symlink(2), which never follow a symlink, and put in
-// place with rename(2), which replaces a symlink rather than writing through it.
+// a clean environment and a 30 s limit.
 //
-// The image's ldconfig is the one piece of the image that runs. Before it does, the
-// sandbox covers the container's /proc and /sys with tmpfs: the runtime has mounted them
-// but, at createContainer time, not yet masked /proc/sysrq-trigger nor made /proc/sys
-// read-only, and uid 0 needs no capability to write a sysctl such as core_pattern. So
-// ldconfig runs as nobody (65534), with empty bounding, inheritable and ambient
-// capability sets (exec cannot give it any, whatever its file capabilities),
-// no_new_privs (a setuid binary cannot give back uid 0), in a PID namespace of its own
-// (whatever it leaves running dies with it), under a 20 s limit. It writes the cache into
-// the tmpfs; the sandbox, still root, checks that what it left is a regular file and
-// installs it as /etc/ld.so.cache. Being chrooted, it cannot create a user namespace (the
-// kernel refuses that to chrooted processes), and without CAP_SYS_CHROOT it cannot
-// chroot its way out.
+// Sandbox makes its mounts private and, before resolving any path inside the rootfs,
+// detaches every procfs mounted there (hideProcfs). At createContainer time the runtime
+// has mounted the container's /proc, and its magic links (/proc/<pid>/root, cwd, fd/N)
+// take the kernel to wherever they point, chroot or not: /proc/1/root of the runtime's
+// init is the host's /. We chose hiding procfs over openat2's RESOLVE_IN_ROOT |
+// RESOLVE_NO_MAGICLINKS because it also covers the lookups of the image's ldconfig, which
+// we cannot make with openat2, and it works on every kernel we support (openat2 came in
+// 5.6; RHEL 8 runs 4.18). Magic links exist only in procfs, so with none mounted in the
+// rootfs, and the sandbox chrooted into it, every path, absolute symlinks and .. chains
+// included, resolves inside the rootfs. Files are created with O_EXCL or symlink(2), which
+// never follow a symlink, and put in place with rename(2), which replaces a symlink rather
+// than writing through it.
+//
+// The image's ldconfig is the one piece of the image that runs, before the pod's seccomp
+// profile, LSM label and device cgroup apply, so the hook confines it itself (Ldconfig):
+// the sandbox starts a launcher (this executable again) while it can still reach it, and
+// once the rootfs is ready the launcher takes a mount namespace of its own in which every
+// mount of the rootfs is read-only, nodev, noexec and nosuid, save two tmpfs of the
+// sandbox's: a scratch over /proc, the one place ldconfig may write (64 MiB), and a
+// read-only one over /sys holding a copy of the image's ldconfig, the one file it may
+// exec. The launcher chroots, sets rlimits (4 GiB address space, 64 MiB files, 64 open
+// files, 5 s CPU, no core), empties its capability sets, takes a uid and gid of its own,
+// fresh for each run (so nothing keyed by uid, a keyring say, is shared with another
+// run; nobody where a user namespace does not map the range), RLIMIT_NPROC 1, sets
+// no_new_privs and a seccomp allow-list (seccomp.go: what glibc's ldconfig calls; fork,
+// sockets, keyctl, io_uring, ptrace, mount, chroot, unshare and ioctl get ENOSYS), and
+// execs the copy, in a PID namespace of its own (whatever it leaves dies with it) under a
+// 20 s limit. The sandbox, still root, checks that what it left is a regular file and
+// installs it as /etc/ld.so.cache.
 //
 // # Exit status
 //
