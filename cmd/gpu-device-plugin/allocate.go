@@ -28,7 +28,7 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 		UsageText: "gpu-device-plugin allocate --size N [--resource NAME] [--available ID,...] [--must-include ID,...] [-o table|json]\n\n" +
 			"IDs are device IDs as list shows them (UUIDs, or <uuid>::<n> for a time-slicing replica), GPU indices, or\n" +
 			"<gpu>:<mig> MIG indices. In --available a shared GPU's UUID or index offers all its replicas.",
-		Flags: append(settingFlags(),
+		Flags: append(settingFlags(allocateKeys...),
 			&cli.IntFlag{Name: "size", Aliases: []string{"n"}, Usage: "how many devices the container asks for (required)"},
 			&cli.StringFlag{Name: "resource", Value: gpu.ResourceName, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
 			&cli.StringSliceFlag{Name: "available", Usage: "the devices the kubelet offers, comma-separated IDs (default: every device of the resource)"},
@@ -38,7 +38,7 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 				EnvVars: []string{config.EnvName("output")},
 			},
 		),
-		Action: func(c *cli.Context) error { return allocate(c, open, stdout, stderr) },
+		Action: noArgs(func(c *cli.Context) error { return allocate(c, open, stdout, stderr) }),
 	}
 }
 

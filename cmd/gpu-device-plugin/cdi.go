@@ -16,16 +16,17 @@ import (
 
 func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
 	return &cli.Command{
-		Name:  "cdi",
-		Usage: "CDI specs for the node's devices",
+		Name:   "cdi",
+		Usage:  "CDI specs for the node's devices",
+		Action: noArgs(func(c *cli.Context) error { return cli.ShowSubcommandHelp(c) }),
 		Subcommands: []*cli.Command{{
 			Name:  "generate",
 			Usage: "write the CDI specs (GPUs and NIC pools) without serving, e.g. from a node package's install step",
-			Flags: append(settingFlags(), &cli.StringFlag{
+			Flags: append(settingFlags(cdiKeys...), &cli.StringFlag{
 				Name: "output", Aliases: []string{"o"},
 				Usage: `directory to write to (default: --cdi-spec-dir), or "-" to print the specs`,
 			}),
-			Action: func(c *cli.Context) error { return generateCDI(c, open, stdout, stderr) },
+			Action: noArgs(func(c *cli.Context) error { return generateCDI(c, open, stdout, stderr) }),
 		}},
 	}
 }

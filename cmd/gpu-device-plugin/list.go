@@ -306,7 +306,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	if output == "json" {
 		return writeJSON(stdout, out)
 	}
-	return writeTable(stdout, out)
+	return writeTable(stdout, out, c.Bool("dra") || cfg.KubeletAPI == config.KubeletAPIDRA)
 }
 
 func healthState(healthy bool) string {
@@ -518,7 +518,9 @@ type discard struct{}
 
 func (discard) SetHealth(string, bool, string) bool { return false }
 
-func writeTable(w io.Writer, l listing) error {
+// writeTable prints the listing; the DRA devices only when showDRA (a
+// device-plugin node's operator rarely wants them).
+func writeTable(w io.Writer, l listing, showDRA bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\tRESOURCE\tREPLICAS\tHOLDER")
 	for _, g := range l.GPUs {
@@ -557,7 +559,7 @@ func writeTable(w io.Writer, l listing) error {
 			return err
 		}
 	}
-	if len(l.DRA.Devices) > 0 {
+	if showDRA && len(l.DRA.Devices) > 0 {
 		fmt.Fprintf(tw, "\nDRA DEVICE (%s, pool %s)\tTYPE\tID\tPCIE ROOT\tNUMA\tTAINTS\n", l.DRA.Driver, l.DRA.Pool)
 		for _, d := range l.DRA.Devices {
 			attr := func(name string) string {

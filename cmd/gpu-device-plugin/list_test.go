@@ -75,7 +75,7 @@ func TestListGolden(t *testing.T) {
 		// normalize turns stdout into what is compared.
 		normalize func(t *testing.T, out string) []byte
 	}{
-		{name: "table", golden: "list.golden.txt", args: []string{"list"},
+		{name: "table", golden: "list.golden.txt", args: []string{"list", "--dra"},
 			normalize: func(_ *testing.T, out string) []byte { return []byte(out) }},
 		{name: "json", golden: "list.golden.json", args: []string{"list", "-o", "json"}, normalize: withoutPCINames},
 	}
@@ -103,6 +103,27 @@ func TestListGolden(t *testing.T) {
 				t.Errorf("list output differs from %s (if the change is meant, run with -update and update the README):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})
+	}
+}
+
+// TestListTableDRAOnRequest: a device-plugin node's table leaves out what
+// DRA mode would publish, unless asked (--dra) or in DRA mode.
+func TestListTableDRAOnRequest(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"list"}, false},
+		{[]string{"list", "--dra"}, true},
+		{[]string{"list", "--kubelet-api", "dra"}, true},
+	} {
+		out, _, err := run(t, mockOpen, append(tc.args, "--sysfs-root", t.TempDir(), "--node-name", "n")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out, "DRA DEVICE"); got != tc.want {
+			t.Errorf("%v: DRA table shown %v, want %v:\n%s", tc.args, got, tc.want, out)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -29,67 +31,134 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-device-plugin:", err)
-		os.Exit(1)
+		code := 1
+		if exit, ok := err.(cli.ExitCoder); ok {
+			code = exit.ExitCode()
+		}
+		os.Exit(code)
 	}
 }
 
 const configFlag = "config"
 
-// settingFlags builds the flags for every config setting. Each command
-// gets its own instances, so a setting may be given before or after the
-// command name. The flags do not read the environment themselves:
-// loadConfig does, so that a flag at any level beats its environment twin
-// and an empty variable counts as unset.
-func settingFlags() []cli.Flag {
+// Which settings each one-shot command reads; serve (and a bare
+// gpu-device-plugin) takes them all. A command lists only the flags it
+// uses, so `version --help` is short and a flag that would change nothing
+// is refused. The config file may still hold every key.
+var (
+	driverKeys  = []string{"driverRoot", "nvmlLibrary", "sysfsRoot", "devRoot", "procRoot"}
+	servedKeys  = []string{"deviceIDStrategy", "deviceListStrategy", "migStrategy"}
+	loggingKeys = []string{"logLevel", "logFormat"}
+	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
+		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}
+
+	listKeys     = slices.Concat(driverKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName"}, loggingKeys)
+	allocateKeys = slices.Concat(driverKeys, servedKeys, loggingKeys)
+	cdiKeys      = slices.Concat(driverKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"}, loggingKeys)
+	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
+)
+
+// settingFlags builds the flags for the settings named by keys (all when
+// none are named), grouped by category in help. Each command gets its own
+// instances, so a setting may be given before or after the command name.
+// The flags do not read the environment themselves: loadConfig does, so
+// that a flag at any level beats its environment twin and an empty
+// variable counts as unset.
+func settingFlags(keys ...string) []cli.Flag {
 	flags := []cli.Flag{&cli.StringFlag{
-		Name:  configFlag,
-		Usage: "YAML config file; flags and environment variables override it" + envNote(config.EnvName(configFlag)),
+		Name:     configFlag,
+		Usage:    "YAML config file; flags and environment variables override it" + envNote(config.EnvName(configFlag)),
+		Category: "Configuration",
 	}}
 	for _, s := range config.Settings() {
-		flags = append(flags, &cli.StringFlag{Name: s.Flag, Usage: s.Usage + envNote(s.Env), Value: s.Default})
+		if len(keys) == 0 || slices.Contains(keys, s.Key) {
+			flags = append(flags, &cli.StringFlag{Name: s.Flag, Usage: s.Usage + envNote(s.Env), Value: s.Default, Category: s.Category})
+		}
 	}
 	return flags
 }
 
 func envNote(env string) string { return " [$" + env + "]" }
 
+// commandNames lists the commands for the error a stray word gets.
+func commandNames(cmds []*cli.Command) string {
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden && c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// noArgs wraps an action that takes no positional arguments: a mistyped
+// command (`gpu-device-plugin lst`) or a stray word after one must not
+// start the server or be ignored. It exits 2, as a usage error.
+func noArgs(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.NArg() == 0 {
+			return action(c)
+		}
+		var path []string // the command's words, "cdi generate"
+		for _, ctx := range c.Lineage() {
+			if ctx.Command != nil && ctx.Command.Name != "" && ctx.Command.Name != c.App.Name {
+				path = append([]string{ctx.Command.Name}, path...)
+			}
+		}
+		if len(path) == 0 {
+			return cli.Exit(fmt.Sprintf("unknown command %q; commands: %s (see --help)", c.Args().First(), commandNames(c.App.Commands)), 2)
+		}
+		if commandNames(c.Command.Subcommands) != "" {
+			return cli.Exit(fmt.Sprintf("unknown command %q; %s commands: %s", strings.Join(append(path, c.Args().First()), " "), strings.Join(path, " "), commandNames(c.Command.Subcommands)), 2)
+		}
+		name := strings.Join(path, " ")
+		return cli.Exit(fmt.Sprintf("%s: unexpected argument %q; %s takes flags only (see %s --help)", name, c.Args().First(), name, name), 2)
+	}
+}
+
 // newApp builds the CLI. open loads NVML: nvml.Open in production, a
 // mock in tests.
 func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "gpu-device-plugin",
-		Usage:     "serve NVIDIA GPUs to the kubelet",
+		Usage:     "serve NVIDIA GPUs and NIC pools to the kubelet",
 		Version:   version,
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     settingFlags(),
-		Action:    func(c *cli.Context) error { return serve(c, open, stderr) },
+		Action:    noArgs(func(c *cli.Context) error { return serve(c, open, stderr) }),
 		Commands: []*cli.Command{
 			{
 				Name:   "serve",
 				Usage:  "serve the discovered devices to the kubelet (the default)",
 				Flags:  settingFlags(),
-				Action: func(c *cli.Context) error { return serve(c, open, stderr) },
+				Action: noArgs(func(c *cli.Context) error { return serve(c, open, stderr) }),
 			},
 			{
 				Name:  "list",
-				Usage: "list the discovered GPUs",
-				Flags: append(settingFlags(), &cli.StringFlag{
-					Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
-					EnvVars: []string{config.EnvName("output")},
-				}),
-				Action: func(c *cli.Context) error { return list(c, open, stdout, stderr) },
+				Usage: "list the node's GPUs, their MIG devices and its NICs, with health, how each is served and who holds it",
+				Flags: append(settingFlags(listKeys...),
+					&cli.StringFlag{
+						Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
+						EnvVars: []string{config.EnvName("output")},
+					},
+					&cli.BoolFlag{Name: "dra", Usage: "also show the devices DRA mode would publish (shown anyway with --kubelet-api=dra; always in -o json)"},
+				),
+				Action: noArgs(func(c *cli.Context) error { return list(c, open, stdout, stderr) }),
 			},
 			allocateCommand(open, stdout, stderr),
 			cdiCommand(open, stdout, stderr),
 			{
 				Name:   "version",
-				Usage:  "print version and build information",
-				Flags:  settingFlags(),
-				Action: func(c *cli.Context) error { return printVersion(c, open, stdout) },
+				Usage:  "print version and build information, and the driver's",
+				Flags:  settingFlags(versionKeys...),
+				Action: noArgs(func(c *cli.Context) error { return printVersion(c, open, stdout) }),
 			},
 		},
 		HideVersion: true,
+		// main prints errors and picks the exit status; cli would exit from
+		// inside Run, tests included.
+		ExitErrHandler: func(*cli.Context, error) {},
 	}
 }
 

@@ -103,7 +103,7 @@ func TestSettingsPrecedence(t *testing.T) {
 	var got string
 	app := newApp(mockOpen, &bytes.Buffer{}, &bytes.Buffer{})
 	for _, c := range app.Commands {
-		if c.Name == "version" {
+		if c.Name == "list" {
 			c.Action = func(c *cli.Context) error {
 				cfg, err := loadConfig(c)
 				got = cfg.DeviceIDStrategy + " " + cfg.LogLevel + " " + cfg.LogFormat + " " + cfg.DevRoot
@@ -111,7 +111,7 @@ func TestSettingsPrecedence(t *testing.T) {
 			}
 		}
 	}
-	err := app.RunContext(context.Background(), []string{"gpu-device-plugin", "--config", cfgFile, "--log-format", "text", "version", "--dev-root", "/host/dev"})
+	err := app.RunContext(context.Background(), []string{"gpu-device-plugin", "--config", cfgFile, "--log-format", "text", "list", "--dev-root", "/host/dev"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestListShowsNICs(t *testing.T) {
 	}
 }
 
-// configOf runs the version command with args and returns the merged
+// configOf runs the list command with args and returns the merged
 // configuration it would use.
 func configOf(t *testing.T, args ...string) (config.Config, error) {
 	t.Helper()
@@ -211,7 +211,7 @@ func configOf(t *testing.T, args ...string) (config.Config, error) {
 	var err error
 	app := newApp(mockOpen, &bytes.Buffer{}, &bytes.Buffer{})
 	for _, c := range app.Commands {
-		if c.Name == "version" {
+		if c.Name == "list" {
 			c.Action = func(c *cli.Context) error {
 				cfg, err = loadConfig(c)
 				return nil
@@ -227,9 +227,9 @@ func configOf(t *testing.T, args ...string) (config.Config, error) {
 func TestFlagBeatsEnvironmentAtEveryLevel(t *testing.T) {
 	t.Setenv("GPU_DEVICE_PLUGIN_DEVICE_ID_STRATEGY", "serial")
 	for _, args := range [][]string{
-		{"--device-id-strategy=uuid", "version"},
-		{"version", "--device-id-strategy=uuid"},
-		{"--device-id-strategy=index", "version", "--device-id-strategy=uuid"},
+		{"--device-id-strategy=uuid", "list"},
+		{"list", "--device-id-strategy=uuid"},
+		{"--device-id-strategy=index", "list", "--device-id-strategy=uuid"},
 	} {
 		cfg, err := configOf(t, args...)
 		if err != nil || cfg.DeviceIDStrategy != "uuid" {
@@ -237,7 +237,7 @@ func TestFlagBeatsEnvironmentAtEveryLevel(t *testing.T) {
 		}
 	}
 	// Without a flag the environment is used, and a bad value names it.
-	if _, err := configOf(t, "version"); err == nil || !strings.Contains(err.Error(), "deviceIDStrategy") {
+	if _, err := configOf(t, "list"); err == nil || !strings.Contains(err.Error(), "deviceIDStrategy") {
 		t.Errorf("err = %v, want the environment's bad value refused", err)
 	}
 }
@@ -250,7 +250,7 @@ func TestEmptyEnvironmentIsUnset(t *testing.T) {
 	t.Setenv("GPU_DEVICE_PLUGIN_XID_IGNORE", "")
 	t.Setenv("GPU_DEVICE_PLUGIN_DEVICE_LIST_STRATEGY", "")
 	t.Setenv("GPU_DEVICE_PLUGIN_CONFIG", cfgFile)
-	cfg, err := configOf(t, "version")
+	cfg, err := configOf(t, "list")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestEmptyEnvironmentIsUnset(t *testing.T) {
 		t.Errorf("xidIgnore = %v, deviceListStrategy = %v; want the file's [13] and the default [envvar]", cfg.XIDIgnore, cfg.DeviceListStrategy)
 	}
 	t.Setenv("GPU_DEVICE_PLUGIN_CONFIG", "")
-	if cfg, err = configOf(t, "version"); err != nil || !slices.Equal(cfg.XIDIgnore, config.Default().XIDIgnore) {
+	if cfg, err = configOf(t, "list"); err != nil || !slices.Equal(cfg.XIDIgnore, config.Default().XIDIgnore) {
 		t.Errorf("empty GPU_DEVICE_PLUGIN_CONFIG: xidIgnore = %v, %v; want the default", cfg.XIDIgnore, err)
 	}
 }

@@ -90,7 +90,9 @@ func configFile(t *testing.T, yaml string) string {
 func runMIG(t *testing.T, hot bool, cfg string, args ...string) (string, string, error) {
 	t.Helper()
 	open, proc := migNode(t, hot)
-	args = append(args, "--proc-root", proc, "--sysfs-root", t.TempDir(), "--dev-root", t.TempDir(), "--node-name", "node-1")
+	// --node-name before the command: allocate does not take it, and the
+	// top level takes every setting.
+	args = append(append([]string{"--node-name", "node-1"}, args...), "--proc-root", proc, "--sysfs-root", t.TempDir(), "--dev-root", t.TempDir())
 	if cfg != "" {
 		args = append(args, "--config", configFile(t, cfg))
 	}
