@@ -376,7 +376,8 @@ func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.Config
 		}
 		args = append(args, a)
 	}
-	cmd := exec.Command(plugin(t), append([]string{"version"}, args...)...)
+	// Before the command: the top level takes every setting serve does.
+	cmd := exec.Command(plugin(t), append(args, "version")...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {

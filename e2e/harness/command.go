@@ -34,7 +34,8 @@ func RunCommand(ctx context.Context, binary, library, profile, command string, a
 	if err := prof.WriteDev(dev); err != nil {
 		return "", "", fmt.Errorf("running %s: %w", command, err)
 	}
-	full := append([]string{command, "--nvml-library", library, "--sysfs-root", sys, "--dev-root", dev}, args...)
+	// The settings before the command: the top level takes them all.
+	full := append([]string{"--nvml-library", library, "--sysfs-root", sys, "--dev-root", dev, command}, args...)
 	cmd := exec.CommandContext(ctx, binary, full...)
 	cmd.Env = append(pluginEnv(os.Environ()), "MOCK_NVML_PROFILE="+profile)
 	var out, errb bytes.Buffer
