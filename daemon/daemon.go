@@ -241,9 +241,8 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 // library and no error when ctx ends first.
 // absent is called once, after the first failure.
 func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent func(), log *slog.Logger) (nvml.Library, error) {
-	path := nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary)
 	for attempt := 1; ; attempt++ {
-		lib, err := open(path)
+		lib, path, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
 		if err == nil {
 			if attempt > 1 {
 				log.Info("NVML loaded; serving GPUs", "library", path, "attempts", attempt)

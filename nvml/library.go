@@ -1,11 +1,14 @@
 package nvml
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -98,7 +101,10 @@ func Open(path string) (Library, error) {
 		return lib, nil
 	case gonvml.ERROR_LIBRARY_NOT_FOUND:
 		// go-nvml reports any dlopen failure this way and drops dlerror's text.
-		return nil, fmt.Errorf("%w: NVML library %q could not be loaded (is the NVIDIA driver installed? set --nvml-library or --driver-root)", ErrNoDriver, path)
+		if !strings.Contains(path, "/") {
+			return nil, fmt.Errorf("%w: NVML library %s is not in the dynamic loader's search path (is the NVIDIA driver installed? if it is installed under another root, set --driver-root)", ErrNoDriver, path)
+		}
+		return nil, fmt.Errorf("%w: NVML library %q could not be loaded by the dynamic loader (a library it needs is missing, or it was built for another architecture)", ErrNoDriver, path)
 	case gonvml.ERROR_DRIVER_NOT_LOADED:
 		return nil, fmt.Errorf("%w: NVML library %q loaded but the NVIDIA kernel driver is not running (is the nvidia kernel module loaded?)", ErrNoDriver, path)
 	default:
@@ -106,3 +112,67 @@ func Open(path string) (Library, error) {
 		return nil, fmt.Errorf("initialising NVML from %q: %w", path, ret)
 	}
 }
+
+// Load opens NVML where the settings point (LibraryPath) with open (Open, or
+// a mock). When it fails for want of a library, the error names the cause
+// in the settings' terms where one can be seen without loading anything: a
+// --driver-root that does not exist or holds no library, or a
+// --nvml-library that is missing, a directory or no shared library.
+func Load(open func(string) (Library, error), driverRoot, explicit string) (Library, string, error) {
+	path := LibraryPath(driverRoot, explicit)
+	lib, err := open(path)
+	if err == nil {
+		return lib, path, nil
+	}
+	if errors.Is(err, ErrNoDriver) {
+		if p := libraryProblem(driverRoot, explicit); p != nil {
+			return nil, path, fmt.Errorf("%w: %w", ErrNoDriver, p)
+		}
+	}
+	return nil, path, err
+}
+
+// libraryProblem says what is wrong with the settings that choose the
+// library, or nil when nothing is seen to be.
+func libraryProblem(driverRoot, explicit string) error {
+	if explicit != "" {
+		fi, err := os.Stat(explicit)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("nvmlLibrary (--nvml-library) %q does not exist; give the path of libnvidia-ml.so.1", explicit)
+		case err != nil:
+			return fmt.Errorf("nvmlLibrary (--nvml-library) %q: %w", explicit, err)
+		case fi.IsDir():
+			return fmt.Errorf("nvmlLibrary (--nvml-library) %q is a directory; give the library file, such as %s", explicit, filepath.Join(explicit, libraryName))
+		}
+		f, err := elf.Open(explicit)
+		if err != nil {
+			return fmt.Errorf("nvmlLibrary (--nvml-library) %q is not a shared library (not an ELF file: %v); give the path of libnvidia-ml.so.1", explicit, err)
+		}
+		defer f.Close()
+		if want, ok := elfMachines[runtime.GOARCH]; ok && f.Machine != want {
+			return fmt.Errorf("nvmlLibrary (--nvml-library) %q is a library for %s, not for this machine (%s)", explicit, f.Machine, runtime.GOARCH)
+		}
+		return nil
+	}
+	if driverRoot == "" || filepath.Clean(driverRoot) == "/" {
+		return nil
+	}
+	fi, err := os.Stat(driverRoot)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("driverRoot (--driver-root) %q does not exist; set it to the root the NVIDIA driver is installed under (/ on most hosts)", driverRoot)
+	case err != nil:
+		return fmt.Errorf("driverRoot (--driver-root) %q: %w", driverRoot, err)
+	case !fi.IsDir():
+		return fmt.Errorf("driverRoot (--driver-root) %q is not a directory", driverRoot)
+	}
+	if LibraryPath(driverRoot, "") == libraryName {
+		return fmt.Errorf("no %s under driverRoot (--driver-root) %q (looked in %s): is the driver installed there? or give the file with --nvml-library",
+			libraryName, driverRoot, strings.Join(LibraryDirs(runtime.GOARCH), ", "))
+	}
+	return nil
+}
+
+// elfMachines is the ELF machine of each architecture a library must be built for.
+var elfMachines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "ppc64le": elf.EM_PPC64}

@@ -139,7 +139,7 @@ func TestOpenWithoutLibrary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lib, err := Open(tt.path)
+			lib, _, err := Load(Open, "/", tt.path)
 			if err == nil {
 				lib.Shutdown()
 				t.Fatalf("Open(%q) succeeded, want ErrNoDriver", tt.path)
@@ -149,7 +149,7 @@ func TestOpenWithoutLibrary(t *testing.T) {
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.path) || !strings.Contains(msg, "--nvml-library") || strings.Contains(msg, "\n") {
-				t.Errorf("Open error %q should be one line naming the path and the flags", msg)
+				t.Errorf("Load error %q should be one line naming the path and the flag", msg)
 			}
 		})
 	}

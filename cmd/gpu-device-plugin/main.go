@@ -213,7 +213,7 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger { return daemon.NewL
 // discover loads NVML and walks the GPUs, for the commands that look at
 // the node once. The caller shuts the library down.
 func discover(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
-	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	lib, _, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -26,7 +26,7 @@ func printVersion(c *cli.Context, open daemon.OpenFunc, w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(w, "gpu-device-plugin %s\ncommit:  %s\ngo:      %s\ngo-nvml: %s\n", version, commit, runtime.Version(), goNVML)
-	lib, err := open(nvml.LibraryPath(cfg.DriverRoot, cfg.NVMLLibrary))
+	lib, _, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
 	if err != nil {
 		fmt.Fprintf(w, "driver:  not found (%v)\n", err)
 		return nil
