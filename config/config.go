@@ -343,6 +343,13 @@ func Load(path string) (Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return c, nil
 	}
+	if err := duplicateKey(data); err != nil {
+		return c, fmt.Errorf("config: %s: %w", path, err)
+	}
+	var probe map[string]json.RawMessage
+	if yaml.Unmarshal(data, &probe) == nil && nvidiaFormat(slices.Collect(maps.Keys(probe))) {
+		return c, fmt.Errorf("config: %s: this is NVIDIA k8s-device-plugin's config format (version: v1, flags: ...); gpu-device-plugin takes its own keys: %s gives each one's counterpart", path, MigrationGuide)
+	}
 	if err := checkNICResources(path, data); err != nil {
 		return c, err
 	}
@@ -384,16 +391,6 @@ func Load(path string) (Config, error) {
 		errs = append(errs, fmt.Errorf("config: %s: %w", path, err))
 	}
 	return c, errors.Join(errs...)
-}
-
-// unknownKey says a key is unknown, and which known key it may mean.
-func unknownKey(key string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, key) {
-			return fmt.Sprintf("unknown key %q; keys are case-sensitive: did you mean %q?", key, k)
-		}
-	}
-	return fmt.Sprintf("unknown key %q; known keys: %s", key, strings.Join(known, ", "))
 }
 
 // valueError rewords a decoding error of one key's value.

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +223,63 @@ func TestNode(t *testing.T) {
 	h, _ := os.Hostname()
 	if n, err := c.Node(); n != strings.ToLower(h) || err != nil {
 		t.Errorf("Node() = %q, %v; want the host name %q in lower case", n, err, strings.ToLower(h))
+	}
+}
+
+// TestLoadFileMistakes: each mistake gets one line naming the key and the
+// way out.
+func TestLoadFileMistakes(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"duplicate key", "logLevel: info\nmigStrategy: none\nlogLevel: debug\n", `key "logLevel" is set twice, on lines 1 and 3; keep one`},
+		{"duplicate nested key", "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n      replicas: 3\n",
+			`key "sharing.timeSlicing.resources[0].replicas" is set twice, on lines 5 and 6`},
+		{"typo", "migStratgy: mixed\n", `unknown key "migStratgy"; did you mean "migStrategy"?`},
+		{"typo in a long key", "healthNVMLFailurePoll: 3\n", `did you mean "healthNVMLFailurePolls"?`},
+		{"case", "loglevel: debug\n", `keys are case-sensitive: did you mean "logLevel"?`},
+		{"NVIDIA's format", "version: v1\nflags:\n  migStrategy: none\n  failOnInitError: true\n",
+			"this is NVIDIA k8s-device-plugin's config format (version: v1, flags: ...); gpu-device-plugin takes its own keys: " + MigrationGuide},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(p, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("err = %v, want one line saying %q", err, tc.want)
+			}
+		})
+	}
+	// Far from every key: the list, no guess.
+	if got := unknownKey("bogusThing", keys()); strings.Contains(got, "did you mean") || !strings.Contains(got, "known keys: ") {
+		t.Errorf("unknownKey(bogusThing) = %q", got)
+	}
+}
+
+// TestMigrationGuideKeys: every key the migration guide maps NVIDIA's
+// settings onto is one Load accepts.
+func TestMigrationGuideKeys(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", MigrationGuide))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := keys()
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[3], -1) {
+			n++
+			if root, _, _ := strings.Cut(m[1], "."); !slices.Contains(known, root) {
+				t.Errorf("%s maps onto %q, which is no key", MigrationGuide, m[1])
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("found only %d mapped keys in %s", n, MigrationGuide)
 	}
 }
