@@ -291,6 +291,10 @@ func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
 		opts = append(opts, health.WithSticky(saved))
 	}
 	failing := false
+	if err := store.Writable(); err != nil {
+		log.Warn("health conditions that must outlive a restart (a fatal XID, a GPU waiting for a reset) cannot be kept: fix the directory, or set stateDir (--state-dir)", "err", err)
+		failing = true // said once; a later save that works says so
+	}
 	opts = append(opts, health.OnStickyChange(func(c []health.StickyCondition) {
 		if c == nil {
 			c = []health.StickyCondition{}

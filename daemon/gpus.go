@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -162,7 +164,7 @@ func (p *gpuPlugin) run(ctx context.Context) error {
 	for _, s := range p.srvs {
 		wg.Go(func() {
 			if err := s.Run(ctx); err != nil {
-				errc <- err
+				errc <- socketAdvice(err)
 				cancel()
 			}
 		})
@@ -174,6 +176,15 @@ func (p *gpuPlugin) run(ctx context.Context) error {
 	default:
 		return nil
 	}
+}
+
+// socketAdvice says what to do when the device-plugin directory cannot be
+// written: the kubelet's is root's.
+func socketAdvice(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w: run as root, or set devicePluginDir (--device-plugin-dir) to a directory this user may write", err)
+	}
+	return err
 }
 
 // absent: the resources register once NVML loads.

@@ -276,7 +276,7 @@ func (ps nicPlugins) run(ctx context.Context) error {
 	for _, srv := range ps {
 		wg.Go(func() {
 			if err := srv.Run(ctx); err != nil {
-				errc <- fmt.Errorf("serving %s: %w", srv.Resource(), err)
+				errc <- socketAdvice(fmt.Errorf("serving %s: %w", srv.Resource(), err))
 				cancel()
 			}
 		})

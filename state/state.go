@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/atomicfile"
@@ -102,4 +103,21 @@ func (s Store) Save(v any) error {
 		return fmt.Errorf("writing state: %w", err)
 	}
 	return nil
+}
+
+// Writable checks, at start, that Save will be able to write: the
+// directory is created if missing, and a file is made and removed in it. A
+// read-only or missing state directory is then reported when the plugin
+// starts, not first when a fatal XID needs keeping.
+func (s Store) Writable() error {
+	dir := filepath.Dir(s.Path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating state directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

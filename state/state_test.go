@@ -82,3 +82,22 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("no boot ID: %v", err)
 	}
 }
+
+func TestWritable(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing", "state")
+	if err := (Store{Path: filepath.Join(dir, "health.json")}).Writable(); err != nil {
+		t.Fatalf("a missing directory should be created: %v", err)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("probe left %v (%v)", entries, err)
+	}
+	// A regular file where the directory should be: what a read-only or
+	// wrong mount looks like to root, whom permissions do not stop.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Store{Path: filepath.Join(file, "health.json")}).Writable(); err == nil {
+		t.Error("no error for a state directory that cannot be made")
+	}
+}
