@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -82,6 +83,9 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, c
 		log.Warn("sharing.timeSlicing is ignored in DRA mode: pods share a device by referencing one ResourceClaim",
 			"resources", len(cfg.Sharing.TimeSlicing.Resources))
 	}
+	if err := makePluginDirs(cfg); err != nil {
+		return nil, err
+	}
 	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
 	drv, err := New(Options{
 		DriverName:     config.DRADriverName,
@@ -119,6 +123,22 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, c
 	log.Info("serving through DRA", "driver", config.DRADriverName, "node", node, "pluginDir", cfg.DRAPluginDir)
 	drv.SetPublisher(f.ctx, f.helper)
 	return f, nil
+}
+
+// makePluginDirs creates the driver's plugin directory (its socket and
+// checkpoint) and the kubelet's registration directory where they are
+// missing: the kubelet makes neither for a driver, and on a node package or
+// host run nothing else does. 0750, as the kubelet's own: root reads them.
+func makePluginDirs(cfg config.Config) error {
+	for _, d := range []struct{ dir, key string }{
+		{cfg.DRAPluginDir, "draPluginDir (--dra-plugin-dir)"},
+		{cfg.PluginRegistryDir, "pluginRegistryDir (--plugin-registry-dir)"},
+	} {
+		if err := os.MkdirAll(d.dir, 0o750); err != nil {
+			return fmt.Errorf("DRA: creating %s %s: %w", d.key, d.dir, err)
+		}
+	}
+	return nil
 }
 
 // kubeClient reads cfg.Kubeconfig, or the pod's service account.
