@@ -166,3 +166,26 @@ func migDevice(devRoot string, parent DeviceNode, m nvml.MIGDevice) (Device, boo
 func devNode(devRoot, name string) DeviceNode {
 	return DeviceNode{Path: "/dev/" + name, HostPath: filepath.Join(devRoot, name), Permissions: "rw"}
 }
+
+// CheckHook says why the hook at path cannot be run by the container
+// runtime (missing, not a regular file, not executable), or nil when it can.
+func CheckHook(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", path)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+// HookMissingMessage says what a GPU spec without the hook breaks, and how
+// to install it: logs, the Node condition and list say the same.
+func HookMissingMessage(path string) string {
+	return "CDI hook " + HookName + " not installed at " + path + ": GPU containers get no libcuda.so link and no ld cache entry for the driver's libraries, " +
+		"so where an image's library directories differ from the host's, CUDA fails at its first call; install it (the node package does; the chart's init container copies it to cdiHook.hostDir; " +
+		"or run `" + HookName + " install --dir DIR` and set cdiHookPath to DIR/" + HookName + ")"
+}

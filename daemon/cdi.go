@@ -232,36 +232,48 @@ func (s *specStore) run(ctx context.Context) {
 }
 
 // gpuSpecs keeps the GPU spec in step with the control nodes in /dev and
+// with the hook (installed after the plugin started, or removed), and
 // answers the GPU resource's question before each CDI Allocate.
 type gpuSpecs struct {
 	store  *specStore
 	gpus   []nvml.GPU
 	driver cdi.Driver
-	opts   cdi.GPUSpecOptions
+	opts   cdi.GPUSpecOptions // HookPath: the configured one
+	onHook func(installed bool, problem error)
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	controls []string
+	hookOK   *bool // nil until the first check
 }
 
-func newGPUSpecs(cfg config.Config, store *specStore, gpus []nvml.GPU, log *slog.Logger) (*gpuSpecs, error) {
+// newGPUSpecs writes the GPU spec. onHook, when not nil, hears whether the
+// spec runs the hook, at first and at each change.
+func newGPUSpecs(cfg config.Config, store *specStore, gpus []nvml.GPU, onHook func(bool, error), log *slog.Logger) (*gpuSpecs, error) {
 	driver, opts, err := gpuSpecInputs(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	g := &gpuSpecs{store: store, gpus: gpus, driver: driver, opts: opts}
+	g := &gpuSpecs{store: store, gpus: gpus, driver: driver, opts: opts, onHook: onHook, log: log}
 	if err := g.refresh(true); err != nil {
 		return nil, err
 	}
 	return g, nil
 }
 
-// refresh rewrites the spec when the control nodes present differ from
-// the spec's, or when force is set.
+// refresh rewrites the spec when the control nodes present or the hook's
+// presence differ from the spec's, or when force is set.
 func (g *gpuSpecs) refresh(force bool) error {
 	present := cdi.PresentControlNodes(g.opts.DevRoot)
+	var hookErr error
+	if g.opts.HookPath != "" {
+		hookErr = cdi.CheckHook(g.opts.HookPath)
+	}
+	hookOK := g.opts.HookPath != "" && hookErr == nil
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !force && slices.Equal(present, g.controls) {
+	hookChanged := g.hookOK == nil || *g.hookOK != hookOK
+	if !force && !hookChanged && slices.Equal(present, g.controls) {
 		return nil
 	}
 	o := g.opts
@@ -269,12 +281,29 @@ func (g *gpuSpecs) refresh(force bool) error {
 	if o.ControlNodes == nil {
 		o.ControlNodes = []string{}
 	}
+	if !hookOK {
+		o.HookPath = "" // a hook the runtime cannot find fails every container it is in
+	}
 	spec, err := cdi.GPUSpec(g.gpus, g.driver, o)
 	if err != nil {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
 	}
 	g.controls = present
 	g.store.publish(gpu.ResourceName, spec)
+	if hookChanged {
+		switch {
+		case g.opts.HookPath == "":
+			// Left out on purpose (cdiHookPath empty): said in the docs, not logged.
+		case !hookOK:
+			g.log.Warn(cdi.HookMissingMessage(g.opts.HookPath), "cdiHookPath", g.opts.HookPath, "err", hookErr)
+		case g.hookOK != nil:
+			g.log.Info("CDI hook installed; the GPU CDI spec now runs it", "cdiHookPath", g.opts.HookPath)
+		}
+		g.hookOK = &hookOK
+		if g.onHook != nil {
+			g.onHook(hookOK, hookErr)
+		}
+	}
 	return nil
 }
 
@@ -306,11 +335,17 @@ func (g *gpuSpecs) watch(ctx context.Context, log *slog.Logger) {
 
 // GPUSpec builds the GPU spec for the configured driver root, /dev and
 // hook, as cdi generate writes it. A driver root without NVML's library
-// still yields device nodes.
+// still yields device nodes; a hook that is not installed is left out.
 func GPUSpec(cfg config.Config, gpus []nvml.GPU, log *slog.Logger) (*specs.Spec, error) {
 	driver, opts, err := gpuSpecInputs(cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if opts.HookPath != "" {
+		if err := cdi.CheckHook(opts.HookPath); err != nil {
+			log.Warn(cdi.HookMissingMessage(opts.HookPath), "cdiHookPath", opts.HookPath, "err", err)
+			opts.HookPath = ""
+		}
 	}
 	return cdi.GPUSpec(gpus, driver, opts)
 }
@@ -326,14 +361,6 @@ func gpuSpecInputs(cfg config.Config, log *slog.Logger) (cdi.Driver, cdi.GPUSpec
 	}
 	if cfg.HostDriverRoot != "" {
 		driver = driver.Rebase(cfg.HostDriverRoot)
-	}
-	// A hook the runtime cannot find fails every container it is in.
-	if opts.HookPath != "" {
-		if fi, err := os.Stat(opts.HookPath); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			log.Warn("CDI hook not installed; GPU containers get no libcuda.so link and no ld cache update (install the node package, or let the chart's init container copy it)",
-				"cdiHookPath", opts.HookPath, "err", err)
-			opts.HookPath = ""
-		}
 	}
 	return driver, opts, nil
 }

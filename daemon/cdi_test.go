@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
@@ -151,7 +152,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	defer cancel()
 	go store.run(ctx)
 
-	g, err := newGPUSpecs(cfg, store, gpus(t), log)
+	g, err := newGPUSpecs(cfg, store, gpus(t), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestGPUSpecsFollowControlNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGPUSpecs(cfg, store, gpus(t), log)
+	g, err := newGPUSpecs(cfg, store, gpus(t), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,5 +264,59 @@ func TestAllocateRefusedWhileSpecUnwritable(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A hook missing at start is left out of the spec, said once with what
+// breaks, and reported; once installed, the next check puts it in.
+func TestGPUSpecsFollowTheHook(t *testing.T) {
+	cfg := config.Default()
+	cfg.StateDir = ""
+	cfg.CDISpecDir = t.TempDir()
+	cfg.DeviceListStrategy = []string{"cdi-cri"}
+	root, _ := cditest.Tree(t, cditest.Manifest(t)) // a driver, so the spec has hook arguments to give
+	cfg.DevRoot = filepath.Join(root, "dev")
+	cfg.DriverRoot = root
+	cfg.CDIHookPath = filepath.Join(t.TempDir(), cdi.HookName)
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	store, err := newSpecStore(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard []bool
+	g, err := newGPUSpecs(cfg, store, gpus(t), func(ok bool, _ error) { heard = append(heard, ok) }, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specPath := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json")
+	read := func() string {
+		b, err := os.ReadFile(specPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if s := read(); strings.Contains(s, cdi.HookName) {
+		t.Fatalf("spec runs a hook that is not installed:\n%s", s)
+	}
+	if err := g.Ensure(); err != nil { // no change: said once
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "not installed at "+cfg.CDIHookPath); n != 1 || !strings.Contains(logs.String(), "CUDA fails at its first call") {
+		t.Errorf("%d warnings, want 1 saying what breaks:\n%s", n, logs.String())
+	}
+	writeFile(t, cfg.CDIHookPath, "#!/bin/sh\n")
+	if err := os.Chmod(cfg.CDIHookPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if s := read(); !strings.Contains(s, cfg.CDIHookPath) {
+		t.Fatalf("spec after the hook was installed lacks it:\n%s", s)
+	}
+	if !slices.Equal(heard, []bool{false, true}) {
+		t.Errorf("observer heard %v, want [false true]", heard)
 	}
 }

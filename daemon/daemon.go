@@ -16,11 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/state"
 )
 
@@ -85,9 +87,17 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	}()
 	wg.Go(func() { specs.run(ctx) })
 	var metrics *health.Metrics
+	var hookGauge prometheus.Gauge
 	if cfg.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if specs != nil {
+			hookGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "gpu_device_plugin_cdi_hook_installed",
+				Help: "1 when the GPU CDI spec runs " + cdi.HookName + " (libcuda.so link, ld cache), 0 when cdiHookPath names no installed hook or is empty.",
+			})
+			reg.MustRegister(hookGauge)
+		}
 		if metrics, err = health.NewMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
@@ -146,7 +156,20 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		gpus, nics = rep.gpus(gpus), rep.nics(nics)
 		wg.Go(func() { rep.run(ctx) })
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, gpus, log)) })
+	// Whether GPU containers get the hook: a metric and the Node condition.
+	onHook := func(installed bool, _ error) {
+		if hookGauge != nil {
+			hookGauge.Set(map[bool]float64{false: 0, true: 1}[installed])
+		}
+		if rep != nil && cfg.CDIHookPath != "" {
+			if installed {
+				rep.rep.SetNotice(report.GPU, "", "")
+			} else {
+				rep.rep.SetNotice(report.GPU, ReasonCDIHookMissing, cdi.HookMissingMessage(cfg.CDIHookPath))
+			}
+		}
+	}
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, onHook, gpus, log)) })
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, nics, log)) })
 	}
@@ -171,7 +194,7 @@ type gpuFront interface {
 	absent(ctx context.Context)
 }
 
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, front gpuFront, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
 	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
 	if err != nil || lib == nil {
 		return err
@@ -190,7 +213,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 	// resource registers.
 	var gspecs *gpuSpecs
 	if specs != nil {
-		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, log); err != nil {
+		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, onHook, log); err != nil {
 			return err
 		}
 	}
@@ -310,6 +333,10 @@ func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
 	}))
 	return opts
 }
+
+// ReasonCDIHookMissing is the GPUHealthy condition's reason while every GPU
+// is healthy but the GPU CDI spec cannot run the hook.
+const ReasonCDIHookMissing = "CDIHookMissing"
 
 // healthStateFile is the file in cfg.StateDir that keeps sticky health.
 const healthStateFile = "health.json"

@@ -156,6 +156,7 @@ type Reporter struct {
 	queue        []transition
 	synced       [numClasses]bool
 	dirty        [numClasses]bool
+	notices      [numClasses]notice
 	dropped      int // since the last log line
 	droppedTotal int
 
@@ -232,6 +233,29 @@ func (r *Reporter) Transition(resource, deviceID, label string, healthy bool, re
 			r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, healthy: healthy, reason: reason, oldReason: oldReason, at: r.now()})
 		}
 	}
+	r.signal()
+}
+
+// notice is a node-wide problem with a class's devices that no one device's
+// health shows: the condition carries it.
+type notice struct{ reason, message string }
+
+// SetNotice puts a node-wide problem on class c's condition (empty reason
+// clears it): the condition's reason becomes reason while every device is
+// healthy, and its message ends with message either way. The GPU CDI hook
+// missing is one: each GPU is fine, yet CUDA may fail in containers.
+func (r *Reporter) SetNotice(c Class, reason, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := notice{reason, message}
+	if reason == "" {
+		n = notice{}
+	}
+	if r.notices[c] == n {
+		return
+	}
+	r.notices[c] = n
+	r.dirty[c] = true
 	r.signal()
 }
 
@@ -702,19 +726,34 @@ func (r *Reporter) conditionLocked(c Class) kubeapi.NodeCondition {
 			bads = append(bads, bad{k.resource, st.label, st.reason})
 		}
 	}
+	note := r.notices[c]
+	withNote := func(msg string) string {
+		if note.reason == "" {
+			return msg
+		}
+		return msg + "; " + note.message
+	}
 	if len(bads) == 0 {
 		msg := fmt.Sprintf("all %d %ss are healthy", n, info.noun)
 		if n == 0 {
 			msg = "no " + info.noun + "s found"
 		}
-		return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionTrue, Reason: info.allHealthy, Message: msg}
+		reason := info.allHealthy
+		if note.reason != "" {
+			reason = note.reason
+		}
+		return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionTrue, Reason: reason, Message: withNote(msg)}
 	}
 	slices.SortFunc(bads, func(a, b bad) int { return cmp.Or(cmp.Compare(a.label, b.label), cmp.Compare(a.resource, b.resource)) })
 	items := make([]string, len(bads))
 	for i, b := range bads {
 		items[i] = describe(b.resource, b.label, b.reason)
 	}
-	return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionFalse, Reason: info.unhealthy, Message: joinLimited(items, maxMessage)}
+	limit := maxMessage
+	if note.reason != "" {
+		limit -= len(note.message) + 2
+	}
+	return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionFalse, Reason: info.unhealthy, Message: withNote(joinLimited(items, limit))}
 }
 
 // joinLimited joins items with "; ", as many as fit in limit bytes, and

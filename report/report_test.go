@@ -658,3 +658,30 @@ func TestEventsOffSendsNoEvents(t *testing.T) {
 		t.Fatal("no node name accepted")
 	}
 }
+
+// A node-wide notice (the CDI hook missing) shows on the condition while
+// every GPU is healthy, keeps the status True, and goes when cleared.
+func TestConditionNotice(t *testing.T) {
+	api := newFakeAPI()
+	r, _ := newReporter(t, api, Options{NodeCondition: true})
+	ctx := context.Background()
+	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Synced(GPU)
+	r.SetNotice(GPU, "CDIHookMissing", "CDI hook missing at /x")
+	r.pump(ctx)
+	c := lastCondition(t, api)
+	if c.Status != "True" || c.Reason != "CDIHookMissing" || c.Message != "all 1 GPUs are healthy; CDI hook missing at /x" {
+		t.Fatalf("with the notice: %+v", c)
+	}
+	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.pump(ctx)
+	if c = lastCondition(t, api); c.Status != "False" || c.Reason != "GPUUnhealthy" || !strings.HasSuffix(c.Message, "; CDI hook missing at /x") {
+		t.Fatalf("unhealthy with the notice: %+v", c)
+	}
+	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.SetNotice(GPU, "", "")
+	r.pump(ctx)
+	if c = lastCondition(t, api); c.Reason != "AllGPUsHealthy" || c.Message != "all 1 GPUs are healthy" {
+		t.Fatalf("notice cleared: %+v", c)
+	}
+}

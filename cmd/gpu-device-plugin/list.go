@@ -40,6 +40,30 @@ type listing struct {
 	GPUs          []listedGPU `json:"gpus"`
 	NICs          []listedNIC `json:"nics"`
 	DRA           listedDRA   `json:"dra"`
+	CDIHook       listedHook  `json:"cdiHook"`
+}
+
+// listedHook is the CDI hook as the GPU CDI spec would run it: path is
+// cdiHookPath ("" when left out on purpose), installed whether the
+// container runtime can run it there, problem why not. inUse says whether
+// CDI answers are given at all (a cdi-* strategy, or DRA mode).
+type listedHook struct {
+	Path      string `json:"path"`
+	Installed bool   `json:"installed"`
+	Problem   string `json:"problem"`
+	InUse     bool   `json:"inUse"`
+}
+
+func newListedHook(cfg config.Config) listedHook {
+	h := listedHook{Path: cfg.CDIHookPath, InUse: cfg.UsesCDI()}
+	if h.Path != "" {
+		if err := cdi.CheckHook(h.Path); err != nil {
+			h.Problem = err.Error()
+		} else {
+			h.Installed = true
+		}
+	}
+	return h
 }
 
 // listedDRA is what DRA mode would publish in this node's ResourceSlices,
@@ -252,7 +276,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	holders := listHolders(c.Context, cfg, log)
-	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{}}
+	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{},
+		CDIHook: newListedHook(cfg)}
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
 	// running plugin's to say). DRA publishes a MIG GPU's MIG devices,
@@ -585,6 +610,13 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+	}
+	if h := l.CDIHook; h.InUse && h.Path != "" {
+		if h.Installed {
+			fmt.Fprintf(w, "CDI hook: %s\n", h.Path)
+		} else {
+			fmt.Fprintf(w, "CDI hook: NOT INSTALLED (%s): %s\n", h.Problem, cdi.HookMissingMessage(h.Path))
 		}
 	}
 	if l.DriverVersion != "" {

@@ -67,7 +67,8 @@ func TestListGolden(t *testing.T) {
 	}
 	kubelet := goldenHolders(t)
 	args := []string{"--config", "../../config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
-		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev")}
+		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"),
+		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook"}
 
 	tests := []struct {
 		name, golden string
@@ -124,6 +125,34 @@ func TestListTableDRAOnRequest(t *testing.T) {
 		if got := strings.Contains(out, "DRA DEVICE"); got != tc.want {
 			t.Errorf("%v: DRA table shown %v, want %v:\n%s", tc.args, got, tc.want, out)
 		}
+	}
+}
+
+// list says whether the CDI hook is installed, and in the table, when CDI
+// is in use, what its absence breaks.
+func TestListCDIHook(t *testing.T) {
+	hook := filepath.Join(t.TempDir(), "gpu-device-plugin-cdi-hook")
+	args := []string{"--sysfs-root", t.TempDir(), "--cdi-hook-path", hook, "--device-list-strategy", "cdi-cri"}
+	out, _, err := run(t, mockOpen, append([]string{"list"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "CDI hook: NOT INSTALLED") || !strings.Contains(out, "CUDA fails at its first call") {
+		t.Errorf("table does not say the hook is missing:\n%s", out)
+	}
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(t, mockOpen, append([]string{"list", "-o", "json"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	if want := (listedHook{Path: hook, Installed: true, InUse: true}); l.CDIHook != want {
+		t.Errorf("cdiHook = %+v, want %+v", l.CDIHook, want)
 	}
 }
 
