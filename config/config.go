@@ -172,7 +172,7 @@ func Settings() []Setting {
 		{Key: "logFormat", Category: CategoryLogging, Flag: "log-format", Default: d.LogFormat, Usage: "text or json"},
 		{Key: "healthPollInterval", Category: CategoryHealth, Flag: "health-poll-interval", Default: d.HealthPollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read"},
 		{Key: "xidIgnore", Category: CategoryHealth, Flag: "xid-ignore", Default: formatList(d.XIDIgnore), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy"},
-		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(d.XIDFatal), Usage: "comma-separated XIDs that keep a GPU unhealthy until the plugin restarts (wins over --xid-ignore)"},
+		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(d.XIDFatal), Usage: "comma-separated XIDs that keep a GPU unhealthy until the driver says it was reset (its recovery action, R550 and later; on older drivers until the GPU is reset and health.json in --state-dir removed); wins over --xid-ignore"},
 		{Key: "xidRecoveryPeriod", Category: CategoryHealth, Flag: "xid-recovery-period", Default: d.XIDRecoveryPeriod.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy"},
 		{Key: "thermalMarginC", Category: CategoryHealth, Flag: "thermal-margin", Default: strconv.Itoa(d.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again"},
 		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(d.HealthRecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition"},
@@ -430,7 +430,9 @@ func keys() []string {
 	for _, s := range Settings() {
 		out = append(out, s.Key)
 	}
-	out = append(out, "nicResources", "sharing")
+	for _, f := range fileOnly {
+		out = append(out, f.key)
+	}
 	return out
 }
 
