@@ -32,18 +32,18 @@ func TestLoadProfileMIG(t *testing.T) {
 	}
 	want := []MIGDevice{
 		{GPU: 0, Index: 0, UUID: "MIG-2769e927-e4bf-4564-8537-2ef440e5c51e", GPUInstance: 2, Profile: "3g.40gb",
-			GIProfileID: 2, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
+			GIProfileIndex: 2, GIProfileID: 9, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
 		{GPU: 0, Index: 1, UUID: "MIG-a1865506-aadb-4831-9b25-f81fcec1496e", GPUInstance: 3, Profile: "2g.20gb",
-			GIProfileID: 1, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
+			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
 		{GPU: 0, Index: 2, UUID: "MIG-994395a7-74f0-447f-b6f8-7a640701ad82", GPUInstance: 4, Profile: "2g.20gb",
-			GIProfileID: 1, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
+			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
 	}
 	if got := p.GPUs[0].MIGDevices; !reflect.DeepEqual(got, want) {
 		t.Errorf("GPU 0 MIG devices:\n got %+v\nwant %+v", got, want)
 	}
 	// GPU 3 (minor 3): its 1c.3g.40gb is compute instance 0 of GPU instance 1.
 	m := p.GPUs[3].MIGDevices[1]
-	if m.Profile != "1c.3g.40gb" || m.Slices != 3 || m.CISlices != 1 || m.GIProfileID != 2 ||
+	if m.Profile != "1c.3g.40gb" || m.Slices != 3 || m.CISlices != 1 || m.GIProfileIndex != 2 || m.GIProfileID != 9 ||
 		!slices.Equal(m.CapMinors(), []int{3 + 3*135 + 9, 3 + 3*135 + 9 + 1}) || m.MemoryBytes() != 40192<<20 {
 		t.Errorf("GPU 3 MIG device 1 = %+v", m)
 	}
@@ -254,6 +254,39 @@ func TestChildMIG(t *testing.T) {
 		}
 		if _, ret := mig[0][0].GetMigDeviceHandleByIndex(0); ret != gonvml.ERROR_NOT_SUPPORTED {
 			t.Errorf("GetMigDeviceHandleByIndex on a MIG device = %v, want NOT_SUPPORTED", ret)
+		}
+	})
+
+	t.Run("GPU instance profiles answer by index with the driver's IDs", func(t *testing.T) {
+		for i, g := range prof.GPUs {
+			for index := range giProfileCount + 1 {
+				p, offered := giProfile(index)
+				want := gonvml.GpuInstanceProfileInfo{
+					Id: uint32(p.ID), SliceCount: uint32(p.Slices), InstanceCount: uint32(p.Instances),
+					MemorySizeMB: g.MemoryMiB * uint64(p.Eighths) / 8,
+				}
+				wantRet := gonvml.SUCCESS
+				switch {
+				case index == giProfileCount:
+					wantRet = gonvml.ERROR_INVALID_ARGUMENT
+				case g.MIG != "on" || !offered:
+					wantRet, want = gonvml.ERROR_NOT_SUPPORTED, gonvml.GpuInstanceProfileInfo{}
+				}
+				if got, ret := h[i].GetGpuInstanceProfileInfo(index); ret != wantRet || (ret == gonvml.SUCCESS && got != want) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfo(%d) = %+v, %v; want %+v, %v", i, index, got, ret, want, wantRet)
+				}
+				v2, ret := h[i].GetGpuInstanceProfileInfoV(index).V2()
+				if ret != wantRet || (ret == gonvml.SUCCESS && (v2.Id != want.Id || v2.SliceCount != want.SliceCount || v2.MemorySizeMB != want.MemorySizeMB)) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfoV(%d).V2() = %+v, %v; want %+v, %v", i, index, v2, ret, want, wantRet)
+				}
+				v3, ret := h[i].GetGpuInstanceProfileInfoV(index).V3()
+				if ret != wantRet || (ret == gonvml.SUCCESS && (v3.Id != want.Id || v3.SliceCount != want.SliceCount || v3.MemorySizeMB != want.MemorySizeMB)) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfoV(%d).V3() = %+v, %v; want %+v, %v", i, index, v3, ret, want, wantRet)
+				}
+			}
+		}
+		if _, ret := mig[0][0].GetGpuInstanceProfileInfo(gonvml.GPU_INSTANCE_PROFILE_1_SLICE); ret != gonvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("GetGpuInstanceProfileInfo on a MIG device = %v, want NOT_SUPPORTED", ret)
 		}
 	})
 
