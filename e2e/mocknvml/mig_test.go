@@ -1,8 +1,10 @@
 package mocknvml
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +13,11 @@ import (
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
 func TestLoadProfileMIG(t *testing.T) {
@@ -398,6 +405,98 @@ func TestChildMIG(t *testing.T) {
 			t.Errorf("GetAttributes after the transient fault = %v", ret)
 		}
 	})
+}
+
+// TestMIGNames: through the versioned profile-info call, and through the
+// old one on an R470-era driver.
+func TestMIGNames(t *testing.T) {
+	t.Run("current", func(t *testing.T) {
+		runChild(t, "TestChildMIGNames", "MOCK_NVML_PROFILE="+profilePath("dgx-h100-mig"))
+	})
+	t.Run("R470", func(t *testing.T) {
+		runChild(t, "TestChildMIGNames", envLib+"="+testLibR470(t), "MOCK_NVML_PROFILE="+profilePath("dgx-h100-mig"))
+	})
+}
+
+// TestChildMIGNames runs the plugin's discovery on dgx-h100-mig, where
+// profile IDs are not indices as on a real H100 (a 2g.20gb is ID 14, the
+// index of 2_SLICE_NO_ME), and checks the names both front-ends serve:
+// the device plugin's mixed-strategy resources and DRA's profile attribute.
+func TestChildMIGNames(t *testing.T) {
+	childOnly(t)
+	prof, err := LoadProfile(os.Getenv("MOCK_NVML_PROFILE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procRoot, sysfsRoot := t.TempDir(), t.TempDir()
+	if err := prof.WriteProc(procRoot); err != nil {
+		t.Fatal(err)
+	}
+	if err := prof.WriteSysfs(sysfsRoot); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := nvml.Open(os.Getenv(envLib))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer lib.Shutdown()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	inv, err := nvml.Discover(lib, sysfsRoot, log)
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	if strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("discovery warned:\n%s", logs.String())
+	}
+	gpus := nvcaps.AddMIG(procRoot, inv.GPUs, log)
+
+	// Every MIG device has the name the profile gives it.
+	for i, g := range gpus {
+		var got, want []string
+		for _, m := range g.MIG {
+			got = append(got, m.Profile)
+		}
+		for _, m := range prof.GPUs[i].MIGDevices {
+			want = append(want, m.Profile)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("GPU %d MIG profiles %v, want %v", i, got, want)
+		}
+	}
+
+	layout, err := gpu.Layout(gpus, gpu.MIGMixed, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, sv := range layout {
+		counts[sv.Name] = len(sv.Units)
+	}
+	wantCounts := map[string]int{
+		gpu.ResourceName:            4,
+		"nvidia.com/mig-3g.40gb":    1,
+		"nvidia.com/mig-2g.20gb":    2,
+		"nvidia.com/mig-1g.10gb":    7,
+		"nvidia.com/mig-1g.10gb.me": 1,
+		"nvidia.com/mig-1c.3g.40gb": 1,
+	}
+	if !reflect.DeepEqual(counts, wantCounts) {
+		t.Errorf("mixed-strategy resources %v, want %v", counts, wantCounts)
+	}
+
+	devices := draslice.GPUDevices(draslice.GPUs{GPUs: gpus, Topology: inv.Topology}, t.TempDir(),
+		func(uuid string) string { return "nvidia.com/gpu=" + uuid }, log)
+	profiles := map[string]int{}
+	for _, d := range devices {
+		if p := d.Attributes["profile"].String; d.Type == draslice.TypeMIG && p != nil {
+			profiles[*p]++
+		}
+	}
+	wantProfiles := map[string]int{"3g.40gb": 1, "2g.20gb": 2, "1g.10gb": 7, "1g.10gb+me": 1, "1c.3g.40gb": 1}
+	if !reflect.DeepEqual(profiles, wantProfiles) {
+		t.Errorf("DRA MIG devices by profile %v, want %v", profiles, wantProfiles)
+	}
 }
 
 // checkMIGDevice checks what NVML answers on one MIG device handle d of parent.
