@@ -32,9 +32,7 @@ func (l *migLister) list(h gonvml.Device, g *GPU) []MIGDevice {
 		l.log.Error("counting MIG device slots; none of the GPU's MIG devices is served", "device", g.UUID, "reason", ret.Error())
 		return nil
 	}
-	// suffixes caches the profile suffix per GPU instance id: the compute
-	// instances of one GPU instance share it.
-	suffixes := map[int]string{}
+	profiles := &gpuProfiles{suffixes: map[int]string{}}
 	var out []MIGDevice
 	skipped := 0
 	for idx := range slots {
@@ -47,7 +45,7 @@ func (l *migLister) list(h gonvml.Device, g *GPU) []MIGDevice {
 			skipped++
 			continue
 		}
-		m, err := l.read(h, mh, g, idx, suffixes)
+		m, err := l.read(h, mh, g, idx, profiles)
 		if err != nil {
 			l.log.Error("skipping MIG device", "device", g.UUID, "migIndex", idx, "reason", err.Error())
 			skipped++
@@ -81,7 +79,7 @@ func logMIG(g *GPU, migs []MIGDevice, skipped int, log *slog.Logger) {
 // read reads the MIG device at index idx of g. Its identity (UUID,
 // instance IDs) and attributes (for the profile name) are mandatory; its
 // memory falls back to the attributes' figure.
-func (l *migLister) read(parent, mh gonvml.Device, g *GPU, idx int, suffixes map[int]string) (MIGDevice, error) {
+func (l *migLister) read(parent, mh gonvml.Device, g *GPU, idx int, profiles *gpuProfiles) (MIGDevice, error) {
 	uuid, ret := mh.GetUUID()
 	if ret != gonvml.SUCCESS {
 		return MIGDevice{}, fmt.Errorf("reading UUID: %w", ret)
@@ -98,10 +96,10 @@ func (l *migLister) read(parent, mh gonvml.Device, g *GPU, idx int, suffixes map
 	if ret != gonvml.SUCCESS {
 		return MIGDevice{}, fmt.Errorf("reading attributes of %s: %w", uuid, ret)
 	}
-	suffix, ok := suffixes[gi]
+	suffix, ok := profiles.suffixes[gi]
 	if !ok {
-		suffix = l.suffix(parent, g, gi, uuid)
-		suffixes[gi] = suffix
+		suffix = l.suffix(parent, g, gi, uuid, profiles)
+		profiles.suffixes[gi] = suffix
 	}
 	profile, err := profileName(attrs, g.MemoryBytes, suffix)
 	if err != nil {
@@ -122,33 +120,107 @@ func (l *migLister) read(parent, mh gonvml.Device, g *GPU, idx int, suffixes map
 	return m, nil
 }
 
-// suffix reads the profile suffix of GPU instance gi of g. The profile id
-// is only on the GPU instance, which NVML may not show (no permission in
-// a container without the MIG monitor capability, vGPU guests): then the
+// gpuProfiles is what the MIG devices of one GPU share, read once per
+// discovery.
+type gpuProfiles struct {
+	// suffixes are the profile suffixes by GPU instance id: the compute
+	// instances of one GPU instance share it.
+	suffixes map[int]string
+	// indices maps the GPU's profile IDs to their NVML profile indices;
+	// indexErr is the first index that could not be read. Both are read
+	// at the first GPU instance.
+	indices  map[uint32]int
+	indexErr error
+	// unknown are the profile IDs matching no index, warned once each.
+	unknown map[uint32]bool
+}
+
+// suffix reads the profile suffix of GPU instance gi of g. The profile is
+// only on the GPU instance, which NVML may not show (no permission in a
+// container without the MIG monitor capability, vGPU guests): then the
 // name has no suffix, said once per discovery.
-func (l *migLister) suffix(parent gonvml.Device, g *GPU, gi int, uuid string) string {
+func (l *migLister) suffix(parent gonvml.Device, g *GPU, gi int, uuid string, profiles *gpuProfiles) string {
 	inst, ret := parent.GetGpuInstanceById(gi)
 	var info gonvml.GpuInstanceInfo
 	if ret == gonvml.SUCCESS {
 		info, ret = inst.GetInfo()
 	}
 	if ret != gonvml.SUCCESS {
-		if !l.profileIDFailed {
-			l.profileIDFailed = true
-			l.log.Warn("reading the GPU instance profile; MIG profile names lack their +me/+gfx/-me suffix (further failures are not logged)",
-				"device", g.UUID, "gpuInstance", gi, "mig", uuid, "reason", ret.Error())
-		}
+		l.profileUnreadable(g, gi, uuid, ret)
 		return ""
 	}
-	return profileSuffix(info.ProfileId)
+	if profiles.indices == nil {
+		profiles.indices, profiles.indexErr = l.profileIndices(parent)
+	}
+	index, ok := profiles.indices[info.ProfileId]
+	switch {
+	case ok:
+		return profileSuffix(index)
+	case profiles.indexErr != nil:
+		// The ID may be the profile that could not be read.
+		l.profileUnreadable(g, gi, uuid, profiles.indexErr)
+	case !profiles.unknown[info.ProfileId]:
+		if profiles.unknown == nil {
+			profiles.unknown = map[uint32]bool{}
+		}
+		profiles.unknown[info.ProfileId] = true
+		l.log.Warn("GPU instance profile ID matches no profile index the plugin knows; its MIG devices are named without a +me/+gfx/-me suffix",
+			"device", g.UUID, "profileID", info.ProfileId, "gpuInstance", gi, "mig", uuid)
+	}
+	return ""
+}
+
+// profileUnreadable says, once per discovery, that profile names lack
+// their suffix.
+func (l *migLister) profileUnreadable(g *GPU, gi int, uuid string, err error) {
+	if l.profileIDFailed {
+		return
+	}
+	l.profileIDFailed = true
+	l.log.Warn("reading the GPU instance profile; MIG profile names lack their +me/+gfx/-me suffix (further failures are not logged)",
+		"device", g.UUID, "gpuInstance", gi, "mig", uuid, "reason", err.Error())
+}
+
+// profileIndices maps the GPU instance profile IDs of GPU h to their NVML
+// profile indices (GPU_INSTANCE_PROFILE_*). A GPU instance carries the
+// profile's ID, which the driver numbers per GPU (nvidia-smi mig -lgip:
+// an H100's 2g.20gb is index 1, ID 14); what the profile is, and so its
+// suffix, is known by the index. An index the GPU lacks answers
+// NOT_SUPPORTED, one the driver does not know INVALID_ARGUMENT.
+func (l *migLister) profileIndices(h gonvml.Device) (map[uint32]int, error) {
+	indices := map[uint32]int{}
+	var err error
+	for index := range gonvml.GPU_INSTANCE_PROFILE_COUNT {
+		id, ret := l.profileID(h, index)
+		switch ret {
+		case gonvml.SUCCESS:
+			indices[id] = index
+		case gonvml.ERROR_NOT_SUPPORTED, gonvml.ERROR_INVALID_ARGUMENT:
+		default:
+			if err == nil {
+				err = fmt.Errorf("reading GPU instance profile %d: %w", index, ret)
+			}
+		}
+	}
+	return indices, err
+}
+
+// profileID reads the ID of the profile at NVML profile index index.
+func (l *migLister) profileID(h gonvml.Device, index int) (uint32, gonvml.Return) {
+	if l.syms.Has(symGIProfileInfoV) {
+		info, ret := h.GetGpuInstanceProfileInfoV(index).V2()
+		return info.Id, ret
+	}
+	info, ret := h.GetGpuInstanceProfileInfo(index)
+	return info.Id, ret
 }
 
 // profileSuffix marks GPU instance profiles that differ from the plain
 // one of the same size in their media engines or graphics support, as
-// nvidia-smi names them. REV2 (more memory per slice) shows in the
-// memory, not in a suffix.
-func profileSuffix(id uint32) string {
-	switch id {
+// nvidia-smi names them, by NVML profile index. REV2 (more memory per
+// slice) shows in the memory, not in a suffix.
+func profileSuffix(index int) string {
+	switch index {
 	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
 		return "+me"
 	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,

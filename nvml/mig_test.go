@@ -1,6 +1,7 @@
 package nvml
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -39,18 +40,25 @@ func TestMIGProfileNames(t *testing.T) {
 		noMemory bool // the parent's memory cannot be read
 		want     string
 	}{
-		{name: "H100 1g", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE}, want: "1g.10gb"},
-		{name: "H100 1g with media extensions", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1}, want: "1g.10gb+me"},
-		{name: "H100 1g with double memory", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB2g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2}, want: "1g.20gb"},
-		{name: "H100 2g", h100: true, mig: nvmltest.MIG{GISlices: 2, MemoryMiB: h100MiB2g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_2_SLICE}, want: "2g.20gb"},
-		{name: "H100 3g", h100: true, mig: nvmltest.MIG{GISlices: 3, MemoryMiB: h100MiB3g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "3g.40gb"},
-		{name: "H100 1c of a 3g", h100: true, mig: nvmltest.MIG{GISlices: 3, CISlices: 1, MemoryMiB: h100MiB3g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "1c.3g.40gb"},
-		{name: "H100 7g", h100: true, mig: nvmltest.MIG{GISlices: 7, MemoryMiB: h100MiB7g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "7g.80gb"},
+		{name: "H100 1g", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE}, want: "1g.10gb"},
+		// ID 20 is no profile's index: a suffix read from the ID was lost.
+		{name: "H100 1g with media extensions (ID 20) keeps +me", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1}, want: "1g.10gb+me"},
+		// ID 15 is the index of 1_SLICE_ALL_ME.
+		{name: "H100 1g with double memory (ID 15) has no +me.all", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2}, want: "1g.20gb"},
+		// ID 14 is the index of 2_SLICE_NO_ME.
+		{name: "H100 2g (ID 14) has no -me", h100: true, mig: nvmltest.MIG{GISlices: 2, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE}, want: "2g.20gb"},
+		{name: "H100 3g", h100: true, mig: nvmltest.MIG{GISlices: 3, MemoryMiB: h100MiB3g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "3g.40gb"},
+		{name: "H100 2g with media extensions", h100: true, mig: nvmltest.MIG{GISlices: 2, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1}, want: "2g.20gb+me"},
+		{name: "H100 1g without media engines", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME}, want: "1g.10gb-me"},
+		{name: "H100 1g with all media engines", h100: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME}, want: "1g.10gb+me.all"},
+		{name: "H100 3g with graphics", h100: true, mig: nvmltest.MIG{GISlices: 3, MemoryMiB: h100MiB3g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX}, want: "3g.40gb+gfx"},
+		{name: "H100 1c of a 3g", h100: true, mig: nvmltest.MIG{GISlices: 3, CISlices: 1, MemoryMiB: h100MiB3g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "1c.3g.40gb"},
+		{name: "H100 7g", h100: true, mig: nvmltest.MIG{GISlices: 7, MemoryMiB: h100MiB7g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "7g.80gb"},
 		{name: "A100 1g", mig: nvmltest.MIG{GISlices: 1, MemoryMiB: a100MiB1g}, want: "1g.5gb"},
-		{name: "A100 2g", mig: nvmltest.MIG{GISlices: 2, MemoryMiB: a100MiB2g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_2_SLICE}, want: "2g.10gb"},
-		{name: "A100 3g", mig: nvmltest.MIG{GISlices: 3, MemoryMiB: a100MiB3g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "3g.20gb"},
-		{name: "A100 7g", mig: nvmltest.MIG{GISlices: 7, MemoryMiB: a100MiB7g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "7g.40gb"},
-		{name: "A100 2c of a 7g", mig: nvmltest.MIG{GISlices: 7, CISlices: 2, MemoryMiB: a100MiB7g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "2c.7g.40gb"},
+		{name: "A100 2g", mig: nvmltest.MIG{GISlices: 2, MemoryMiB: a100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE}, want: "2g.10gb"},
+		{name: "A100 3g", mig: nvmltest.MIG{GISlices: 3, MemoryMiB: a100MiB3g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE}, want: "3g.20gb"},
+		{name: "A100 7g", mig: nvmltest.MIG{GISlices: 7, MemoryMiB: a100MiB7g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "7g.40gb"},
+		{name: "A100 2c of a 7g", mig: nvmltest.MIG{GISlices: 7, CISlices: 2, MemoryMiB: a100MiB7g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_7_SLICE}, want: "2c.7g.40gb"},
 		{name: "parent memory unknown rounds the device's own up", noMemory: true, mig: nvmltest.MIG{GISlices: 1, MemoryMiB: a100MiB1g}, want: "1g.5gb"},
 	}
 	for _, tt := range tests {
@@ -75,7 +83,7 @@ func TestMIGProfileNames(t *testing.T) {
 }
 
 func TestProfileSuffix(t *testing.T) {
-	for id, want := range map[uint32]string{
+	for index, want := range map[int]string{
 		gonvml.GPU_INSTANCE_PROFILE_1_SLICE:        "",
 		gonvml.GPU_INSTANCE_PROFILE_7_SLICE:        "",
 		gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1:   "+me",
@@ -90,8 +98,8 @@ func TestProfileSuffix(t *testing.T) {
 		gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: "+me.all",
 		999: "",
 	} {
-		if got := profileSuffix(id); got != want {
-			t.Errorf("profileSuffix(%d) = %q, want %q", id, got, want)
+		if got := profileSuffix(index); got != want {
+			t.Errorf("profileSuffix(%d) = %q, want %q", index, got, want)
 		}
 	}
 }
@@ -124,11 +132,11 @@ func TestDiscoverMIGDevices(t *testing.T) {
 	srv := nvmltest.NewDGXA100()
 	h100(srv, 2)
 	nvmltest.WithMIG(srv, 2,
-		&nvmltest.MIG{UUID: "MIG-a", GPUInstance: 2, ComputeInstance: 0, GISlices: 3, MemoryMiB: h100MiB3g, Multiprocessors: 60, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
+		&nvmltest.MIG{UUID: "MIG-a", GPUInstance: 2, ComputeInstance: 0, GISlices: 3, MemoryMiB: h100MiB3g, Multiprocessors: 60, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
 		nil,
-		&nvmltest.MIG{UUID: "MIG-b", GPUInstance: 9, ComputeInstance: 0, GISlices: 1, MemoryMiB: h100MiB1g, Multiprocessors: 16, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
-		&nvmltest.MIG{UUID: "MIG-c", GPUInstance: 1, ComputeInstance: 0, GISlices: 3, CISlices: 1, MemoryMiB: h100MiB3g, Multiprocessors: 20, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
-		&nvmltest.MIG{UUID: "MIG-d", GPUInstance: 1, ComputeInstance: 1, GISlices: 3, CISlices: 2, MemoryMiB: h100MiB3g, Multiprocessors: 40, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
+		&nvmltest.MIG{UUID: "MIG-b", GPUInstance: 9, ComputeInstance: 0, GISlices: 1, MemoryMiB: h100MiB1g, Multiprocessors: 16, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
+		&nvmltest.MIG{UUID: "MIG-c", GPUInstance: 1, ComputeInstance: 0, GISlices: 3, CISlices: 1, MemoryMiB: h100MiB3g, Multiprocessors: 20, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
+		&nvmltest.MIG{UUID: "MIG-d", GPUInstance: 1, ComputeInstance: 1, GISlices: 3, CISlices: 2, MemoryMiB: h100MiB3g, Multiprocessors: 40, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
 	)
 	inv, log := discover(t, srv, dgxSysfs(t))
 
@@ -275,8 +283,8 @@ func TestDiscoverMIGProfileUnreadable(t *testing.T) {
 	srv := nvmltest.NewDGXA100()
 	for _, i := range []int{0, 1} {
 		nvmltest.WithMIG(srv, i,
-			&nvmltest.MIG{GPUInstance: 1, GISlices: 1, MemoryMiB: a100MiB1g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
-			&nvmltest.MIG{GPUInstance: 2, GISlices: 2, MemoryMiB: a100MiB2g, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_2_SLICE},
+			&nvmltest.MIG{GPUInstance: 1, GISlices: 1, MemoryMiB: a100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
+			&nvmltest.MIG{GPUInstance: 2, GISlices: 2, MemoryMiB: a100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE},
 		)
 		nvmltest.Device(srv, i).GetGpuInstanceByIdFunc = func(int) (gonvml.GpuInstance, gonvml.Return) {
 			return nil, gonvml.ERROR_NO_PERMISSION
@@ -293,6 +301,127 @@ func TestDiscoverMIGProfileUnreadable(t *testing.T) {
 		}
 	}
 	if n := strings.Count(log, "reading the GPU instance profile"); n != 1 || !strings.Contains(log, "ERROR_NO_PERMISSION") || !strings.Contains(log, "gpuInstance=1") {
+		t.Errorf("profile failure logged %d times, want once with its context:\n%s", n, log)
+	}
+}
+
+// TestDiscoverMIGProfileIDUnknown: a GPU instance whose profile ID matches
+// none of the GPU's profile indices (a profile newer than the plugin)
+// keeps its MIG devices, named without a suffix, warned once per GPU and ID.
+func TestDiscoverMIGProfileIDUnknown(t *testing.T) {
+	srv := nvmltest.NewDGXA100()
+	for _, i := range []int{0, 1} {
+		h100(srv, i)
+		nvmltest.WithMIG(srv, i,
+			&nvmltest.MIG{GPUInstance: 1, GISlices: 2, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1},
+			&nvmltest.MIG{GPUInstance: 2, GISlices: 2, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1},
+			&nvmltest.MIG{GPUInstance: 3, GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
+		)
+		// The driver lists 2_SLICE_REV1 past the indices go-nvml knows.
+		d := nvmltest.Device(srv, i)
+		known := d.GetGpuInstanceProfileInfoFunc
+		d.GetGpuInstanceProfileInfoFunc = func(index int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
+			if index == gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
+				return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_NOT_SUPPORTED
+			}
+			return known(index)
+		}
+	}
+	inv, log := discover(t, srv, dgxSysfs(t))
+	for _, i := range []int{0, 1} {
+		var profiles []string
+		for _, m := range inv.GPUs[i].MIG {
+			profiles = append(profiles, m.Profile)
+		}
+		if want := []string{"2g.20gb", "2g.20gb", "1g.10gb+me"}; !reflect.DeepEqual(profiles, want) {
+			t.Errorf("GPU %d profiles %v, want %v", i, profiles, want)
+		}
+	}
+	id := nvmltest.GIProfileIDs[gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1]
+	for _, i := range []int{0, 1} {
+		line := fmt.Sprintf("device=%s profileID=%d", nvmltest.Device(srv, i).UUID, id)
+		if n := strings.Count(log, line); n != 1 {
+			t.Errorf("GPU %d: unknown profile ID warned %d times, want once naming the GPU and the ID (%q):\n%s", i, n, line, log)
+		}
+	}
+	if n := strings.Count(log, "matches no profile index"); n != 2 {
+		t.Errorf("unknown profile ID warned %d times, want once per GPU:\n%s", n, log)
+	}
+}
+
+// TestDiscoverMIGProfileIndicesReadOncePerGPU: the profile indices are
+// read once per GPU, whatever its instance count; indices the GPU lacks
+// (NOT_SUPPORTED) or the driver does not know (INVALID_ARGUMENT) are no
+// failure.
+func TestDiscoverMIGProfileIndicesReadOncePerGPU(t *testing.T) {
+	srv := nvmltest.NewDGXA100()
+	calls := map[int]int{}
+	for _, i := range []int{3, 4} {
+		h100(srv, i)
+		var migs []*nvmltest.MIG
+		for gi := range 7 {
+			migs = append(migs, &nvmltest.MIG{GPUInstance: gi + 1, GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE})
+		}
+		nvmltest.WithMIG(srv, i, migs...)
+		d := nvmltest.Device(srv, i)
+		known := d.GetGpuInstanceProfileInfoFunc
+		d.GetGpuInstanceProfileInfoFunc = func(index int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
+			calls[i]++
+			switch {
+			case index >= gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX:
+				return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_INVALID_ARGUMENT
+			case index != gonvml.GPU_INSTANCE_PROFILE_1_SLICE:
+				return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_NOT_SUPPORTED
+			}
+			return known(index)
+		}
+	}
+	inv, log := discover(t, srv, dgxSysfs(t))
+	for _, i := range []int{3, 4} {
+		if len(inv.GPUs[i].MIG) != 7 || inv.GPUs[i].MIG[6].Profile != "1g.10gb" {
+			t.Errorf("GPU %d MIG = %+v, want seven 1g.10gb", i, inv.GPUs[i].MIG)
+		}
+		if calls[i] != gonvml.GPU_INSTANCE_PROFILE_COUNT {
+			t.Errorf("GPU %d: %d profile info reads, want one per index (%d)", i, calls[i], gonvml.GPU_INSTANCE_PROFILE_COUNT)
+		}
+	}
+	if strings.Contains(log, "level=WARN") || strings.Contains(log, "level=ERROR") {
+		t.Errorf("unexpected warning:\n%s", log)
+	}
+}
+
+// TestDiscoverMIGProfileIndexUnreadable: a profile index that cannot be
+// read is said once per discovery when an ID is then not found; an ID
+// found among the other indices names its device as usual.
+func TestDiscoverMIGProfileIndexUnreadable(t *testing.T) {
+	srv := nvmltest.NewDGXA100()
+	for _, i := range []int{0, 1} {
+		h100(srv, i)
+		nvmltest.WithMIG(srv, i,
+			&nvmltest.MIG{GPUInstance: 1, GISlices: 1, MemoryMiB: h100MiB1g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1},
+			&nvmltest.MIG{GPUInstance: 2, GISlices: 2, MemoryMiB: h100MiB2g, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE},
+		)
+		d := nvmltest.Device(srv, i)
+		known := d.GetGpuInstanceProfileInfoFunc
+		d.GetGpuInstanceProfileInfoFunc = func(index int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
+			if index == gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 {
+				return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_NO_PERMISSION
+			}
+			return known(index)
+		}
+	}
+	inv, log := discover(t, srv, dgxSysfs(t))
+	for _, i := range []int{0, 1} {
+		var profiles []string
+		for _, m := range inv.GPUs[i].MIG {
+			profiles = append(profiles, m.Profile)
+		}
+		if want := []string{"1g.10gb", "2g.20gb"}; !reflect.DeepEqual(profiles, want) {
+			t.Errorf("GPU %d profiles %v, want %v", i, profiles, want)
+		}
+	}
+	if n := strings.Count(log, "reading the GPU instance profile"); n != 1 ||
+		!strings.Contains(log, "reading GPU instance profile 7: ERROR_NO_PERMISSION") || !strings.Contains(log, "gpuInstance=1") {
 		t.Errorf("profile failure logged %d times, want once with its context:\n%s", n, log)
 	}
 }

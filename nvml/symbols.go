@@ -36,13 +36,16 @@ const (
 	symAttributes        = "nvmlDeviceGetAttributes_v2"
 	symGpuInstanceByID   = "nvmlDeviceGetGpuInstanceById"
 	symGpuInstanceInfo   = "nvmlGpuInstanceGetInfo"
+	symGIProfileInfo     = "nvmlDeviceGetGpuInstanceProfileInfo"
+	// The versioned profile info (R510+) is preferred where exported.
+	symGIProfileInfoV = "nvmlDeviceGetGpuInstanceProfileInfoV"
 )
 
 // migListingSymbols are the functions listing MIG devices needs.
 func migListingSymbols() []string {
 	return []string{
 		symMaxMigDeviceCount, symMigDeviceHandle, symGpuInstanceID, symComputeInstanceID,
-		symAttributes, symGpuInstanceByID, symGpuInstanceInfo,
+		symAttributes, symGpuInstanceByID, symGpuInstanceInfo, symGIProfileInfo,
 	}
 }
 
@@ -50,7 +53,7 @@ func migListingSymbols() []string {
 func optionalSymbols() []string {
 	return append([]string{
 		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
-		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture,
+		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture, symGIProfileInfoV,
 	}, migListingSymbols()...)
 }
 
@@ -120,6 +123,8 @@ func (s Symbols) log(log *slog.Logger) {
 		fallbacks = append(fallbacks, "MIG mode not read (the driver predates MIG)")
 	} else if !s.hasMIGListing() {
 		fallbacks = append(fallbacks, "MIG devices not listed (a GPU in MIG mode serves nothing)")
+	} else if !s.Has(symGIProfileInfoV) {
+		fallbacks = append(fallbacks, "GPU instance profiles through "+symGIProfileInfo)
 	}
 	if !s.Has(symRemappedRows) {
 		off = append(off, "remapped-rows")

@@ -63,10 +63,10 @@ func migNode(t *testing.T, hot bool) (func(string) (nvml.Library, error), string
 			nvmltest.Device(s, i).UUID = uuidOf(i)
 		}
 		oneG := func(uuid string, gi int) *nvmltest.MIG {
-			return &nvmltest.MIG{UUID: uuid, GPUInstance: gi, GISlices: 1, MemoryMiB: a100MiB1g, Multiprocessors: 14, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE}
+			return &nvmltest.MIG{UUID: uuid, GPUInstance: gi, GISlices: 1, MemoryMiB: a100MiB1g, Multiprocessors: 14, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE}
 		}
 		nvmltest.WithMIG(s, 0, oneG(mig0a, 7), oneG(mig0b, 8),
-			&nvmltest.MIG{UUID: mig0c, GPUInstance: 2, GISlices: 3, MemoryMiB: a100MiB3g, Multiprocessors: 42, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE})
+			&nvmltest.MIG{UUID: mig0c, GPUInstance: 2, GISlices: 3, MemoryMiB: a100MiB3g, Multiprocessors: 42, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE})
 		nvmltest.WithMIG(s, 1, oneG(mig1a, 7))
 		if hot {
 			nvmltest.Device(s, 0).GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 92, gonvml.SUCCESS }

@@ -58,12 +58,12 @@ func newMIGNode(t *testing.T) *migNode {
 	n := &migNode{lib: nvmltest.NewDGXA100(), procRoot: t.TempDir(), sysfsRoot: dgxSysfs(t)}
 	n.events = nvmltest.WithEvents(n.lib)
 	nvmltest.WithMIG(n.lib, 0,
-		&nvmltest.MIG{UUID: mig3g, GPUInstance: 1, GISlices: 3, MemoryMiB: 19968, Multiprocessors: 42, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
-		&nvmltest.MIG{UUID: mig2g[0], GPUInstance: 5, GISlices: 2, MemoryMiB: 9856, Multiprocessors: 28, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_2_SLICE},
-		&nvmltest.MIG{UUID: mig2g[1], GPUInstance: 6, GISlices: 2, MemoryMiB: 9856, Multiprocessors: 28, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_2_SLICE})
+		&nvmltest.MIG{UUID: mig3g, GPUInstance: 1, GISlices: 3, MemoryMiB: 19968, Multiprocessors: 42, GIProfile: gonvml.GPU_INSTANCE_PROFILE_3_SLICE},
+		&nvmltest.MIG{UUID: mig2g[0], GPUInstance: 5, GISlices: 2, MemoryMiB: 9856, Multiprocessors: 28, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE},
+		&nvmltest.MIG{UUID: mig2g[1], GPUInstance: 6, GISlices: 2, MemoryMiB: 9856, Multiprocessors: 28, GIProfile: gonvml.GPU_INSTANCE_PROFILE_2_SLICE})
 	var ones []*nvmltest.MIG
 	for k := range 7 {
-		ones = append(ones, &nvmltest.MIG{UUID: mig1g(k), GPUInstance: 7 + k, GISlices: 1, MemoryMiB: 4864, Multiprocessors: 14, GIProfileID: gonvml.GPU_INSTANCE_PROFILE_1_SLICE})
+		ones = append(ones, &nvmltest.MIG{UUID: mig1g(k), GPUInstance: 7 + k, GISlices: 1, MemoryMiB: 4864, Multiprocessors: 14, GIProfile: gonvml.GPU_INSTANCE_PROFILE_1_SLICE})
 	}
 	nvmltest.WithMIG(n.lib, 1, ones...)
 	nvmltest.WithMIG(n.lib, 2)

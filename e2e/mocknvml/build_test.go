@@ -31,6 +31,7 @@ var pluginCalls = []string{
 	"nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceIsMigDeviceHandle",
 	"nvmlDeviceGetDeviceHandleFromMigDeviceHandle", "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
 	"nvmlDeviceGetAttributes_v2", "nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetInfo",
+	"nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceProfileInfoV",
 }
 
 // v1Layouts are versioned calls whose v1 struct differs from the one the

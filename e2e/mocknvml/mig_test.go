@@ -1,8 +1,10 @@
 package mocknvml
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +13,11 @@ import (
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
+	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
 )
 
 func TestLoadProfileMIG(t *testing.T) {
@@ -32,18 +39,18 @@ func TestLoadProfileMIG(t *testing.T) {
 	}
 	want := []MIGDevice{
 		{GPU: 0, Index: 0, UUID: "MIG-2769e927-e4bf-4564-8537-2ef440e5c51e", GPUInstance: 2, Profile: "3g.40gb",
-			GIProfileID: 2, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
+			GIProfileIndex: 2, GIProfileID: 9, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
 		{GPU: 0, Index: 1, UUID: "MIG-a1865506-aadb-4831-9b25-f81fcec1496e", GPUInstance: 3, Profile: "2g.20gb",
-			GIProfileID: 1, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
+			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
 		{GPU: 0, Index: 2, UUID: "MIG-994395a7-74f0-447f-b6f8-7a640701ad82", GPUInstance: 4, Profile: "2g.20gb",
-			GIProfileID: 1, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
+			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
 	}
 	if got := p.GPUs[0].MIGDevices; !reflect.DeepEqual(got, want) {
 		t.Errorf("GPU 0 MIG devices:\n got %+v\nwant %+v", got, want)
 	}
 	// GPU 3 (minor 3): its 1c.3g.40gb is compute instance 0 of GPU instance 1.
 	m := p.GPUs[3].MIGDevices[1]
-	if m.Profile != "1c.3g.40gb" || m.Slices != 3 || m.CISlices != 1 || m.GIProfileID != 2 ||
+	if m.Profile != "1c.3g.40gb" || m.Slices != 3 || m.CISlices != 1 || m.GIProfileIndex != 2 || m.GIProfileID != 9 ||
 		!slices.Equal(m.CapMinors(), []int{3 + 3*135 + 9, 3 + 3*135 + 9 + 1}) || m.MemoryBytes() != 40192<<20 {
 		t.Errorf("GPU 3 MIG device 1 = %+v", m)
 	}
@@ -257,6 +264,39 @@ func TestChildMIG(t *testing.T) {
 		}
 	})
 
+	t.Run("GPU instance profiles answer by index with the driver's IDs", func(t *testing.T) {
+		for i, g := range prof.GPUs {
+			for index := range giProfileCount + 1 {
+				p, offered := giProfile(index)
+				want := gonvml.GpuInstanceProfileInfo{
+					Id: uint32(p.ID), SliceCount: uint32(p.Slices), InstanceCount: uint32(p.Instances),
+					MemorySizeMB: g.MemoryMiB * uint64(p.Eighths) / 8,
+				}
+				wantRet := gonvml.SUCCESS
+				switch {
+				case index == giProfileCount:
+					wantRet = gonvml.ERROR_INVALID_ARGUMENT
+				case g.MIG != "on" || !offered:
+					wantRet, want = gonvml.ERROR_NOT_SUPPORTED, gonvml.GpuInstanceProfileInfo{}
+				}
+				if got, ret := h[i].GetGpuInstanceProfileInfo(index); ret != wantRet || (ret == gonvml.SUCCESS && got != want) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfo(%d) = %+v, %v; want %+v, %v", i, index, got, ret, want, wantRet)
+				}
+				v2, ret := h[i].GetGpuInstanceProfileInfoV(index).V2()
+				if ret != wantRet || (ret == gonvml.SUCCESS && (v2.Id != want.Id || v2.SliceCount != want.SliceCount || v2.MemorySizeMB != want.MemorySizeMB)) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfoV(%d).V2() = %+v, %v; want %+v, %v", i, index, v2, ret, want, wantRet)
+				}
+				v3, ret := h[i].GetGpuInstanceProfileInfoV(index).V3()
+				if ret != wantRet || (ret == gonvml.SUCCESS && (v3.Id != want.Id || v3.SliceCount != want.SliceCount || v3.MemorySizeMB != want.MemorySizeMB)) {
+					t.Errorf("GPU %d: GetGpuInstanceProfileInfoV(%d).V3() = %+v, %v; want %+v, %v", i, index, v3, ret, want, wantRet)
+				}
+			}
+		}
+		if _, ret := mig[0][0].GetGpuInstanceProfileInfo(gonvml.GPU_INSTANCE_PROFILE_1_SLICE); ret != gonvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("GetGpuInstanceProfileInfo on a MIG device = %v, want NOT_SUPPORTED", ret)
+		}
+	})
+
 	set, ret := lib.EventSetCreate()
 	if ret != gonvml.SUCCESS {
 		t.Fatalf("EventSetCreate: %v", ret)
@@ -365,6 +405,98 @@ func TestChildMIG(t *testing.T) {
 			t.Errorf("GetAttributes after the transient fault = %v", ret)
 		}
 	})
+}
+
+// TestMIGNames: through the versioned profile-info call, and through the
+// old one on an R470-era driver.
+func TestMIGNames(t *testing.T) {
+	t.Run("current", func(t *testing.T) {
+		runChild(t, "TestChildMIGNames", "MOCK_NVML_PROFILE="+profilePath("dgx-h100-mig"))
+	})
+	t.Run("R470", func(t *testing.T) {
+		runChild(t, "TestChildMIGNames", envLib+"="+testLibR470(t), "MOCK_NVML_PROFILE="+profilePath("dgx-h100-mig"))
+	})
+}
+
+// TestChildMIGNames runs the plugin's discovery on dgx-h100-mig, where
+// profile IDs are not indices as on a real H100 (a 2g.20gb is ID 14, the
+// index of 2_SLICE_NO_ME), and checks the names both front-ends serve:
+// the device plugin's mixed-strategy resources and DRA's profile attribute.
+func TestChildMIGNames(t *testing.T) {
+	childOnly(t)
+	prof, err := LoadProfile(os.Getenv("MOCK_NVML_PROFILE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procRoot, sysfsRoot := t.TempDir(), t.TempDir()
+	if err := prof.WriteProc(procRoot); err != nil {
+		t.Fatal(err)
+	}
+	if err := prof.WriteSysfs(sysfsRoot); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := nvml.Open(os.Getenv(envLib))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer lib.Shutdown()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	inv, err := nvml.Discover(lib, sysfsRoot, log)
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	if strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("discovery warned:\n%s", logs.String())
+	}
+	gpus := nvcaps.AddMIG(procRoot, inv.GPUs, log)
+
+	// Every MIG device has the name the profile gives it.
+	for i, g := range gpus {
+		var got, want []string
+		for _, m := range g.MIG {
+			got = append(got, m.Profile)
+		}
+		for _, m := range prof.GPUs[i].MIGDevices {
+			want = append(want, m.Profile)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("GPU %d MIG profiles %v, want %v", i, got, want)
+		}
+	}
+
+	layout, err := gpu.Layout(gpus, gpu.MIGMixed, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, sv := range layout {
+		counts[sv.Name] = len(sv.Units)
+	}
+	wantCounts := map[string]int{
+		gpu.ResourceName:            4,
+		"nvidia.com/mig-3g.40gb":    1,
+		"nvidia.com/mig-2g.20gb":    2,
+		"nvidia.com/mig-1g.10gb":    7,
+		"nvidia.com/mig-1g.10gb.me": 1,
+		"nvidia.com/mig-1c.3g.40gb": 1,
+	}
+	if !reflect.DeepEqual(counts, wantCounts) {
+		t.Errorf("mixed-strategy resources %v, want %v", counts, wantCounts)
+	}
+
+	devices := draslice.GPUDevices(draslice.GPUs{GPUs: gpus, Topology: inv.Topology}, t.TempDir(),
+		func(uuid string) string { return "nvidia.com/gpu=" + uuid }, log)
+	profiles := map[string]int{}
+	for _, d := range devices {
+		if p := d.Attributes["profile"].String; d.Type == draslice.TypeMIG && p != nil {
+			profiles[*p]++
+		}
+	}
+	wantProfiles := map[string]int{"3g.40gb": 1, "2g.20gb": 2, "1g.10gb": 7, "1g.10gb+me": 1, "1c.3g.40gb": 1}
+	if !reflect.DeepEqual(profiles, wantProfiles) {
+		t.Errorf("DRA MIG devices by profile %v, want %v", profiles, wantProfiles)
+	}
 }
 
 // checkMIGDevice checks what NVML answers on one MIG device handle d of parent.

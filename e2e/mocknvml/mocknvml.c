@@ -57,7 +57,6 @@
 #define MIG_SLICES 7       /* GPU instance slices of an A100 or H100 */
 #define MAX_GI_ID 14       /* GPU instance ids the driver hands out (its caps go up to gi14) */
 #define MAX_CI_ID 7        /* compute instance ids within a GPU instance */
-#define MAX_GI_PROFILE 17  /* NVML_GPU_INSTANCE_PROFILE_COUNT - 1 in go-nvml v0.13's nvml.h */
 #define NO_INSTANCE 0xFFFFFFFFu /* an event's instance id when it has none */
 
 #ifdef MOCK_R470
@@ -119,6 +118,35 @@ struct pcie_rule {
     uint64_t members;   /* else every pair inside this set */
 };
 
+/*
+ * The GPU instance profiles a MIG GPU offers, by NVML profile index
+ * (NVML_GPU_INSTANCE_PROFILE_*, what nvmlDeviceGetGpuInstanceProfileInfo
+ * takes), with the profile ID an A100 or H100 driver gives each (the ID
+ * column of nvidia-smi mig -lgip, what nvmlGpuInstanceInfo_t.profileId
+ * holds). IDs are not indices, as on a real GPU. Memory is in eighths.
+ */
+struct gi_profile {
+    unsigned index, id, slices, instances, eighths;
+};
+static const struct gi_profile gi_profiles[] = {
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 1},      /* 1g.10gb */
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 1}, /* 1g.10gb+me */
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 2}, /* 1g.20gb */
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 2},      /* 2g.20gb */
+    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 4},       /* 3g.40gb */
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 4},       /* 4g.40gb */
+    {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 8},       /* 7g.80gb */
+};
+#define N_GI_PROFILES (sizeof gi_profiles / sizeof gi_profiles[0])
+
+static const struct gi_profile *gi_profile(unsigned index)
+{
+    for (size_t k = 0; k < N_GI_PROFILES; k++)
+        if (gi_profiles[k].index == index)
+            return &gi_profiles[k];
+    return NULL;
+}
+
 /* One MIG device (a compute instance), from a mig line of the profile. */
 struct mig_dev {
     unsigned gi, ci, giprofile, slices, cislices, sms;
@@ -129,7 +157,7 @@ struct mig_dev {
 /* A GPU instance: what nvmlDeviceGetGpuInstanceById hands out. */
 struct nvmlGpuInstance_st {
     unsigned gpu; /* the parent's index */
-    unsigned id, profile, slices;
+    unsigned id, profile_id, slices;
     unsigned start, size; /* placement, in memory slices */
 };
 
@@ -662,8 +690,8 @@ static int parse_mig(struct parser *ps, char **tok, int n)
                 return -1;
             break;
         case 3: /* giprofile */
-            if (parse_uint(val, 10, MAX_GI_PROFILE, &v))
-                return fail_at(ps, "giprofile %s is not an NVML GPU instance profile id from 0 to %d", val, MAX_GI_PROFILE);
+            if (parse_uint(val, 10, NVML_GPU_INSTANCE_PROFILE_COUNT - 1, &v) || !gi_profile((unsigned)v))
+                return fail_at(ps, "giprofile %s is not an NVML GPU instance profile index the mock offers (0-4, 7, 9)", val);
             m.giprofile = (unsigned)v;
             break;
         case 4: /* slices */
@@ -695,6 +723,9 @@ static int parse_mig(struct parser *ps, char **tok, int n)
     }
     if (seen != (1u << N_MIG_KEYS) - 1)
         return fail_at(ps, "mig %llu: gi, ci, profile, giprofile, slices, cislices, memory, sms and uuid are required", idx);
+    if (m.slices != gi_profile(m.giprofile)->slices)
+        return fail_at(ps, "mig %llu: giprofile %u has %u slices, not %u", idx, m.giprofile,
+                       gi_profile(m.giprofile)->slices, m.slices);
     if (m.cislices > m.slices)
         return fail_at(ps, "mig %llu: cislices %u is more than slices %u", idx, m.cislices, m.slices);
     if ((g->has & HAS_MEMORY) && m.memory > g->memory)
@@ -734,7 +765,7 @@ static int parse_mig(struct parser *ps, char **tok, int n)
         struct nvmlGpuInstance_st *gi = &g->gis[g->ngis++];
         gi->gpu = g->index;
         gi->id = m.gi;
-        gi->profile = m.giprofile;
+        gi->profile_id = gi_profile(m.giprofile)->id;
         gi->slices = m.slices;
         /* Placed one after another, each over the eighths of memory it holds. */
         gi->start = placed;
@@ -2109,12 +2140,81 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
         memset(info, 0, sizeof *info);
         info->device.handle = g;
         info->id = gi->id;
-        info->profileId = gi->profile;
+        info->profileId = gi->profile_id;
         info->placement.start = gi->start;
         info->placement.size = gi->size;
     }
     return device_end(ret);
 }
+
+/*
+ * gi_profile_of finds GPU g's profile at index: INVALID_ARGUMENT past the
+ * indices nvml.h knows (how NVML ends a forward-compatible walk),
+ * NOT_SUPPORTED for one the GPU lacks and on a GPU without MIG on.
+ */
+static nvmlReturn_t gi_profile_of(const struct nvmlDevice_st *g, unsigned index, const struct gi_profile **p)
+{
+    if (index >= NVML_GPU_INSTANCE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!(g->has & HAS_MIG) || !g->mig || !(*p = gi_profile(index)))
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+/* Profile memory in MiB: its eighths of the GPU's (an eighth per slice without a memory key). */
+static unsigned long long gi_profile_mib(const struct nvmlDevice_st *g, const struct gi_profile *p)
+{
+    return (g->has & HAS_MEMORY) ? (g->memory >> 20) * p->eighths / 8 : 1024ULL * p->eighths;
+}
+
+/* Profile info: ID, slices, instances and memory; no engines, no SMs, an empty name. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info)
+{
+    DEVICE_QUERY(device, info, {
+        const struct gi_profile *p = NULL;
+        ret_ = gi_profile_of(g, profile, &p);
+        if (ret_ == NVML_SUCCESS) {
+            memset(info, 0, sizeof *info);
+            info->id = p->id;
+            info->sliceCount = p->slices;
+            info->instanceCount = p->instances;
+            info->memorySizeMB = gi_profile_mib(g, p);
+        }
+    });
+}
+
+#ifndef MOCK_R470
+/* The versioned call (R510): v2 and v3 differ in layout, so each is filled as its own. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                  nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    DEVICE_QUERY(device, info, {
+        const struct gi_profile *p = NULL;
+        unsigned version = info->version;
+        if (version != nvmlGpuInstanceProfileInfo_v2 && version != nvmlGpuInstanceProfileInfo_v3)
+            ret_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        else
+            ret_ = gi_profile_of(g, profile, &p);
+        if (ret_ == NVML_SUCCESS && version == nvmlGpuInstanceProfileInfo_v2) {
+            memset(info, 0, sizeof *info);
+            info->version = version;
+            info->id = p->id;
+            info->sliceCount = p->slices;
+            info->instanceCount = p->instances;
+            info->memorySizeMB = gi_profile_mib(g, p);
+        } else if (ret_ == NVML_SUCCESS) {
+            nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
+            memset(v3, 0, sizeof *v3);
+            v3->version = version;
+            v3->id = p->id;
+            v3->sliceCount = p->slices;
+            v3->instanceCount = p->instances;
+            v3->memorySizeMB = gi_profile_mib(g, p);
+        }
+    });
+}
+#endif
 
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
                                        unsigned int *isPending, unsigned int *failureOccurred)

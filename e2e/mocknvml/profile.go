@@ -11,7 +11,7 @@ import (
 )
 
 // maxGPUs and maxLinks are the C library's limits (MAX_GPUS, NVML_NVLINK_MAX_LINKS);
-// the MIG limits are its MIG_SLICES, MAX_GI_ID, MAX_CI_ID and MAX_GI_PROFILE.
+// the MIG limits are its MIG_SLICES, MAX_GI_ID and MAX_CI_ID, the profiles its gi_profiles.
 const (
 	maxGPUs  = 64
 	maxLinks = 36
@@ -22,8 +22,44 @@ const (
 	migSlices     = 7
 	maxGIID       = 14 // the driver's caps cover gi0 to gi14
 	maxCIID       = 7
-	maxGIProfile  = 17 // NVML_GPU_INSTANCE_PROFILE_COUNT - 1 in go-nvml v0.13's nvml.h
+	// giProfileCount is NVML_GPU_INSTANCE_PROFILE_COUNT in go-nvml v0.13's nvml.h.
+	giProfileCount = 18
 )
+
+// GIProfile is a GPU instance profile the library's MIG GPUs offer.
+type GIProfile struct {
+	// Index is NVML's profile index (NVML_GPU_INSTANCE_PROFILE_*), what
+	// nvmlDeviceGetGpuInstanceProfileInfo takes and a mig line's giprofile.
+	Index int
+	// ID is the profile ID an A100 or H100 driver gives it (nvidia-smi mig
+	// -lgip), what nvmlGpuInstanceInfo_t.profileId holds: not the index.
+	ID        int
+	Slices    int
+	Instances int
+	// Eighths is its share of the GPU's memory, in eighths.
+	Eighths int
+}
+
+// GIProfiles are the library's gi_profiles, in its order.
+var GIProfiles = []GIProfile{
+	{Index: 0, ID: 19, Slices: 1, Instances: 7, Eighths: 1}, // 1g.10gb on an H100 80GB
+	{Index: 7, ID: 20, Slices: 1, Instances: 1, Eighths: 1}, // 1g.10gb+me
+	{Index: 9, ID: 15, Slices: 1, Instances: 4, Eighths: 2}, // 1g.20gb
+	{Index: 1, ID: 14, Slices: 2, Instances: 3, Eighths: 2}, // 2g.20gb
+	{Index: 2, ID: 9, Slices: 3, Instances: 2, Eighths: 4},  // 3g.40gb
+	{Index: 3, ID: 5, Slices: 4, Instances: 1, Eighths: 4},  // 4g.40gb
+	{Index: 4, ID: 0, Slices: 7, Instances: 1, Eighths: 8},  // 7g.80gb
+}
+
+// giProfile returns the profile of NVML profile index index.
+func giProfile(index int) (GIProfile, bool) {
+	for _, p := range GIProfiles {
+		if p.Index == index {
+			return p, true
+		}
+	}
+	return GIProfile{}, false
+}
 
 // Profile is a machine the mock library pretends to be, as LoadProfile reads
 // it from the same text file the library parses at nvmlInit.
@@ -95,9 +131,11 @@ type MIGDevice struct {
 	ComputeInstance int
 	// Profile is NVIDIA's name, "3g.40gb", "1c.3g.40gb", "1g.10gb+me".
 	Profile string
-	// GIProfileID is the NVML GPU instance profile id
-	// (NVML_GPU_INSTANCE_PROFILE_*) nvmlGpuInstanceGetInfo reports.
-	GIProfileID int
+	// GIProfileIndex is the GPU instance's NVML profile index
+	// (NVML_GPU_INSTANCE_PROFILE_*), the line's giprofile; GIProfileID
+	// the profile ID nvmlGpuInstanceGetInfo reports for it (GIProfiles).
+	GIProfileIndex int
+	GIProfileID    int
 	// Slices and CISlices are the GPU instance's and the compute
 	// instance's slice counts.
 	Slices          int
@@ -515,11 +553,12 @@ func (ps *parser) parseMIG(tok []string) error {
 			}
 			m.Profile = val
 		case "giprofile":
-			v, err := parseUint(val, 10, maxGIProfile)
-			if err != nil {
-				return ps.errorf("giprofile %s is not an NVML GPU instance profile id from 0 to %d", val, maxGIProfile)
+			v, err := parseUint(val, 10, giProfileCount-1)
+			p, ok := giProfile(int(v))
+			if err != nil || !ok {
+				return ps.errorf("giprofile %s is not an NVML GPU instance profile index the mock offers (0-4, 7, 9)", val)
 			}
-			m.GIProfileID = int(v)
+			m.GIProfileIndex, m.GIProfileID = p.Index, p.ID
 		case "slices", "cislices":
 			v, err := parseUint(val, 10, migSlices)
 			if err != nil || v == 0 {
@@ -558,6 +597,9 @@ func (ps *parser) parseMIG(tok []string) error {
 	if len(seen) != len(migKeys) {
 		return ps.errorf("mig %d: gi, ci, profile, giprofile, slices, cislices, memory, sms and uuid are required", idx)
 	}
+	if p, _ := giProfile(m.GIProfileIndex); m.Slices != p.Slices {
+		return ps.errorf("mig %d: giprofile %d has %d slices, not %d", idx, m.GIProfileIndex, p.Slices, m.Slices)
+	}
 	if m.CISlices > m.Slices {
 		return ps.errorf("mig %d: cislices %d is more than slices %d", idx, m.CISlices, m.Slices)
 	}
@@ -585,7 +627,7 @@ func (ps *parser) parseMIG(tok []string) error {
 		if o.ComputeInstance == m.ComputeInstance {
 			return ps.errorf("mig %d: gi %d ci %d is declared twice", idx, m.GPUInstance, m.ComputeInstance)
 		}
-		if o.GIProfileID != m.GIProfileID || o.Slices != m.Slices || o.MemoryMiB != m.MemoryMiB {
+		if o.GIProfileIndex != m.GIProfileIndex || o.Slices != m.Slices || o.MemoryMiB != m.MemoryMiB {
 			return ps.errorf("mig %d: gi %d differs from its earlier line in giprofile, slices or memory", idx, m.GPUInstance)
 		}
 		ciSlices += o.CISlices

@@ -9,9 +9,10 @@
 #   GPUs 4-7  MIG off
 # Figures are an H100 80GB's: 1g 9856 MiB and 16 SMs, 2g 20096 MiB and 32,
 # 3g 40192 MiB and 60 (a one-slice compute instance of it gets 16, as a 1g
-# has); GPU instance profile ids are NVML's NVML_GPU_INSTANCE_PROFILE_*
-# (1g 0, 2g 1, 3g 2, 1g+me 7). Instance ids are distinct within each GPU,
-# as the driver's are; which ones it would pick is not modelled.
+# has); giprofile is NVML's profile index, NVML_GPU_INSTANCE_PROFILE_*
+# (1g 0, 2g 1, 3g 2, 1g+me 7), and NVML reports an H100's profile IDs for
+# them (19, 14, 9, 20), not the index. Instance ids are distinct within
+# each GPU, as the driver's are; which ones it would pick is not modelled.
 #
 # mig <gpu> gi= ci= profile= giprofile= slices= cislices= memory= sms= uuid=
 # declares one MIG device of a gpu with mig=on; its MIG device index is the

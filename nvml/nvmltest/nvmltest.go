@@ -62,8 +62,10 @@ func Device(s *dgxa100.Server, i int) *dgxa100.Device {
 // spread over Switches NVSwitches, so every pair talks over NVLink.
 //
 // The library exports every optional NVML function except
-// nvmlDeviceGetTemperatureV: go-nvml's TemperatureHandler calls C directly
-// and cannot be mocked, so temperature goes through GetTemperature.
+// nvmlDeviceGetTemperatureV and nvmlDeviceGetGpuInstanceProfileInfoV:
+// go-nvml's TemperatureHandler and GpuInstanceProfileInfoHandler call C
+// directly and cannot be mocked, so temperature goes through
+// GetTemperature and profile info through GetGpuInstanceProfileInfo.
 // WithoutSymbols takes more away, as an older driver would. MIG is off;
 // WithMIG turns it on with MIG devices.
 func NewDGXA100() *dgxa100.Server {
@@ -154,10 +156,10 @@ func NewDGXA100() *dgxa100.Server {
 }
 
 // WithoutSymbols makes the library of s lack the named NVML functions, as
-// an older driver would, besides nvmlDeviceGetTemperatureV (see
-// NewDGXA100). Call it before Discover, which checks symbols once.
+// an older driver would, besides the two NewDGXA100 names. Call it before
+// Discover, which checks symbols once.
 func WithoutSymbols(s *dgxa100.Server, names ...string) {
-	missing := map[string]bool{"nvmlDeviceGetTemperatureV": true}
+	missing := map[string]bool{"nvmlDeviceGetTemperatureV": true, "nvmlDeviceGetGpuInstanceProfileInfoV": true}
 	for _, n := range names {
 		missing[n] = true
 	}
@@ -171,7 +173,8 @@ func WithoutSymbols(s *dgxa100.Server, names ...string) {
 
 // R470Symbols are the optional functions a R470 driver lacks.
 func R470Symbols() []string {
-	return []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV"}
+	return []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV",
+		"nvmlDeviceGetGpuInstanceProfileInfoV"}
 }
 
 // RecoveryActionValues returns a GetFieldValues hook that reports the
@@ -228,9 +231,37 @@ type MIG struct {
 	// MemoryMiB is the device's memory as NVML's attributes report it.
 	MemoryMiB       uint64
 	Multiprocessors int
-	// GIProfileID is the GPU instance's NVML profile id
-	// (gonvml.GPU_INSTANCE_PROFILE_*); it gives the name's suffix.
-	GIProfileID int
+	// GIProfile is the GPU instance's NVML profile index
+	// (gonvml.GPU_INSTANCE_PROFILE_*); its GPU instance reports the
+	// profile's ID, GIProfileIDs[GIProfile].
+	GIProfile int
+}
+
+// GIProfileIDs are the GPU instance profile IDs of every mock GPU by NVML
+// profile index (gonvml.GPU_INSTANCE_PROFILE_*), as GetGpuInstanceProfileInfo
+// answers: an A100's or H100's where it has the profile (nvidia-smi mig
+// -lgip), stand-ins past every index for the others. As on a real GPU, IDs
+// are not indices, and some equal another profile's index.
+var GIProfileIDs = map[int]uint32{
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE:      19,
+	gonvml.GPU_INSTANCE_PROFILE_2_SLICE:      14,
+	gonvml.GPU_INSTANCE_PROFILE_3_SLICE:      9,
+	gonvml.GPU_INSTANCE_PROFILE_4_SLICE:      5,
+	gonvml.GPU_INSTANCE_PROFILE_7_SLICE:      0,
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20,
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15,
+	// Stand-ins.
+	gonvml.GPU_INSTANCE_PROFILE_8_SLICE:        40,
+	gonvml.GPU_INSTANCE_PROFILE_6_SLICE:        41,
+	gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:   42,
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX:    43,
+	gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX:    44,
+	gonvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:    45,
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:  46,
+	gonvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:  47,
+	gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 48,
+	gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 49,
+	gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX:    50,
 }
 
 // MemoryH100 and MemoryA100 are the total memory NVML reports for an
@@ -254,7 +285,7 @@ func WithMIG(s *dgxa100.Server, i int, migs ...*MIG) []*mock.Device {
 		if m == nil {
 			continue
 		}
-		profiles[m.GPUInstance] = m.GIProfileID
+		profiles[m.GPUInstance] = m.GIProfile
 		handles[k] = MIGHandle(d, m)
 	}
 	slots := max(7, len(migs))
@@ -269,15 +300,23 @@ func WithMIG(s *dgxa100.Server, i int, migs ...*MIG) []*mock.Device {
 		return handles[idx], gonvml.SUCCESS
 	}
 	d.GetGpuInstanceByIdFunc = func(gi int) (gonvml.GpuInstance, gonvml.Return) {
-		id, ok := profiles[gi]
+		index, ok := profiles[gi]
 		if !ok {
 			return nil, gonvml.ERROR_NOT_FOUND
 		}
 		return &mock.GpuInstance{
 			GetInfoFunc: func() (gonvml.GpuInstanceInfo, gonvml.Return) {
-				return gonvml.GpuInstanceInfo{Device: d, Id: uint32(gi), ProfileId: uint32(id)}, gonvml.SUCCESS
+				return gonvml.GpuInstanceInfo{Device: d, Id: uint32(gi), ProfileId: GIProfileIDs[index]}, gonvml.SUCCESS
 			},
 		}, gonvml.SUCCESS
+	}
+	// go-nvml's mock would give each profile its index as its ID.
+	d.GetGpuInstanceProfileInfoFunc = func(index int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
+		id, ok := GIProfileIDs[index]
+		if !ok {
+			return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_INVALID_ARGUMENT
+		}
+		return gonvml.GpuInstanceProfileInfo{Id: id}, gonvml.SUCCESS
 	}
 	return handles
 }
