@@ -621,9 +621,13 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
 	}
 	if c.MetricsAddress != "" {
-		_, port, err := net.SplitHostPort(c.MetricsAddress)
+		host, port, err := net.SplitHostPort(c.MetricsAddress)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("config: %s: %q is not host:port (example: \":9400\")", field("metricsAddress"), c.MetricsAddress))
+		} else if host == "" && strings.HasPrefix(c.MetricsAddress, "[") {
+			// The chart renders "[$(HOST_IP)]:port": empty brackets mean the
+			// address did not reach us, and would listen on every interface.
+			errs = append(errs, fmt.Errorf("config: %s: %q has empty brackets, which would listen on every address; give an IP (example: \"[10.0.0.5]:9400\"), or \":9400\" for every address", field("metricsAddress"), c.MetricsAddress))
 		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s: port %q of %q is not a number from 0 to 65535 (example: \":9400\")", field("metricsAddress"), port, c.MetricsAddress))
 		}

@@ -67,6 +67,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "key in another case alone", body: "LogLevel: debug\n", want: []string{`"LogLevel"`, `"logLevel"`}},
 		{name: "wrong type names the key", body: "thermalMarginC: hot\n", want: []string{"thermalMarginC", "whole number"}},
 		{name: "metrics port out of range", body: "metricsAddress: \":99999\"\n", want: []string{"metricsAddress", "99999", "65535"}},
+		{name: "metrics address with empty brackets", body: "metricsAddress: \"[]:9400\"\n", want: []string{"metricsAddress", "empty brackets", "every address"}},
 		{name: "metrics port not a number", body: "metricsAddress: \"localhost:metrics\"\n", want: []string{"metricsAddress", "metrics"}},
 		{name: "not a map", body: "- 1\n", want: []string{"config.yaml", "map of keys"}},
 		{name: "unknown health check", body: "healthChecksDisabled: [thermal, temp]\n", want: []string{"healthChecksDisabled (--health-checks-disabled)[1]", `"temp"`, "hw-slowdown"}},
@@ -105,6 +106,18 @@ func TestErrorsNameTheField(t *testing.T) {
 func TestLoadMissingFile(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The forms the chart renders for metricsAddress: every address, a given
+// IP, and the node's IP in brackets, which fit IPv4 and IPv6 alike.
+func TestMetricsAddressForms(t *testing.T) {
+	for _, addr := range []string{":9400", "127.0.0.1:9400", "[::1]:9400", "[10.0.0.5]:9400", "[fd00::5]:9400"} {
+		c := Default()
+		c.MetricsAddress = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("metricsAddress %q: %v", addr, err)
+		}
 	}
 }
 

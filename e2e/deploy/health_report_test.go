@@ -10,14 +10,9 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chartutil"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 )
@@ -280,83 +275,5 @@ func TestPackagingHealthReporting(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestHelmNodeStatusPolicy: with the node condition on, the plugin's
-// ServiceAccount may change only its own Node's GPUHealthy and NICHealthy
-// conditions, evaluated as the API server's admission plugin does.
-func TestHelmNodeStatusPolicy(t *testing.T) {
-	objs := renderWith(t, withHealth(chartutil.Values{}, false, true))
-	var p *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, x := range objs.Policies {
-		if strings.HasSuffix(x.Name, "-node-status") {
-			p = x
-		}
-	}
-	if p == nil || len(objs.PolicyBindings) != 1 || objs.PolicyBindings[0].Spec.PolicyName != p.Name {
-		t.Fatalf("want one node-status policy and its binding; policies %d, bindings %d", len(objs.Policies), len(objs.PolicyBindings))
-	}
-	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
-		t.Errorf("failurePolicy %v, want Fail", p.Spec.FailurePolicy)
-	}
-	r := p.Spec.MatchConstraints.ResourceRules
-	if len(r) != 1 || !slices.Equal(r[0].Resources, []string{"nodes/status"}) || !slices.Equal(r[0].APIGroups, []string{""}) {
-		t.Errorf("rules %+v, want nodes/status in the core group", r)
-	}
-	if off := renderWith(t, withHealth(chartutil.Values{"nodeCondition": map[string]any{"enabled": true, "restrictToOwnNode": false}}, false, true)); len(off.Policies) != 0 {
-		t.Errorf("restrictToOwnNode=false still renders %d policies", len(off.Policies))
-	}
-
-	sa := "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
-	onNode := func(name, node string) user.Info {
-		extra := map[string][]string{}
-		if node != "" {
-			extra["authentication.kubernetes.io/node-name"] = []string{node}
-		}
-		return &user.DefaultInfo{Name: name, Extra: extra}
-	}
-	node := func(name string, conds ...corev1.NodeCondition) *corev1.Node {
-		return &corev1.Node{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Status: corev1.NodeStatus{
-				Conditions:  conds,
-				Capacity:    corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
-				Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
-			},
-		}
-	}
-	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}
-	notReady := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Hacked"}
-	gpuOK := corev1.NodeCondition{Type: "GPUHealthy", Status: corev1.ConditionTrue, Reason: "AllGPUsHealthy"}
-	gpuBad := corev1.NodeCondition{Type: "GPUHealthy", Status: corev1.ConditionFalse, Reason: "GPUUnhealthy", Message: "GPU-a (index 0): xid=79"}
-	fewer := node("n1", ready, gpuOK)
-	fewer.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}
-	gvr := corev1.SchemeGroupVersion.WithResource("nodes")
-	gvk := corev1.SchemeGroupVersion.WithKind("Node")
-	for _, tc := range []struct {
-		name     string
-		u        user.Info
-		obj, old *corev1.Node
-		deny     string
-	}{
-		{"own GPUHealthy set", onNode(sa, "n1"), node("n1", ready, gpuBad), node("n1", ready, gpuOK), ""},
-		{"own GPUHealthy added", onNode(sa, "n1"), node("n1", ready, gpuOK), node("n1", ready), ""},
-		{"another node's", onNode(sa, "n1"), node("n2", ready, gpuBad), node("n2", ready, gpuOK), "not node n2's"},
-		{"own Ready", onNode(sa, "n1"), node("n1", notReady, gpuOK), node("n1", ready, gpuOK), "only the GPUHealthy and NICHealthy"},
-		{"own allocatable", onNode(sa, "n1"), fewer, node("n1", ready, gpuOK), "only the GPUHealthy and NICHealthy"},
-		{"token without a node", onNode(sa, ""), node("n1", ready, gpuBad), node("n1", ready, gpuOK), "the token names no node"},
-		{"the kubelet", &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}}, node("n1", notReady), node("n1", ready), ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := policyVerdictOn(t, p, gvr, gvk, tc.obj.Name, "status", admission.Update, tc.u, tc.obj, tc.old)
-			switch {
-			case tc.deny == "" && got != "":
-				t.Errorf("denied: %s", got)
-			case tc.deny != "" && !strings.Contains(got, tc.deny):
-				t.Errorf("verdict %q, want denied with %q", got, tc.deny)
-			}
-		})
 	}
 }

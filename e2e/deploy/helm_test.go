@@ -240,7 +240,7 @@ func TestHelmEveryOption(t *testing.T) {
 	check("config", cfg["deviceIDStrategy"] == "index" && cfg["logLevel"] == "debug" && cfg["healthPollInterval"] == "2s")
 	check("deviceListStrategy", strings.Join(toStrings(cfg["deviceListStrategy"]), ",") == "envvar,cdi-cri")
 
-	check("metrics flag", hasArg(c.Args, "--metrics-address=:9500"))
+	check("metrics flag", hasArg(c.Args, "--metrics-address=[fd00::5]:9500"))
 	check("metrics port", len(c.Ports) == 1 && c.Ports[0].Name == "metrics" && c.Ports[0].ContainerPort == 9500)
 	check("metrics service", len(svc.Spec.Ports) == 1 && svc.Spec.Ports[0].Port == 9500 &&
 		svc.Spec.Ports[0].TargetPort == intstr.FromString("metrics") && svc.Annotations["prometheus.io/scrape"] == "true")

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/config"
 )
@@ -353,15 +354,25 @@ func tolerates(ts []corev1.Toleration, taint corev1.Taint) bool {
 }
 
 // checkAcceptedByPlugin runs `gpu-device-plugin version` with the
-// container's arguments, literal environment and config file. version
-// parses and validates the whole configuration, as serve does, and needs
-// no GPU.
+// container's arguments, environment and config file, as the kubelet would
+// start it on a node whose IP is 10.0.0.5. version parses and validates the
+// whole configuration, as serve does, and needs no GPU.
 func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap) {
 	t.Helper()
+	checkAcceptedByPluginOn(t, ds, cm, "10.0.0.5")
+}
+
+// checkAcceptedByPluginOn is checkAcceptedByPlugin on a node whose IP
+// (status.hostIP) is hostIP.
+func checkAcceptedByPluginOn(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, hostIP string) {
+	t.Helper()
 	c := ds.Spec.Template.Spec.Containers[0]
+	env := kubeletEnv(c, hostIP)
+	// $(VAR) in the arguments, expanded by the kubelet's own code.
+	_, expanded := kubecontainer.ExpandContainerCommandAndArgs(&c, env)
 	dir := t.TempDir()
 	var args []string
-	for _, a := range c.Args[1:] {
+	for _, a := range expanded[1:] {
 		if p, ok := strings.CutPrefix(a, "--config="); ok {
 			local := filepath.Join(dir, filepath.Base(p))
 			if err := os.WriteFile(local, []byte(cm.Data[filepath.Base(p)]), 0o644); err != nil {
@@ -379,10 +390,8 @@ func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.Config
 	// Before the command: the top level takes every setting serve does.
 	cmd := exec.Command(plugin(t), append(args, "version")...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
-		}
+	for _, e := range env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -391,4 +400,21 @@ func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.Config
 	if !strings.HasPrefix(string(out), "gpu-device-plugin ") {
 		t.Fatalf("gpu-device-plugin version printed:\n%s", out)
 	}
+}
+
+// kubeletEnv is c's environment as the kubelet gives it to a pod on a node
+// whose IP is hostIP: literal values, and the downward API's fields with
+// made-up values for the pod. Resource fields (GOMEMLIMIT) are left out.
+func kubeletEnv(c corev1.Container, hostIP string) []kubecontainer.EnvVar {
+	fields := map[string]string{"spec.nodeName": "node-1", "metadata.uid": "0b5f6a2e-4a8c-4a3e-9d62-5d4f7c1e2b90", "status.hostIP": hostIP}
+	var env []kubecontainer.EnvVar
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env = append(env, kubecontainer.EnvVar{Name: e.Name, Value: e.Value})
+		case e.ValueFrom.FieldRef != nil:
+			env = append(env, kubecontainer.EnvVar{Name: e.Name, Value: fields[e.ValueFrom.FieldRef.FieldPath]})
+		}
+	}
+	return env
 }

@@ -33,7 +33,14 @@ const metricsPort = 19400
 func operatorValues(v map[string]any) {
 	v["events"] = map[string]any{"enabled": true}
 	v["nodeCondition"] = map[string]any{"enabled": true}
-	v["metrics"] = map[string]any{"enabled": true, "port": metricsPort, "service": map[string]any{"enabled": false}}
+	m := map[string]any{"enabled": true, "port": metricsPort, "service": map[string]any{"enabled": false}}
+	// In the host's network the chart binds metrics to the Node's IP. kind's
+	// node address is that IP, so kind scrapes the default; the local lane
+	// scrapes at 127.0.0.1, so binds there.
+	if ip := net.ParseIP(env.NodeAddress); ip != nil && ip.IsLoopback() {
+		m["bindAddress"] = env.NodeAddress
+	}
+	v["metrics"] = m
 }
 
 // waitEvent waits for an Event about object (kind, namespace, name) with

@@ -53,6 +53,30 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if get (.Values.config | default dict) "nicResources" }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the pod uses the host's network (hostNetwork, or NIC pools,
+which need it), else empty. */}}
+{{- define "gpu-device-plugin.hostNetwork" -}}
+{{- if or .Values.hostNetwork (include "gpu-device-plugin.nicPools" .) }}true{{ end }}
+{{- end }}
+
+{{/* --metrics-address from metrics.bindAddress and metrics.port. Unset, in
+the host's network it is the node's IP (HOST_IP, from the downward API's
+status.hostIP; bracketed, which Go takes for IPv4 and IPv6 alike), not every
+interface of the host: /metrics has no authentication. */}}
+{{- define "gpu-device-plugin.metricsAddress" -}}
+{{- $ip := toString (.Values.metrics.bindAddress | default "") }}
+{{- if $ip }}
+{{- /* An IP: digits, hex and dots, or an IPv6 form (two colons at least),
+so a host:port is told apart. */}}
+{{- if not (regexMatch "^([0-9.]+|[0-9a-fA-F.]*:[0-9a-fA-F.]*:[0-9a-fA-F:.]*)$" $ip) }}
+{{- fail (printf "metrics.bindAddress %q: want an IP address without brackets or port (metrics.port sets it), such as 127.0.0.1, fd00::5 or 0.0.0.0" $ip) }}
+{{- end }}
+{{- if contains ":" $ip }}[{{ $ip }}]{{ else }}{{ $ip }}{{ end }}:{{ .Values.metrics.port }}
+{{- else if include "gpu-device-plugin.hostNetwork" . }}[$(HOST_IP)]:{{ .Values.metrics.port }}
+{{- else }}:{{ .Values.metrics.port }}
+{{- end }}
+{{- end }}
+
 {{/* Where NIC pools write device-information files for CNI plugins: fixed
 by the Network Plumbing WG's device-info spec, the same on the host and in
 the pod. */}}
