@@ -67,8 +67,14 @@ bench-scenario:
 	cd e2e && $(GO) run ./cmd/scenario -profile dgx-h100 -idle $(SCENARIO_IDLE)
 	cd e2e && $(GO) run ./cmd/scenario -profile hgx-16 -idle $(SCENARIO_IDLE)
 
+# The first run downloads the modules the kubelet's device-manager code
+# needs (about 1,250 packages) and compiles them: several minutes on 2
+# cores. Later runs take seconds. Each step prints a line.
 demo:
-	cd e2e && $(GO) run ./cmd/demo
+	@mkdir -p $(BIN)
+	@echo "demo: compiling the demo with the kubelet's device-manager code (first run: downloads and builds its modules, several minutes) ..."
+	@cd e2e && $(GO) build -o $(abspath $(BIN))/demo ./cmd/demo
+	@$(BIN)/demo
 
 clean:
 	rm -rf $(BIN)

@@ -188,7 +188,7 @@ func Settings() []Setting {
 		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
 		{Key: "nicRescanInterval", Category: CategoryNICs, Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
-		{Key: "podResourcesSocket", Category: CategoryReporting, Flag: "pod-resources-socket", Default: d.PodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated)"},
+		{Key: "podResourcesSocket", Category: CategoryReporting, Flag: "pod-resources-socket", Default: d.PodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated, Events on pods); empty reads none"},
 		{Key: "kubeletAPI", Category: CategoryKubelet, Flag: "kubelet-api", Default: d.KubeletAPI, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)"},
 		{Key: "kubeconfig", Category: CategoryReporting, Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode, events and nodeCondition: kubeconfig file for API access; empty uses the pod's service account"},
 		{Key: "nodeName", Category: CategoryReporting, Flag: "node-name", Default: d.NodeName, Usage: "DRA mode, events and nodeCondition: this node's name (the chart sets it from the downward API); empty uses the host name"},
@@ -649,7 +649,9 @@ func (c Config) Validate() error {
 	}
 	absolute("procRoot", c.ProcRoot)
 	absolute("deviceInfoDir", c.DeviceInfoDir)
-	absolute("podResourcesSocket", c.PodResourcesSocket)
+	if c.PodResourcesSocket != "" {
+		absolute("podResourcesSocket", c.PodResourcesSocket)
+	}
 	if c.NICRescanInterval.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
 	}

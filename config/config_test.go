@@ -74,7 +74,6 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "no slowdown samples", body: "healthSlowdownSamples: 0\n", want: []string{"healthSlowdownSamples", "--health-slowdown-samples", "1 to 1000"}},
 		{name: "relative state dir", body: "stateDir: state\n", want: []string{"stateDir", "absolute"}},
 		{name: "relative pod resources socket", body: "podResourcesSocket: kubelet.sock\n", want: []string{"podResourcesSocket (--pod-resources-socket)", "absolute"}},
-		{name: "empty pod resources socket", body: "podResourcesSocket: \"\"\n", want: []string{"podResourcesSocket", "absolute"}},
 	}
 	tests = append(tests, []struct {
 		name string
@@ -294,5 +293,21 @@ func TestMigrationGuideKeys(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("found only %d mapped keys in %s", n, MigrationGuide)
+	}
+}
+
+// An empty podResourcesSocket reads no holders (list off the node); it is
+// not an error.
+func TestEmptyPodResourcesSocket(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("podResourcesSocket: \"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil || c.PodResourcesSocket != "" {
+		t.Errorf("podResourcesSocket \"\": %v, %q", err, c.PodResourcesSocket)
 	}
 }

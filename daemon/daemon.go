@@ -101,8 +101,10 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		if metrics, err = health.NewMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
-		if err := reg.Register(allocations(cfg, metrics, log)); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
+		if cfg.PodResourcesSocket != "" {
+			if err := reg.Register(allocations(cfg, metrics, log)); err != nil {
+				return fmt.Errorf("registering metrics: %w", err)
+			}
 		}
 		ln, err := net.Listen("tcp", cfg.MetricsAddress)
 		if err != nil {

@@ -55,12 +55,16 @@ func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
 		return nil, fmt.Errorf("events and nodeCondition: %w", err)
 	}
 	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}}
+	var holders report.Holders = h
+	if cfg.PodResourcesSocket == "" {
+		holders = nil // Events go to the Node only
+	}
 	rep, err := report.New(client, report.Options{
 		Node:          node,
 		Events:        cfg.Events,
 		NodeCondition: cfg.NodeCondition,
 		NICs:          len(cfg.NICResources) > 0,
-		Holders:       h,
+		Holders:       holders,
 		Log:           log,
 	})
 	if err != nil {

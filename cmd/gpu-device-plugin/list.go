@@ -474,6 +474,9 @@ func migPart(m nvml.MIGDevice) health.Part {
 // extra: without them (no kubelet here, or no access to its socket) the
 // listing is complete but for them, with one note saying why.
 func listHolders(ctx context.Context, cfg config.Config, log *slog.Logger) podresources.Holders {
+	if cfg.PodResourcesSocket == "" {
+		return podresources.Holders{} // asked not to read any (off the node, say)
+	}
 	h, err := podresources.Client{Socket: cfg.PodResourcesSocket}.Holders(ctx)
 	switch {
 	case errors.Is(err, podresources.ErrUnavailable):

@@ -854,12 +854,28 @@ func parseBus(s string) (string, error) {
 
 // WriteSysfs writes what the plugin reads from sysfs for each GPU under root
 // (normally a test's temporary directory standing in for /sys):
-// bus/pci/devices/<bus id>/numa_node, and vendor and device when the
-// profile gives a pciid.
+// devices/pci<domain>:<bus>/<bus id>/numa_node, and vendor and device when
+// the profile gives a pciid, with bus/pci/devices/<bus id> linking there.
 func (p *Profile) WriteSysfs(root string) error {
 	for _, g := range p.GPUs {
-		dir := filepath.Join(root, "bus", "pci", "devices", g.BusID)
+		// As the kernel lays it out: the device under its root complex in
+		// devices/, and bus/pci/devices/<address> a link to it, which is where
+		// the PCIe root (DRA's pcieRoot attribute) is read from.
+		domain, rest, _ := strings.Cut(g.BusID, ":")
+		bus, _, _ := strings.Cut(rest, ":")
+		dir := filepath.Join(root, "devices", "pci"+domain+":"+bus, g.BusID)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("writing sysfs for GPU %d: %w", g.Index, err)
+		}
+		link := filepath.Join(root, "bus", "pci", "devices", g.BusID)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return fmt.Errorf("writing sysfs for GPU %d: %w", g.Index, err)
+		}
+		target, err := filepath.Rel(filepath.Dir(link), dir)
+		if err == nil {
+			err = os.Symlink(target, link)
+		}
+		if err != nil {
 			return fmt.Errorf("writing sysfs for GPU %d: %w", g.Index, err)
 		}
 		files := map[string]string{"numa_node": fmt.Sprintf("%d\n", g.NUMANode)}

@@ -44,29 +44,45 @@ func run(name string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	fmt.Println("building gpu-device-plugin and the mock libnvidia-ml.so.1 ...")
+	began := time.Now()
+	// A line per step, each with its time, so a first run that compiles for
+	// minutes is not taken for a hang.
+	step := func(what string) func() {
+		fmt.Printf("demo: %s ...", what)
+		t := time.Now()
+		return func() { fmt.Printf(" %s\n", time.Since(t).Round(100*time.Millisecond)) }
+	}
+	done := step("building gpu-device-plugin (go build; the first time also its modules)")
 	bin, err := harness.BuildPlugin(work)
 	if err != nil {
 		return err
 	}
+	done()
+	done = step("building the mock libnvidia-ml.so.1 (gcc)")
 	lib, err := harness.BuildMock(work + "/mock")
 	if err != nil {
 		return err
 	}
+	done()
 	dir := work + "/device-plugins"
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
+	done = step("starting the kubelet's device manager")
 	k, err := harness.StartKubelet(dir, klog.Logger{})
 	if err != nil {
 		return err
 	}
 	defer k.Stop()
+	done()
+	done = step("starting the plugin on the mock " + name)
 	p, err := harness.StartPlugin(harness.PluginOptions{Binary: bin, Library: lib, Profile: path, PluginDir: dir})
 	if err != nil {
 		return err
 	}
 	defer p.Stop()
+	done()
+	defer func() { fmt.Printf("\ndemo: done in %s\n", time.Since(began).Round(100*time.Millisecond)) }()
 	fail := func(err error) error { return fmt.Errorf("%w\nplugin log:\n%s", err, p.Log()) }
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
