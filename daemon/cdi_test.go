@@ -207,14 +207,7 @@ func TestGPUSpecsFollowControlNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specPath := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json")
-	read := func() string {
-		b, err := os.ReadFile(specPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
 	if s := read(); !strings.Contains(s, `"/dev/nvidiactl"`) || strings.Contains(s, "nvidia-uvm") {
 		t.Fatalf("first spec:\n%s", s)
 	}
@@ -289,14 +282,7 @@ func TestGPUSpecsFollowTheHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specPath := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json")
-	read := func() string {
-		b, err := os.ReadFile(specPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
 	if s := read(); strings.Contains(s, cdi.HookName) {
 		t.Fatalf("spec runs a hook that is not installed:\n%s", s)
 	}
@@ -319,4 +305,14 @@ func TestGPUSpecsFollowTheHook(t *testing.T) {
 	if !slices.Equal(heard, []bool{false, true}) {
 		t.Errorf("observer heard %v, want [false true]", heard)
 	}
+}
+
+// readGPUSpec reads the GPU spec the plugin wrote in dir.
+func readGPUSpec(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -292,10 +292,7 @@ func TestDiscoverMIGProfileUnreadable(t *testing.T) {
 	}
 	inv, log := discover(t, srv, dgxSysfs(t))
 	for _, i := range []int{0, 1} {
-		var profiles []string
-		for _, m := range inv.GPUs[i].MIG {
-			profiles = append(profiles, m.Profile)
-		}
+		profiles := migProfiles(inv.GPUs[i])
 		if want := []string{"1g.5gb", "2g.10gb"}; !reflect.DeepEqual(profiles, want) {
 			t.Errorf("GPU %d profiles %v, want %v", i, profiles, want)
 		}
@@ -329,10 +326,7 @@ func TestDiscoverMIGProfileIDUnknown(t *testing.T) {
 	}
 	inv, log := discover(t, srv, dgxSysfs(t))
 	for _, i := range []int{0, 1} {
-		var profiles []string
-		for _, m := range inv.GPUs[i].MIG {
-			profiles = append(profiles, m.Profile)
-		}
+		profiles := migProfiles(inv.GPUs[i])
 		if want := []string{"2g.20gb", "2g.20gb", "1g.10gb+me"}; !reflect.DeepEqual(profiles, want) {
 			t.Errorf("GPU %d profiles %v, want %v", i, profiles, want)
 		}
@@ -412,10 +406,7 @@ func TestDiscoverMIGProfileIndexUnreadable(t *testing.T) {
 	}
 	inv, log := discover(t, srv, dgxSysfs(t))
 	for _, i := range []int{0, 1} {
-		var profiles []string
-		for _, m := range inv.GPUs[i].MIG {
-			profiles = append(profiles, m.Profile)
-		}
+		profiles := migProfiles(inv.GPUs[i])
 		if want := []string{"1g.10gb", "2g.20gb"}; !reflect.DeepEqual(profiles, want) {
 			t.Errorf("GPU %d profiles %v, want %v", i, profiles, want)
 		}
@@ -424,4 +415,13 @@ func TestDiscoverMIGProfileIndexUnreadable(t *testing.T) {
 		!strings.Contains(log, "reading GPU instance profile 7: ERROR_NO_PERMISSION") || !strings.Contains(log, "gpuInstance=1") {
 		t.Errorf("profile failure logged %d times, want once with its context:\n%s", n, log)
 	}
+}
+
+// migProfiles lists the profile names of g's MIG devices, in order.
+func migProfiles(g GPU) []string {
+	var profiles []string
+	for _, m := range g.MIG {
+		profiles = append(profiles, m.Profile)
+	}
+	return profiles
 }
