@@ -14,7 +14,7 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/ocihook"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/ocihook"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".

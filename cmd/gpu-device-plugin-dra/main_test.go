@@ -6,20 +6,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 )
 
 // TestResolvedConfigRoundTrip: what gpu-device-plugin serve passes is read
 // back to the same configuration, NIC pools, MIG strategy, sharing and
 // durations included.
 func TestResolvedConfigRoundTrip(t *testing.T) {
-	cfg, err := config.Load("../../config/testdata/example-nics.yaml")
+	cfg, err := config.Load("../../internal/config/testdata/example-nics.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.KubeletAPI, cfg.NodeName, cfg.PodUID, cfg.Kubeconfig = config.KubeletAPIDRA, "node-a", "uid-1", "/etc/kubernetes/kubelet.conf"
 	cfg.XIDIgnore = []uint64{13}
-	shared, err := config.Load("../../config/testdata/example-sharing.yaml")
+	shared, err := config.Load("../../internal/config/testdata/example-sharing.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 )
 
 // runAllocate runs `allocate` on the mock DGX A100 (GPUs 0-3 on NUMA node

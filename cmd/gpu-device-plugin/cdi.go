@@ -7,11 +7,11 @@ import (
 	"github.com/urfave/cli/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
 
 func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {

@@ -18,7 +18,7 @@ func TestNoKubernetesClientCode(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	for _, p := range strings.Fields(string(out)) {
-		for _, banned := range []string{"k8s.io/client-go", "k8s.io/api", "k8s.io/apimachinery", "k8s.io/dynamic-resource-allocation", "github.com/gpu-device-plugin/gpu-device-plugin/dra"} {
+		for _, banned := range []string{"k8s.io/client-go", "k8s.io/api", "k8s.io/apimachinery", "k8s.io/dynamic-resource-allocation", "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"} {
 			if p == banned || strings.HasPrefix(p, banned+"/") {
 				t.Errorf("gpu-device-plugin links %s", p)
 			}

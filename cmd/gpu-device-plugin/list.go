@@ -14,17 +14,17 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/health"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nic"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/podresources"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 // The types below are the `list -o json` interface: scripts read it, so

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/podresources/podresourcestest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.* from what list prints now")
@@ -66,7 +66,7 @@ func TestListGolden(t *testing.T) {
 		return s, nil
 	}
 	kubelet := goldenHolders(t)
-	args := []string{"--config", "../../config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
+	args := []string{"--config", "../../internal/config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"),
 		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook"}
 
@@ -183,7 +183,7 @@ func withoutPCINames(t *testing.T, out string) []byte {
 // with nothing to report.
 func TestListJSONKeysAreLowerCamelCase(t *testing.T) {
 	root := sysfstest.Load(t, "dgx-h100")
-	out, _, err := run(t, mockOpen, "list", "-o", "json", "--config", "../../config/testdata/example-nics.yaml",
+	out, _, err := run(t, mockOpen, "list", "-o", "json", "--config", "../../internal/config/testdata/example-nics.yaml",
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"))
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func fixedUUIDs(string) (nvml.Library, error) {
 func listOn(t *testing.T, socket string, args ...string) (stdout, stderr string) {
 	t.Helper()
 	root := sysfstest.Load(t, "dgx-h100")
-	stdout, stderr, err := run(t, fixedUUIDs, append(append([]string{"list"}, args...), "--config", "../../config/testdata/example-nics.yaml",
+	stdout, stderr, err := run(t, fixedUUIDs, append(append([]string{"list"}, args...), "--config", "../../internal/config/testdata/example-nics.yaml",
 		"--node-name", "node-1", "--pod-resources-socket", socket,
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"))...)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 )
 
 func mockOpen(path string) (nvml.Library, error) { return nvmltest.NewDGXA100(), nil }
@@ -182,7 +182,7 @@ func TestCDIGenerate(t *testing.T) {
 
 func TestListShowsNICs(t *testing.T) {
 	root := sysfstest.Load(t, "dgx-h100")
-	out, _, err := run(t, mockOpen, "list", "-o", "json", "--config", "../../config/testdata/example-nics.yaml",
+	out, _, err := run(t, mockOpen, "list", "-o", "json", "--config", "../../internal/config/testdata/example-nics.yaml",
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"))
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/podresources/podresourcestest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
 
 // MIG device memory of an A100 40GB as NVML's attributes give it.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
 func printVersion(c *cli.Context, open daemon.OpenFunc, w io.Writer) error {

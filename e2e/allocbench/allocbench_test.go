@@ -11,10 +11,10 @@ import (
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 var report = flag.Bool("allocbench.report", false, "also time both policies on every all-available size and log the speed ratios (slow)")

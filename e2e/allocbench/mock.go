@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 )
 
 // NewLibrary returns a go-nvml mock that answers the topology queries the

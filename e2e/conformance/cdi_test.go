@@ -1,7 +1,7 @@
 package conformance
 
 import (
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
 
 	"fmt"
 	"log/slog"
@@ -17,12 +17,12 @@ import (
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 // rdmaNodes adds the dgx-h100 fixture's RDMA nodes to the driver root's

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
 // reregisterLimit is what the restart test asserts. The target is 50ms;

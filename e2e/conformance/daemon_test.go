@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
-// The NIC pools of config/testdata/example-nics.yaml.
+// The NIC pools of internal/config/testdata/example-nics.yaml.
 const (
 	rdmaNUMA0 = "example.com/rdma_numa0"
 	rdmaNUMA1 = "example.com/rdma_numa1"
@@ -43,7 +43,7 @@ func shortPluginDir(t *testing.T, resources ...string) string {
 // RDMA NICs, one pool per NUMA node.
 func exampleNICResources(t *testing.T) []config.NICResource {
 	t.Helper()
-	c, err := config.Load("../../config/testdata/example-nics.yaml")
+	c, err := config.Load("../../internal/config/testdata/example-nics.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 // poolNICs are the dgx-h100 fixture's ConnectX-7s by the example pool

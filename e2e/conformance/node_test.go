@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
 // maxSocketPath is the room sun_path leaves for a unix socket path,

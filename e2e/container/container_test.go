@@ -24,10 +24,10 @@ import (
 	"golang.org/x/sys/unix"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/cdi/cditest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
 )
 
 const driverVersion = "550.54.15"

@@ -44,7 +44,7 @@ func renderWith(t *testing.T, vals chartutil.Values) objects {
 // nicPoolValues declares the README's pools.
 func nicPoolValues(t *testing.T) chartutil.Values {
 	t.Helper()
-	pools := readValues(t, repoPath(t, "config", "testdata", "example-nics.yaml"))
+	pools := readValues(t, repoPath(t, "internal", "config", "testdata", "example-nics.yaml"))
 	if len(pools["nicResources"].([]any)) == 0 {
 		t.Fatal("example-nics.yaml declares no pools")
 	}

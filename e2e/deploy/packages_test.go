@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 )
 
 // testPackageVersion is what tools/pkgbuild makes of testVersion: a

@@ -28,12 +28,12 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
 // discoverCase is what the plugin's discovery must find on one profile.

@@ -14,10 +14,10 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvcaps"
-	"github.com/gpu-device-plugin/gpu-device-plugin/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 func TestLoadProfileMIG(t *testing.T) {

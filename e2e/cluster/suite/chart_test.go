@@ -98,7 +98,7 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": port},
 	)
 	if s.hasNICs() {
-		// The README's pools for this node: config/testdata/example-nics.yaml.
+		// The README's pools for this node: internal/config/testdata/example-nics.yaml.
 		root, err := repoRoot()
 		if err != nil {
 			return nil, err

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// nicPool is a NIC resource from config/testdata/example-nics.yaml: the
+// nicPool is a NIC resource from internal/config/testdata/example-nics.yaml: the
 // RDMA NICs of one NUMA node.
 func nicPool(numa int) corev1.ResourceName {
 	return corev1.ResourceName(fmt.Sprintf("example.com/rdma_numa%d", numa))

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 // The sharing lane: MIG devices and time-sliced replicas on a node whose

@@ -1,0 +1,52 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ReferencePath is the generated settings reference, relative to the
+// repository root; TestReference keeps it in step with Settings.
+const ReferencePath = "docs/configuration.md"
+
+// fileOnly are the keys the config file alone takes: nested values no flag
+// could hold.
+var fileOnly = []struct{ key, usage string }{
+	{"nicResources", "NIC pools: which NICs each resource serves (see the README's NIC pools)"},
+	{"sharing", "GPU sharing: `timeSlicing` (see the README's MIG and GPU sharing)"},
+}
+
+// Reference is the settings reference in Markdown, grouped by category,
+// made from Settings: the docs cannot name a key, flag, variable or default
+// the binary does not have.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("# Configuration reference\n\n")
+	b.WriteString("<!-- Generated from config.Settings by `go test ./internal/config -run TestReference -update`; do not edit. -->\n\n")
+	b.WriteString("Every setting has a config-file key, a flag and an environment variable. Precedence, highest\n")
+	b.WriteString("first: a flag (before or after the command), the environment variable, the `--config` file\n")
+	b.WriteString("(`" + EnvName("config") + "`), the default. An empty environment variable counts as unset.\n")
+	b.WriteString("`serve` takes every flag; `list`, `allocate`, `cdi generate` and `version` take the ones they\n")
+	b.WriteString("read (their `--help` lists them), and every flag before the command.\n")
+	settings := Settings()
+	for _, cat := range Categories() {
+		fmt.Fprintf(&b, "\n## %s\n\n| key | flag | environment | default | meaning |\n|---|---|---|---|---|\n", cat)
+		for _, s := range settings {
+			if s.Category != cat {
+				continue
+			}
+			def := "`" + s.Default + "`"
+			if s.Default == "" {
+				def = "empty"
+			}
+			fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | %s | %s |\n", s.Key, s.Flag, s.Env, def, escapeCell(s.Usage))
+		}
+	}
+	b.WriteString("\n## File only\n\n| key | meaning |\n|---|---|\n")
+	for _, f := range fileOnly {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", f.key, f.usage)
+	}
+	return b.String()
+}
+
+func escapeCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

@@ -1,0 +1,372 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// MIG strategies, the values of migStrategy. They shape the device-plugin
+// API only: DRA mode publishes the MIG devices of MIG GPUs whatever it says.
+const (
+	// MIGStrategyNone serves no MIG device.
+	MIGStrategyNone = "none"
+	// MIGStrategySingle serves MIG devices as nvidia.com/gpu, for nodes
+	// whose MIG GPUs all carry one profile.
+	MIGStrategySingle = "single"
+	// MIGStrategyMixed serves each MIG profile as nvidia.com/mig-<profile>
+	// and GPUs without MIG as nvidia.com/gpu.
+	MIGStrategyMixed = "mixed"
+)
+
+func migStrategies() []string { return []string{MIGStrategyNone, MIGStrategySingle, MIGStrategyMixed} }
+
+// Placements, the values of sharing.timeSlicing.placement: how the
+// preferred allocation picks replicas.
+const (
+	// PlacementDistributed spreads a request's replicas over the devices
+	// with the fewest replicas handed out.
+	PlacementDistributed = "distributed"
+	// PlacementPacked fills the devices already in use first.
+	PlacementPacked = "packed"
+)
+
+func placements() []string { return []string{PlacementDistributed, PlacementPacked} }
+
+// Sharing is how devices are shared between containers, file-only (no
+// flag), like nicResources.
+type Sharing struct {
+	TimeSlicing TimeSlicing `json:"timeSlicing,omitempty"`
+}
+
+// TimeSlicing serves each selected device as several replicas, so that
+// several containers get the same device and the driver time-slices it
+// between them. Nothing isolates their memory or faults. It shapes the
+// device-plugin API only: the DRA front-end ignores it.
+//
+// Example, abridged from internal/config/testdata/example-sharing.yaml:
+//
+//	migStrategy: mixed
+//	sharing:
+//	  timeSlicing:
+//	    renameByDefault: true
+//	    resources:
+//	      - name: nvidia.com/gpu          # every other GPU: 4, as nvidia.com/gpu.shared
+//	        replicas: 4
+//	      - name: nvidia.com/gpu          # H100s: 8, as nvidia.com/h100.shared
+//	        replicas: 8
+//	        rename: nvidia.com/h100.shared
+//	        devices: ["NVIDIA H100 80GB HBM3"]
+//	      - name: nvidia.com/mig-1g.10gb  # each 1g.10gb MIG device: 7
+//	        replicas: 7
+type TimeSlicing struct {
+	// RenameByDefault serves replicas under <name>.shared when an entry
+	// has no rename, so a pod asking for nvidia.com/gpu never gets a
+	// shared device by surprise.
+	RenameByDefault bool `json:"renameByDefault,omitempty"`
+	// FailRequestsGreaterThanOne refuses a container asking for more than
+	// one replica: two replicas of one GPU are no more GPU than one.
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+	// Placement is PlacementDistributed or PlacementPacked; empty means
+	// distributed.
+	Placement string           `json:"placement,omitempty"`
+	Resources []SharedResource `json:"resources,omitempty"`
+}
+
+// SharedResource gives the devices of one served resource replicas.
+type SharedResource struct {
+	// Name is the resource as served: nvidia.com/gpu, or
+	// nvidia.com/mig-<profile> with migStrategy mixed (a profile's "+"
+	// becomes "."; example: nvidia.com/mig-1g.10gb).
+	Name string `json:"name"`
+	// Rename is the resource to serve the replicas under; empty: the name
+	// (or <name>.shared with renameByDefault).
+	Rename string `json:"rename,omitempty"`
+	// Replicas is how many containers may hold each device, 2 or more.
+	Replicas int `json:"replicas"`
+	// Devices picks the devices: GPU- or MIG- UUIDs, or GPU model names as
+	// NVML gives them (example: "NVIDIA H100 80GB HBM3"). Empty: every
+	// device of the resource that no other entry names.
+	Devices []string `json:"devices,omitempty"`
+}
+
+// MaxReplicas bounds replicas: each replica is a device the kubelet
+// lists, checkpoints and sends in every ListAndWatch update.
+const MaxReplicas = 1024
+
+// Enabled says whether any device is time-sliced.
+func (t TimeSlicing) Enabled() bool { return len(t.Resources) > 0 }
+
+// Replicas returns how many replicas a device gets and the resource name
+// to serve them under, for a device of resource `resource` with UUID uuid
+// and model name model. Precedence: an entry naming the UUID, then one
+// naming the model, then one with no devices; no entry: (1, resource).
+// Name when replicated: Rename if set, else resource+".shared" when
+// RenameByDefault, else resource. UUIDs and models match in any case.
+func (t TimeSlicing) Replicas(resource, uuid, model string) (replicas int, name string) {
+	var byUUID, byModel, catchAll *SharedResource
+	for i := range t.Resources {
+		r := &t.Resources[i]
+		if r.Name != resource {
+			continue
+		}
+		if len(r.Devices) == 0 {
+			catchAll = firstOf(catchAll, r)
+			continue
+		}
+		for _, d := range r.Devices {
+			switch {
+			case uuid != "" && strings.EqualFold(d, uuid):
+				byUUID = firstOf(byUUID, r)
+			case model != "" && strings.EqualFold(d, model):
+				byModel = firstOf(byModel, r)
+			}
+		}
+	}
+	r := firstOf(firstOf(byUUID, byModel), catchAll)
+	if r == nil {
+		return 1, resource
+	}
+	return r.Replicas, t.servedName(*r)
+}
+
+// firstOf is a if set, else b: the first match in file order wins
+// (validation refuses the overlaps that would make order matter).
+func firstOf(a, b *SharedResource) *SharedResource {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// servedName is the resource an entry's replicas are served under.
+func (t TimeSlicing) servedName(r SharedResource) string {
+	switch {
+	case r.Rename != "":
+		return r.Rename
+	case t.RenameByDefault:
+		return r.Name + ".shared"
+	}
+	return r.Name
+}
+
+const gpuResource = "nvidia.com/gpu"
+
+// migResource is a MIG profile as mixed serves it: [<c>c.]<g>g.<mem>gb
+// and suffixes such as .me, .gfx, -me, .me.all ("+" written as ".").
+var migResource = regexp.MustCompile(`^nvidia\.com/mig-([1-9][0-9]*c\.)?[1-9][0-9]*g\.[0-9]+gb([.-][a-z0-9]+)*$`)
+
+const sharingExample = "internal/config/testdata/example-sharing.yaml"
+
+// checkSharing checks the sharing section's shape: every key known (in
+// its exact case, which the JSON decoder underneath would not require),
+// every value of the right type, each error naming its key path. Each
+// error starts "config: <path>: ".
+func checkSharing(path string, data []byte) error {
+	var doc struct {
+		Sharing json.RawMessage `json:"sharing"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil || isNull(doc.Sharing) {
+		return nil // the whole-file decoder reports syntax errors
+	}
+	errs := sharingShape(doc.Sharing)
+	for i, err := range errs {
+		errs[i] = fmt.Errorf("config: %s: %w", path, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+func sharingShape(raw json.RawMessage) []error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing (see %s)", sharingExample)}
+	}
+	errs := unknownKeys("sharing", top, jsonKeys(Sharing{}))
+	if isNull(top["timeSlicing"]) {
+		return errs
+	}
+	const at = "sharing.timeSlicing"
+	var ts map[string]json.RawMessage
+	if err := json.Unmarshal(top["timeSlicing"], &ts); err != nil {
+		return append(errs, fmt.Errorf("%s: want a map of keys such as resources (see %s)", at, sharingExample))
+	}
+	errs = append(errs, unknownKeys(at, ts, jsonKeys(TimeSlicing{}))...)
+	errs = append(errs, decodeKeys[TimeSlicing](at, ts, "resources")...)
+	if isNull(ts["resources"]) {
+		return errs
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(ts["resources"], &entries); err != nil {
+		return append(errs, fmt.Errorf("%s.resources: want a list of entries, each with name and replicas (see %s)", at, sharingExample))
+	}
+	for i, raw := range entries {
+		at := fmt.Sprintf("%s.resources[%d]", at, i)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+			errs = append(errs, fmt.Errorf("%s: want an entry with name and replicas (example: {name: nvidia.com/gpu, replicas: 4})", at))
+			continue
+		}
+		errs = append(errs, unknownKeys(at, m, jsonKeys(SharedResource{}))...)
+		errs = append(errs, decodeKeys[SharedResource](at, m)...)
+	}
+	return errs
+}
+
+// decodeKeys decodes each known key of m on its own into a T, so that
+// every mistyped value is reported, each naming its key.
+func decodeKeys[T any](at string, m map[string]json.RawMessage, skip ...string) []error {
+	var zero T
+	known := jsonKeys(zero)
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(known, k) || slices.Contains(skip, k) {
+			continue
+		}
+		one, err := json.Marshal(map[string]json.RawMessage{k: m[k]})
+		if err == nil {
+			var v T
+			err = json.Unmarshal(one, &v)
+		}
+		var te *json.UnmarshalTypeError
+		switch {
+		case err == nil:
+		case errors.As(err, &te) && k == "devices":
+			// typeError's hint is for NIC hex IDs; a device is a string.
+			errs = append(errs, fmt.Errorf("%s.devices: got %s, want a list of strings: UUIDs (GPU-… or MIG-…) or model names in quotes", at, article(te.Value)))
+		case errors.As(err, &te):
+			errs = append(errs, typeError(at, te))
+		default:
+			errs = append(errs, fmt.Errorf("%s.%s: %w", at, k, err))
+		}
+	}
+	return errs
+}
+
+// validateSharing checks the values of sharing and of migStrategy, each
+// error naming its key path and the fix. Without withStrategy it leaves
+// out what depends on migStrategy, which flags may still change: Load
+// checks the file-only part, Validate all of it. Time-slicing with
+// kubeletAPI dra is no error: the DRA front-end ignores time-slicing (the
+// daemon logs that).
+func validateSharing(c Config, withStrategy bool) []error {
+	t := c.Sharing.TimeSlicing
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	const ts = "sharing.timeSlicing"
+	if t.Placement != "" && !slices.Contains(placements(), t.Placement) {
+		bad("%s.placement: %q is not allowed; use one of %s, or leave it out for %s", ts, t.Placement, strings.Join(placements(), ", "), PlacementDistributed)
+	}
+	type seenAt struct{ entry, device int }
+	catchAll := map[string]int{}   // resource name -> entry
+	devices := map[string]seenAt{} // resource name + "\x00" + lower-case device -> where
+	served := map[string]int{}     // replicated resource name -> first entry serving it
+	nicPools := map[string]int{}   // NIC pool name -> index
+	for i, p := range c.NICResources {
+		if _, dup := nicPools[p.Name]; !dup {
+			nicPools[p.Name] = i
+		}
+	}
+	for i, r := range t.Resources {
+		at := fmt.Sprintf("%s.resources[%d]", ts, i)
+		nameOK := true
+		switch {
+		case r.Name == "":
+			nameOK = false
+			bad("%s.name: missing; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at)
+		case r.Name == gpuResource || migResource.MatchString(r.Name):
+		case strings.HasPrefix(r.Name, "nvidia.com/mig-") && strings.Contains(r.Name, "+"):
+			nameOK = false
+			bad("%s.name: %q is not served: MIG resource names write a profile's \"+\" as \".\"; use %q", at, r.Name, strings.ReplaceAll(r.Name, "+", "."))
+		default:
+			nameOK = false
+			bad("%s.name: %q is not a resource the plugin serves; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at, r.Name)
+		}
+		switch {
+		case r.Replicas < 2:
+			bad("%s.replicas: %d is too few; use 2 or more (1 is not sharing: remove the entry)", at, r.Replicas)
+		case r.Replicas > MaxReplicas:
+			bad("%s.replicas: %d is too many; use at most %d", at, r.Replicas, MaxReplicas)
+		}
+		if r.Rename != "" {
+			switch err := checkResourceName(r.Rename); {
+			case r.Rename == r.Name:
+				bad("%s.rename: %q is the entry's own name; leave rename out to serve the replicas under it, or pick another name (example: %s.shared)", at, r.Rename, r.Name)
+			case r.Rename == gpuResource || strings.HasPrefix(r.Rename, "nvidia.com/mig-"):
+				bad("%s.rename: %q is a name the plugin serves devices under; pick another (example: %s.shared)", at, r.Rename, r.Name)
+			case err != nil:
+				bad("%s.rename: %q %v (example: nvidia.com/gpu.shared)", at, r.Rename, err)
+			}
+		}
+		if nameOK {
+			as := t.servedName(r)
+			pool, isPool := nicPools[as]
+			first, isServed := served[as]
+			switch {
+			case isPool:
+				bad("%s: replicas would be served as %q, already the name of nicResources[%d]; set another rename", at, as, pool)
+			case isServed && t.Resources[first].Name != r.Name:
+				bad("%s: replicas of %s would be served as %q, as are those of %s (%s.resources[%d]); a resource serves one kind of device: set another rename", at, r.Name, as, t.Resources[first].Name, ts, first)
+			case !isServed:
+				served[as] = i
+			}
+		}
+		if len(r.Devices) == 0 {
+			if j, dup := catchAll[r.Name]; dup {
+				bad("%s: a second entry for %s without devices (%s.resources[%d] has none either), so two replica counts would apply to the same devices; give one devices, or remove one", at, r.Name, ts, j)
+			} else {
+				catchAll[r.Name] = i
+			}
+		}
+		for k, d := range r.Devices {
+			dat := fmt.Sprintf("%s.devices[%d]", at, k)
+			switch {
+			case strings.TrimSpace(d) == "":
+				bad("%s: empty; use a UUID (GPU-… or MIG-…, as `gpu-device-plugin list` shows) or a model name (example: \"NVIDIA H100 80GB HBM3\")", dat)
+				continue
+			case strings.TrimSpace(d) != d:
+				bad("%s: %q has spaces around it, so it matches no device; use %q", dat, d, strings.TrimSpace(d))
+				continue
+			case isAllDigits(d):
+				bad("%s: %q looks like a device index, which is not accepted (indexes change when a GPU fails or MIG is reconfigured); use the UUID (as `gpu-device-plugin list` shows) or the model name", dat, d)
+				continue
+			case strings.HasPrefix(strings.ToUpper(d), "GPU-") && migResource.MatchString(r.Name):
+				bad("%s: %q is a GPU UUID, which names no device of %s; use the MIG device's MIG- UUID, or the model name of its GPU", dat, d, r.Name)
+				continue
+			}
+			key := r.Name + "\x00" + strings.ToLower(d)
+			if w, dup := devices[key]; dup {
+				bad("%s: %q is already selected for %s by %s.resources[%d].devices[%d]; a device gets one replica count: remove one", dat, d, r.Name, ts, w.entry, w.device)
+			} else {
+				devices[key] = seenAt{i, k}
+			}
+		}
+		if !withStrategy || !nameOK || !slices.Contains(migStrategies(), c.MIGStrategy) {
+			continue // an unknown migStrategy is reported on its own
+		}
+		switch {
+		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategySingle:
+			bad("%s.name: %q is never served with migStrategy %s, which serves MIG devices as %s; use name %s, or migStrategy %s", at, r.Name, MIGStrategySingle, gpuResource, gpuResource, MIGStrategyMixed)
+		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategyNone:
+			bad("%s.name: %q is never served with migStrategy %s, which serves no MIG device; set migStrategy %s", at, r.Name, MIGStrategyNone, MIGStrategyMixed)
+		case r.Name == gpuResource && c.MIGStrategy != MIGStrategySingle:
+			for k, d := range r.Devices {
+				if strings.HasPrefix(strings.ToUpper(d), "MIG-") {
+					bad("%s.devices[%d]: %q is a MIG device, which migStrategy %s never serves as %s; name it under nvidia.com/mig-<profile> with migStrategy %s", at, k, d, c.MIGStrategy, gpuResource, MIGStrategyMixed)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func isAllDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}

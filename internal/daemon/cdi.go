@@ -1,0 +1,366 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+)
+
+// Retry bounds of a spec write that failed (read-only, full or missing
+// spec directory).
+const (
+	specRetryMin = 500 * time.Millisecond
+	specRetryMax = 30 * time.Second
+	// controlNodeCheck is how often the GPU spec is checked against the
+	// control nodes in /dev, for containers the kubelet restarts without
+	// a new Allocate; Allocate checks them itself every time.
+	controlNodeCheck = 5 * time.Second
+)
+
+// staticSpecDir is where runtimes read hand-made and packaged specs, such
+// as the NVIDIA Container Toolkit's, besides cdiSpecDir.
+const staticSpecDir = "/etc/cdi"
+
+// specStore owns the plugin's CDI spec files: one per resource, rewritten
+// when that resource's devices change. Files outlive the plugin: the
+// kubelet restarts a container with the CDI names of the Allocate answer it
+// checkpointed, without asking again, so a spec removed on shutdown would
+// keep every GPU container from restarting while the plugin is down. A
+// write that fails is retried with backoff until it lands; until then
+// ready reports the error, so no name nothing defines is handed out. The
+// GPU and NIC goroutines both publish, so writes are serialised here.
+type specStore struct {
+	writer cdi.Writer
+	log    *slog.Logger
+	poke   chan struct{}
+	// retryMin and retryMax bound the wait between retries.
+	retryMin, retryMax time.Duration
+	// retried, when set (tests), gets each retry round's outcome.
+	retried func(failed int)
+
+	mu      sync.Mutex
+	wanted  map[string]*specs.Spec // resource -> spec to be on disk
+	failed  map[string]error       // resource -> last write error
+	tries   map[string]int         // resource -> failed writes in a row
+	written map[string]string      // resource -> file
+}
+
+// newSpecStore removes this plugin's spec files of kinds it no longer
+// serves (all of them when no strategy needs CDI: nil is returned then)
+// and warns about other specs that define our GPU kind.
+func newSpecStore(cfg config.Config, log *slog.Logger) (*specStore, error) {
+	w := cdi.Writer{Dir: cfg.CDISpecDir, Owner: cdi.DefaultOwner}
+	if !cfg.UsesCDI() {
+		if err := w.RemoveAll(); err != nil {
+			log.Warn("removing CDI specs left by an earlier cdi-* configuration", "dir", cfg.CDISpecDir, "err", err)
+		}
+		return nil, nil
+	}
+	keep := []string{cdi.GPUKind}
+	for _, r := range cfg.NICResources {
+		keep = append(keep, r.Name)
+	}
+	var files []string
+	for _, kind := range keep {
+		p, err := w.Path(kind)
+		if err != nil {
+			return nil, fmt.Errorf("CDI spec file of %s: %w", kind, err)
+		}
+		files = append(files, p)
+	}
+	if err := w.RemoveStale(files); err != nil {
+		log.Warn("removing CDI specs of kinds no longer served", "dir", cfg.CDISpecDir, "err", err)
+	}
+	dirs := []string{cfg.CDISpecDir}
+	if cfg.CDISpecDir != staticSpecDir {
+		dirs = append(dirs, staticSpecDir)
+	}
+	for _, f := range w.Conflicts(cdi.GPUKind, dirs...) {
+		log.Warn("another CDI spec defines our GPU kind; the runtime's CDI cache will drop the names both define and GPU containers will fail to start: remove that file",
+			"kind", cdi.GPUKind, "file", f)
+	}
+	return &specStore{
+		writer:   w,
+		log:      log,
+		poke:     make(chan struct{}, 1),
+		retryMin: specRetryMin,
+		retryMax: specRetryMax,
+		wanted:   map[string]*specs.Spec{},
+		failed:   map[string]error{},
+		tries:    map[string]int{},
+		written:  map[string]string{},
+	}, nil
+}
+
+// publish writes resource's spec at once, or removes its file when spec
+// is nil. A failed write is logged, kept for ready, and retried by run.
+func (s *specStore) publish(resource string, spec *specs.Spec) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if spec == nil {
+		delete(s.wanted, resource)
+		delete(s.failed, resource)
+		delete(s.tries, resource)
+		if p, ok := s.written[resource]; ok {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("removing CDI spec", "resource", resource, "path", p, "err", err)
+			}
+			delete(s.written, resource)
+		}
+		return
+	}
+	s.wanted[resource] = spec
+	s.tries[resource] = 0
+	s.writeLocked(resource)
+}
+
+func (s *specStore) writeLocked(resource string) {
+	spec := s.wanted[resource]
+	p, err := s.writer.Write(spec)
+	if err != nil {
+		s.tries[resource]++
+		if _, known := s.failed[resource]; !known {
+			s.log.Error("writing CDI spec failed; its devices are not handed out until it is written, retrying",
+				"resource", resource, "kind", spec.Kind, "err", err)
+		} else {
+			s.log.Debug("writing CDI spec failed again", "resource", resource, "err", err, "attempt", s.tries[resource])
+		}
+		s.failed[resource] = err
+		select {
+		case s.poke <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if _, was := s.failed[resource]; was {
+		s.log.Info("wrote CDI spec after failures", "resource", resource, "path", p, "attempts", s.tries[resource]+1)
+	} else if s.written[resource] != p {
+		s.log.Info("wrote CDI spec", "resource", resource, "path", p, "devices", len(spec.Devices))
+	}
+	delete(s.failed, resource)
+	s.tries[resource] = 0
+	s.written[resource] = p
+}
+
+// ready is nil when resource's current spec is on disk, else why not.
+func (s *specStore) ready(resource string) error {
+	if err := s.unwritten(resource); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.wanted[resource]; !ok {
+		return fmt.Errorf("%w: no CDI spec of %s yet", device.ErrNotReady, resource)
+	}
+	return nil
+}
+
+// unwritten is an error when resource's spec is wanted but its last write
+// failed; a resource with no spec at all (NICs without device nodes) is
+// not its business. Nil on a nil store.
+func (s *specStore) unwritten(resource string) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err, ok := s.failed[resource]; ok {
+		return fmt.Errorf("%w: the CDI spec of %s is not written yet: %w", device.ErrNotReady, resource, err)
+	}
+	return nil
+}
+
+// run retries failed writes, waiting specRetryMin doubling to
+// specRetryMax between rounds, until ctx ends.
+func (s *specStore) run(ctx context.Context) {
+	if s == nil {
+		return
+	}
+	wait := s.retryMin
+	for {
+		s.mu.Lock()
+		pending := len(s.failed) > 0
+		s.mu.Unlock()
+		if !pending {
+			wait = s.retryMin
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.poke:
+				continue
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, s.retryMax)
+		s.mu.Lock()
+		for resource := range s.failed {
+			s.writeLocked(resource)
+		}
+		failed := len(s.failed)
+		s.mu.Unlock()
+		if s.retried != nil {
+			s.retried(failed)
+		}
+		// Drain the pokes this round's own failures sent.
+		select {
+		case <-s.poke:
+		default:
+		}
+	}
+}
+
+// gpuSpecs keeps the GPU spec in step with the control nodes in /dev and
+// with the hook (installed after the plugin started, or removed), and
+// answers the GPU resource's question before each CDI Allocate.
+type gpuSpecs struct {
+	store  *specStore
+	gpus   []nvml.GPU
+	driver cdi.Driver
+	opts   cdi.GPUSpecOptions // HookPath: the configured one
+	onHook func(installed bool, problem error)
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	controls []string
+	hookOK   *bool // nil until the first check
+}
+
+// newGPUSpecs writes the GPU spec. onHook, when not nil, hears whether the
+// spec runs the hook, at first and at each change.
+func newGPUSpecs(cfg config.Config, store *specStore, gpus []nvml.GPU, onHook func(bool, error), log *slog.Logger) (*gpuSpecs, error) {
+	driver, opts, err := gpuSpecInputs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	g := &gpuSpecs{store: store, gpus: gpus, driver: driver, opts: opts, onHook: onHook, log: log}
+	if err := g.refresh(true); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// refresh rewrites the spec when the control nodes present or the hook's
+// presence differ from the spec's, or when force is set.
+func (g *gpuSpecs) refresh(force bool) error {
+	present := cdi.PresentControlNodes(g.opts.DevRoot)
+	var hookErr error
+	if g.opts.HookPath != "" {
+		hookErr = cdi.CheckHook(g.opts.HookPath)
+	}
+	hookOK := g.opts.HookPath != "" && hookErr == nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	hookChanged := g.hookOK == nil || *g.hookOK != hookOK
+	if !force && !hookChanged && slices.Equal(present, g.controls) {
+		return nil
+	}
+	o := g.opts
+	o.ControlNodes = present
+	if o.ControlNodes == nil {
+		o.ControlNodes = []string{}
+	}
+	if !hookOK {
+		o.HookPath = "" // a hook the runtime cannot find fails every container it is in
+	}
+	spec, err := cdi.GPUSpec(g.gpus, g.driver, o)
+	if err != nil {
+		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
+	}
+	g.controls = present
+	g.store.publish(gpu.ResourceName, spec)
+	if hookChanged {
+		switch {
+		case g.opts.HookPath == "":
+			// Left out on purpose (cdiHookPath empty): said in the docs, not logged.
+		case !hookOK:
+			g.log.Warn(cdi.HookMissingMessage(g.opts.HookPath), "cdiHookPath", g.opts.HookPath, "err", hookErr)
+		case g.hookOK != nil:
+			g.log.Info("CDI hook installed; the GPU CDI spec now runs it", "cdiHookPath", g.opts.HookPath)
+		}
+		g.hookOK = &hookOK
+		if g.onHook != nil {
+			g.onHook(hookOK, hookErr)
+		}
+	}
+	return nil
+}
+
+// Ensure is gpu.CDISpecs: a control node that appeared since the last
+// write (nvidia-uvm, created by the first CUDA call after boot) is added
+// before the name is handed out, and a spec not on disk fails Allocate.
+func (g *gpuSpecs) Ensure() error {
+	if err := g.refresh(false); err != nil {
+		return err
+	}
+	return g.store.ready(gpu.ResourceName)
+}
+
+// watch rechecks the control nodes every controlNodeCheck until ctx ends.
+func (g *gpuSpecs) watch(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(controlNodeCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := g.refresh(false); err != nil {
+				log.Error("refreshing the GPU CDI spec", "err", err)
+			}
+		}
+	}
+}
+
+// GPUSpec builds the GPU spec for the configured driver root, /dev and
+// hook, as cdi generate writes it. A driver root without NVML's library
+// still yields device nodes; a hook that is not installed is left out.
+func GPUSpec(cfg config.Config, gpus []nvml.GPU, log *slog.Logger) (*specs.Spec, error) {
+	driver, opts, err := gpuSpecInputs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if opts.HookPath != "" {
+		if err := cdi.CheckHook(opts.HookPath); err != nil {
+			log.Warn(cdi.HookMissingMessage(opts.HookPath), "cdiHookPath", opts.HookPath, "err", err)
+			opts.HookPath = ""
+		}
+	}
+	return cdi.GPUSpec(gpus, driver, opts)
+}
+
+func gpuSpecInputs(cfg config.Config, log *slog.Logger) (cdi.Driver, cdi.GPUSpecOptions, error) {
+	opts := cdi.GPUSpecOptions{DevRoot: cfg.DevRoot, HookPath: cfg.CDIHookPath}
+	driver, err := cdi.FindDriver(cfg.DriverRoot)
+	if err != nil {
+		if !errors.Is(err, cdi.ErrNoDriver) {
+			return driver, opts, fmt.Errorf("finding driver files under %s: %w", cfg.DriverRoot, err)
+		}
+		log.Warn("no driver libraries found for the CDI spec; it will carry device nodes only", "driverRoot", cfg.DriverRoot, "err", err)
+	}
+	if cfg.HostDriverRoot != "" {
+		driver = driver.Rebase(cfg.HostDriverRoot)
+	}
+	return driver, opts, nil
+}

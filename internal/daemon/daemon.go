@@ -1,0 +1,368 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
+)
+
+// NewLogger is the one structured logger, at cfg's level and in its
+// format, writing to w.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// OpenFunc loads NVML. Production passes nvml.Open; tests pass a mock.
+type OpenFunc func(path string) (nvml.Library, error)
+
+// Run serves every resource until ctx ends. A missing driver is not fatal:
+// the GPU resource waits for NVML, retrying at cfg.NVMLRetryInterval, while
+// other resources are served.
+func Run(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger) error {
+	return RunWith(ctx, cfg, open, log)
+}
+
+// Option adds to what Run can do.
+type Option func(*options)
+
+type options struct {
+	dra NewFrontEnd
+}
+
+// WithDRA supplies the DRA front-end (dra.NewFrontEnd). It lives outside
+// this package so that the device-plugin executable links no Kubernetes
+// client code; gpu-device-plugin-dra passes it.
+func WithDRA(f NewFrontEnd) Option {
+	return func(o *options) { o.dra = f }
+}
+
+// RunWith is Run with options.
+func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Logger, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	specs, err := newSpecStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	// Spec files stay on shutdown (specStore says why).
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { specs.run(ctx) })
+	var metrics *health.Metrics
+	var hookGauge prometheus.Gauge
+	if cfg.MetricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if specs != nil {
+			hookGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "gpu_device_plugin_cdi_hook_installed",
+				Help: "1 when the GPU CDI spec runs " + cdi.HookName + " (libcuda.so link, ld cache), 0 when cdiHookPath names no installed hook or is empty.",
+			})
+			reg.MustRegister(hookGauge)
+		}
+		if metrics, err = health.NewMetrics(reg); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+		if cfg.PodResourcesSocket != "" {
+			if err := reg.Register(allocations(cfg, metrics, log)); err != nil {
+				return fmt.Errorf("registering metrics: %w", err)
+			}
+		}
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics: listening on %s: %w", cfg.MetricsAddress, err)
+		}
+		log.Info("serving metrics", "address", ln.Addr().String())
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		})
+		wg.Go(func() {
+			<-ctx.Done()
+			srv.Close()
+		})
+	}
+	fail := func(err error) {
+		if err != nil {
+			select {
+			case errc <- err:
+			default:
+			}
+			cancel()
+		}
+	}
+	rep, err := newReporting(cfg, log)
+	if err != nil {
+		return err
+	}
+	// The one place the kubelet API is chosen: everything above and in
+	// serveGPUs and serveNICs is shared by both front-ends.
+	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
+	nics := newNICPlugins
+	if cfg.KubeletAPI == config.KubeletAPIDRA {
+		if o.dra == nil {
+			return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
+		}
+		fe, err := o.dra(ctx, cfg, specReady{specs}, log)
+		if err != nil {
+			return err
+		}
+		gpus, nics = externalGPUs{fe}, func(s *nicServer) (nicFront, error) {
+			fe.TakeNICPools(s.pools.All())
+			return externalNICs{fe}, nil
+		}
+		wg.Go(func() { fail(fe.Run(ctx)) })
+	}
+	if rep != nil {
+		// Health also goes to the API server, behind either front-end.
+		gpus, nics = rep.gpus(gpus), rep.nics(nics)
+		wg.Go(func() { rep.run(ctx) })
+	}
+	// Whether GPU containers get the hook: a metric and the Node condition.
+	onHook := func(installed bool, _ error) {
+		if hookGauge != nil {
+			hookGauge.Set(map[bool]float64{false: 0, true: 1}[installed])
+		}
+		if rep != nil && cfg.CDIHookPath != "" {
+			if installed {
+				rep.rep.SetNotice(report.GPU, "", "")
+			} else {
+				rep.rep.SetNotice(report.GPU, ReasonCDIHookMissing, cdi.HookMissingMessage(cfg.CDIHookPath))
+			}
+		}
+	}
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, onHook, gpus, log)) })
+	if len(cfg.NICResources) > 0 {
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, nics, log)) })
+	}
+	<-ctx.Done()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// gpuFront is what serves the discovered GPUs to the kubelet: the
+// device-plugin server of nvidia.com/gpu, or the DRA driver.
+type gpuFront interface {
+	// take builds what serves inv's GPUs (specs is nil without CDI) and
+	// returns what it serves and where their health goes.
+	take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error)
+	// run serves until ctx ends.
+	run(ctx context.Context) error
+	// absent is told once that NVML did not load at the first try.
+	absent(ctx context.Context)
+}
+
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
+	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
+	if err != nil || lib == nil {
+		return err
+	}
+	defer lib.Shutdown()
+	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	for _, g := range inv.GPUs {
+		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
+	}
+	// The spec first: the kubelet may hand out a CDI name as soon as the
+	// resource registers.
+	var gspecs *gpuSpecs
+	if specs != nil {
+		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, onHook, log); err != nil {
+			return err
+		}
+	}
+	served, err := front.take(inv, gspecs)
+	if err != nil {
+		return err
+	}
+
+	// Health reaches the front-end, which tells the kubelet at once.
+	ids := make([]string, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		ids[i] = g.UUID
+	}
+	var rec health.Recorder
+	if metrics != nil {
+		rec = served.metrics(metrics)
+	}
+	mon := nvml.NewMonitor(lib, inv, log)
+	opts := append(keptHealth(cfg, log), health.WithParts(served.parts(len(inv.GPUs))))
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, served.notify, rec, log, opts...)
+	if err != nil {
+		return err
+	}
+	// One poll before the kubelet can see the GPUs, so one that must not
+	// be handed out (MIG enabled, a pending reset) is never offered healthy.
+	watcher.Poll()
+	// Deferred in this order so the goroutines are told to stop before
+	// they are waited for, however run returns.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan nvml.Event, 64)
+	wg.Go(func() {
+		if err := mon.WatchEvents(ctx, events); err != nil {
+			log.Warn("NVML events unavailable; XIDs will not be seen, polling continues", "err", err)
+		}
+	})
+	wg.Go(func() { watcher.Run(ctx, events) })
+	if gspecs != nil {
+		wg.Go(func() { gspecs.watch(ctx, log) })
+	}
+	return front.run(ctx)
+}
+
+// waitForNVML opens NVML, retrying while the driver is missing. It logs
+// the first failure clearly and later ones quietly. It returns a nil
+// library and no error when ctx ends first.
+// absent is called once, after the first failure.
+func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent func(), log *slog.Logger) (nvml.Library, error) {
+	for attempt := 1; ; attempt++ {
+		lib, path, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("NVML loaded; serving GPUs", "library", path, "attempts", attempt)
+			}
+			return lib, nil
+		}
+		if attempt == 1 {
+			level := slog.LevelError
+			if errors.Is(err, nvml.ErrNoDriver) {
+				level = slog.LevelWarn
+			}
+			log.Log(ctx, level, "NVML unavailable; serving no GPUs until it loads", "err", err, "retryEvery", cfg.NVMLRetryInterval.String())
+			absent()
+		} else {
+			log.Debug("NVML still unavailable", "err", err, "attempt", attempt)
+		}
+		t := time.NewTimer(cfg.NVMLRetryInterval.Duration)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}
+
+// keptHealth restores the sticky health conditions (a fatal XID, a GPU
+// waiting for a reset) saved by an earlier run on this boot, and saves
+// them at every change, so a restarted plugin does not re-admit a GPU that
+// is still broken. A reboot resets the GPUs, and the boot ID tells.
+func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
+	if cfg.StateDir == "" {
+		return nil
+	}
+	store := state.Store{
+		Path:       filepath.Join(cfg.StateDir, healthStateFile),
+		BootIDPath: filepath.Join(cfg.ProcRoot, "sys", "kernel", "random", "boot_id"),
+	}
+	var opts []health.Option
+	var saved []health.StickyCondition
+	switch found, err := store.Load(&saved); {
+	case err != nil:
+		log.Warn("reading health kept from an earlier run; starting without it", "err", err)
+	case found && len(saved) > 0:
+		log.Info("restoring health conditions kept from an earlier run on this boot", "count", len(saved), "path", store.Path)
+		opts = append(opts, health.WithSticky(saved))
+	}
+	failing := false
+	if err := store.Writable(); err != nil {
+		log.Warn("health conditions that must outlive a restart (a fatal XID, a GPU waiting for a reset) cannot be kept: fix the directory, or set stateDir (--state-dir)", "err", err)
+		failing = true // said once; a later save that works says so
+	}
+	opts = append(opts, health.OnStickyChange(func(c []health.StickyCondition) {
+		if c == nil {
+			c = []health.StickyCondition{}
+		}
+		err := store.Save(c)
+		switch {
+		case err != nil && !failing:
+			log.Warn("saving health conditions; a restarted plugin would not know them", "err", err)
+		case err == nil && failing:
+			log.Info("saving health conditions works again", "path", store.Path)
+		}
+		failing = err != nil
+	}))
+	return opts
+}
+
+// ReasonCDIHookMissing is the GPUHealthy condition's reason while every GPU
+// is healthy but the GPU CDI spec cannot run the hook.
+const ReasonCDIHookMissing = "CDIHookMissing"
+
+// healthStateFile is the file in cfg.StateDir that keeps sticky health.
+const healthStateFile = "health.json"
+
+// allocations is the collector of gpu_device_plugin_device_allocated,
+// asking the kubelet's PodResources API at each scrape.
+func allocations(cfg config.Config, metrics *health.Metrics, log *slog.Logger) prometheus.Collector {
+	return metrics.Allocations(health.AllocationOptions{
+		Holders: podresources.Client{Socket: cfg.PodResourcesSocket, Timeout: allocationTimeout}.Holders,
+		Driver:  config.DRADriverName,
+		Pool:    poolName(cfg),
+		Timeout: allocationTimeout,
+		Source:  cfg.PodResourcesSocket + " (podResourcesSocket, --pod-resources-socket)",
+		Log:     log,
+	})
+}
+
+// allocationTimeout is well inside Prometheus's default 10s scrape
+// timeout: a stuck kubelet must not fail the whole scrape.
+const allocationTimeout = 2 * time.Second
+
+// poolName is this node's DRA pool: the node's name. Empty when it is not
+// known; DRA holders are then not matched.
+func poolName(cfg config.Config) string {
+	n, _ := cfg.Node()
+	return n
+}

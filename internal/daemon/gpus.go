@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+)
+
+// gpuServed is what a GPU front-end serves: the units health is watched
+// for (whole GPUs and MIG devices) and where their health goes.
+type gpuServed struct {
+	notify health.Notifier
+	units  []servedUnit
+}
+
+// servedUnit is one whole GPU or MIG device as served: the resource and
+// device IDs (one per time-slicing replica) the kubelet knows it by, and
+// its name in this node's DRA pool.
+type servedUnit struct {
+	unit     gpu.Unit
+	resource string
+	ids      []string
+	draName  string
+}
+
+// parts are the MIG devices health is reported for, by GPU position.
+func (s *gpuServed) parts(n int) [][]health.Part {
+	out := make([][]health.Part, n)
+	for _, u := range s.units {
+		if m := u.unit.MIG; m != nil && u.unit.Pos < n {
+			out[u.unit.Pos] = append(out[u.unit.Pos], health.Part{ID: m.UUID, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance})
+		}
+	}
+	return out
+}
+
+// metrics describes every unit to m and returns the recorder the health
+// watcher reports through: each unit under the resource it is served as.
+func (s *gpuServed) metrics(m *health.Metrics) health.Recorder {
+	rec := recorderMux{}
+	for _, u := range s.units {
+		g := u.unit.GPU
+		info := health.DeviceInfo{
+			UUID: u.unit.UUID(), Index: strconv.Itoa(g.Index), Model: g.Name, PCIBusID: g.PCIBusID, NUMANode: g.NUMANode,
+			DRAName: u.draName,
+		}
+		if mig := u.unit.MIG; mig != nil {
+			info.Index += ":" + strconv.Itoa(mig.Index)
+			info.Model += " MIG " + mig.Profile
+		}
+		m.SetInfo(u.resource, info.UUID, info)
+		rec[info.UUID] = m.For(u.resource)
+	}
+	return rec
+}
+
+// recorderMux passes each device's health to its resource's recorder.
+type recorderMux map[string]health.Recorder
+
+func (r recorderMux) Health(id string, healthy bool, reason string) {
+	if rec, ok := r[id]; ok {
+		rec.Health(id, healthy, reason)
+	}
+}
+
+func (r recorderMux) Transition(id string, healthy bool, reason string) {
+	if rec, ok := r[id]; ok {
+		rec.Transition(id, healthy, reason)
+	}
+}
+
+// draUnits are the units the DRA front-end publishes: the MIG devices of
+// a MIG-enabled GPU, else the GPU. DRA has no MIG strategy: a claim
+// selects by profile.
+func draUnits(gpus []nvml.GPU) []servedUnit {
+	var out []servedUnit
+	for i, g := range gpus {
+		if !g.MIGEnabled {
+			out = append(out, servedUnit{unit: gpu.Unit{GPU: g, Pos: i}, resource: gpu.ResourceName, draName: draslice.GPUDeviceName(g)})
+			continue
+		}
+		for j := range g.MIG {
+			out = append(out, servedUnit{unit: gpu.Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, resource: gpu.ResourceName, draName: draslice.MIGDeviceName(g, g.MIG[j])})
+		}
+	}
+	return out
+}
+
+// gpuPlugin serves the GPUs through the device-plugin API: one server per
+// resource the MIG strategy and time-slicing lay out (nvidia.com/gpu,
+// nvidia.com/mig-<profile>, renamed shared resources).
+type gpuPlugin struct {
+	cfg  config.Config
+	log  *slog.Logger
+	srvs []*deviceplugin.Server
+}
+
+func (p *gpuPlugin) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+	ts := p.cfg.Sharing.TimeSlicing
+	var sharing gpu.Sharing
+	if ts.Enabled() {
+		sharing = ts
+	}
+	layout, err := gpu.Layout(inv.GPUs, p.cfg.MIGStrategy, sharing, p.log)
+	if err != nil {
+		return nil, err
+	}
+	opts := gpu.Options{
+		IDStrategy: p.cfg.DeviceIDStrategy, Strategies: p.cfg.DeviceListStrategy, DevRoot: p.cfg.DevRoot,
+		Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
+	}
+	if specs != nil {
+		opts.Specs = specs
+	}
+	router := unitRouter{}
+	served := &gpuServed{notify: router}
+	for _, sv := range layout {
+		res, err := gpu.NewUnits(sv.Units, inv.Topology, opts)
+		if err != nil {
+			return nil, fmt.Errorf("building %s resource: %w", sv.Name, err)
+		}
+		srv, err := deviceplugin.New(deviceplugin.Options{
+			ResourceName: sv.Name,
+			SocketDir:    p.cfg.DevicePluginDir,
+			Backend:      res,
+			Log:          p.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		srv.SetDevices(res.Devices())
+		p.srvs = append(p.srvs, srv)
+		for _, u := range sv.Units {
+			ids := res.DeviceIDs(u.UUID())
+			router[u.UUID()] = append(router[u.UUID()], route{srv, ids})
+			name := draslice.GPUDeviceName(u.GPU)
+			if u.MIG != nil {
+				name = draslice.MIGDeviceName(u.GPU, *u.MIG)
+			}
+			served.units = append(served.units, servedUnit{unit: u, resource: sv.Name, ids: ids, draName: name})
+		}
+		p.log.Info("serving GPU resource", "resource", sv.Name, "units", len(sv.Units), "devices", len(res.Devices()))
+	}
+	return served, nil
+}
+
+// run serves every resource until ctx ends; the first to fail ends all.
+func (p *gpuPlugin) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(p.srvs))
+	for _, s := range p.srvs {
+		wg.Go(func() {
+			if err := s.Run(ctx); err != nil {
+				errc <- socketAdvice(err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// socketAdvice says what to do when the device-plugin directory cannot be
+// written: the kubelet's is root's.
+func socketAdvice(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w: run as root, or set devicePluginDir (--device-plugin-dir) to a directory this user may write", err)
+	}
+	return err
+}
+
+// absent: the resources register once NVML loads.
+func (p *gpuPlugin) absent(context.Context) {}
+
+// unitRouter passes a unit's health to every device it is served as.
+type unitRouter map[string][]route
+
+type route struct {
+	srv *deviceplugin.Server
+	ids []string
+}
+
+func (r unitRouter) SetHealth(id string, healthy bool, reason string) bool {
+	changed := false
+	for _, rt := range r[id] {
+		if rt.srv.SetHealthOf(rt.ids, healthy, reason) {
+			changed = true
+		}
+	}
+	return changed
+}

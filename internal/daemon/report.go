@@ -1,0 +1,241 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+)
+
+// reporting carries device health to the API server (cfg.Events,
+// cfg.NodeCondition): the GPU front-end's notifier and the NIC scans feed
+// a report.Reporter, which sends on its own goroutine.
+type reporting struct {
+	rep     *report.Reporter
+	holders *podHolders
+
+	// The NIC scans' state; nicScan runs on the rescan goroutine only.
+	nicIDs  map[*nic.Pool]map[string]bool
+	nicSeen bool
+}
+
+// newReporting is nil when neither events nor nodeCondition is on.
+func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
+	if !cfg.Events && !cfg.NodeCondition {
+		return nil, nil
+	}
+	var kc kubeapi.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		kc, err = kubeapi.LoadKubeconfig(cfg.Kubeconfig)
+	} else {
+		kc, err = kubeapi.InCluster()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events and nodeCondition need API access: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
+	}
+	kc.UserAgent = report.DefaultComponent
+	client, err := kubeapi.New(kc)
+	if err != nil {
+		return nil, fmt.Errorf("events and nodeCondition: API client: %w", err)
+	}
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, fmt.Errorf("events and nodeCondition: %w", err)
+	}
+	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}}
+	var holders report.Holders = h
+	if cfg.PodResourcesSocket == "" {
+		holders = nil // Events go to the Node only
+	}
+	rep, err := report.New(client, report.Options{
+		Node:          node,
+		Events:        cfg.Events,
+		NodeCondition: cfg.NodeCondition,
+		NICs:          len(cfg.NICResources) > 0,
+		Holders:       holders,
+		Log:           log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("reporting device health to the API server", "node", node, "events", cfg.Events, "nodeCondition", cfg.NodeCondition, "server", kc.Server)
+	return &reporting{rep: rep, holders: h, nicIDs: map[*nic.Pool]map[string]bool{}}, nil
+}
+
+func (r *reporting) run(ctx context.Context) { _ = r.rep.Run(ctx) }
+
+// gpus puts the reporter behind a GPU front-end.
+func (r *reporting) gpus(f gpuFront) gpuFront { return reportingGPUs{f, r} }
+
+// nics has every NIC scan reported.
+func (r *reporting) nics(f func(*nicServer) (nicFront, error)) func(*nicServer) (nicFront, error) {
+	return func(s *nicServer) (nicFront, error) {
+		s.scanned = r.nicScan
+		return f(s)
+	}
+}
+
+type reportingGPUs struct {
+	gpuFront
+	r *reporting
+}
+
+// take registers every unit (whole GPU or MIG device), healthy until the
+// watcher says otherwise, so the condition can count them, and has their
+// health reported.
+func (g reportingGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+	served, err := g.gpuFront.take(inv, specs)
+	if err != nil {
+		return nil, err
+	}
+	labels := make(map[string]string, len(served.units))
+	for _, su := range served.units {
+		u := su.unit
+		id := u.UUID()
+		labels[id] = fmt.Sprintf("%s (index %d)", id, u.GPU.Index)
+		if u.MIG != nil {
+			labels[id] = fmt.Sprintf("%s (%s)", id, u.Describe())
+		}
+		g.r.holders.setUnit(id, su.draName, su.resource, su.ids)
+		g.r.rep.Transition(gpu.ResourceName, id, labels[id], true, "")
+	}
+	return &gpuServed{notify: reportingNotifier{served.notify, labels, g.r.rep}, units: served.units}, nil
+}
+
+// run is called once the GPUs' health was first polled: the condition
+// may be sent.
+func (g reportingGPUs) run(ctx context.Context) error {
+	g.r.rep.Synced(report.GPU)
+	return g.gpuFront.run(ctx)
+}
+
+// absent: no GPUs for now, which the condition may say.
+func (g reportingGPUs) absent(ctx context.Context) {
+	g.r.rep.Synced(report.GPU)
+	g.gpuFront.absent(ctx)
+}
+
+// reportingNotifier tells the front-end first (the kubelet must hear at
+// once), then the reporter, which never blocks.
+type reportingNotifier struct {
+	next   health.Notifier
+	labels map[string]string
+	rep    *report.Reporter
+}
+
+func (n reportingNotifier) SetHealth(id string, healthy bool, reason string) bool {
+	changed := n.next.SetHealth(id, healthy, reason)
+	n.rep.Transition(gpu.ResourceName, id, n.labels[id], healthy, reason)
+	return changed
+}
+
+// nicScan reports every pool's devices after a successful scan: each
+// device's health (the reporter keeps changes only), and NICs that left
+// their pool as gone.
+func (r *reporting) nicScan(updates []nic.Update) {
+	for _, u := range updates {
+		res := u.Pool.Resource()
+		ids := make(map[string]bool, len(u.Devices))
+		for _, d := range u.Devices {
+			ids[d.ID] = true
+			r.rep.Transition(res, d.ID, d.ID, d.Healthy, d.Reason)
+		}
+		for id := range r.nicIDs[u.Pool] {
+			if !ids[id] {
+				r.rep.Forget(res, id)
+			}
+		}
+		r.nicIDs[u.Pool] = ids
+	}
+	if !r.nicSeen {
+		r.nicSeen = true
+		r.rep.Synced(report.NIC)
+	}
+}
+
+// podHolders finds the pods holding a device through the kubelet's
+// PodResources API: by device ID (device-plugin API), and by its name in
+// this node's pool (DRA).
+type podHolders struct {
+	client podresources.Client
+	pool   string
+
+	mu  sync.Mutex
+	dra map[string]string // resource + "/" + id: a GPU's DRA device name
+	// served maps a GPU unit's UUID to the resource and device IDs the
+	// kubelet knows it by (replicas of a shared GPU, a MIG profile's
+	// resource).
+	served map[string]servedAs
+	last   podresources.Holders
+	at     time.Time
+}
+
+// holdersFresh is how long one List answers for: a burst of transitions
+// (every GPU at an NVML failure) asks the kubelet once.
+const holdersFresh = time.Second
+
+type servedAs struct {
+	resource string
+	ids      []string
+}
+
+// setUnit records how GPU unit uuid is served.
+func (h *podHolders) setUnit(uuid, draName, resource string, ids []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dra[gpu.ResourceName+"/"+uuid] = draName
+	if h.served == nil {
+		h.served = map[string]servedAs{}
+	}
+	h.served[uuid] = servedAs{resource, ids}
+}
+
+// HoldersOf implements report.Holders.
+func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]report.Pod, error) {
+	h.mu.Lock()
+	all, at := h.last, h.at
+	draName, ok := h.dra[resource+"/"+id]
+	as, isUnit := h.served[id]
+	h.mu.Unlock()
+	if !ok && resource != gpu.ResourceName {
+		draName = draslice.NICDeviceName(id)
+	}
+	if at.IsZero() || time.Since(at) > holdersFresh {
+		var err error
+		if all, err = h.client.Holders(ctx); err != nil {
+			return nil, fmt.Errorf("pods holding %s %s: %w", resource, id, err)
+		}
+		h.mu.Lock()
+		h.last, h.at = all, time.Now()
+		h.mu.Unlock()
+	}
+	list := all.Device(resource, id)
+	if isUnit && resource == gpu.ResourceName {
+		for _, d := range as.ids {
+			list = podresources.Merge(list, all.Device(as.resource, d))
+		}
+	}
+	if draName != "" {
+		list = podresources.Merge(list, all.DRADevice(config.DRADriverName, h.pool, draName))
+	}
+	var pods []report.Pod
+	for _, c := range list {
+		p := report.Pod{Namespace: c.Namespace, Name: c.Pod}
+		if len(pods) == 0 || pods[len(pods)-1] != p {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}

@@ -1,0 +1,190 @@
+package gpu
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+)
+
+// MIG strategies: how MIG devices are served through the device-plugin
+// API. The names and meanings are NVIDIA's device plugin's.
+const (
+	// MIGNone serves whole GPUs only; a MIG-enabled GPU stays Unhealthy.
+	MIGNone = "none"
+	// MIGSingle serves MIG devices of one profile as nvidia.com/gpu.
+	MIGSingle = "single"
+	// MIGMixed serves MIG devices as nvidia.com/mig-<profile>, and GPUs
+	// with MIG off as nvidia.com/gpu.
+	MIGMixed = "mixed"
+)
+
+// Unit is one device a container is given: a whole GPU or a MIG device.
+type Unit struct {
+	// GPU is the physical GPU (a MIG device's parent); Pos its position
+	// in the inventory, which the topology is indexed by.
+	GPU nvml.GPU
+	Pos int
+	// MIG is the MIG device; nil for a whole GPU.
+	MIG *nvml.MIGDevice
+	// Replicas is how many containers may share the unit by time-slicing;
+	// 0 or 1 is not shared.
+	Replicas int
+}
+
+// UUID is the unit's NVML UUID: GPU-… or MIG-….
+func (u Unit) UUID() string {
+	if u.MIG != nil {
+		return u.MIG.UUID
+	}
+	return u.GPU.UUID
+}
+
+// Model is what sharing entries match besides UUIDs: the GPU's product
+// name.
+func (u Unit) Model() string { return u.GPU.Name }
+
+// Describe names the unit for people: "GPU 3" or "GPU 1 MIG 2g.20gb (gi 3, ci 0)".
+func (u Unit) Describe() string {
+	s := "GPU " + strconv.Itoa(u.GPU.Index)
+	if u.MIG != nil {
+		s += fmt.Sprintf(" MIG %s (gi %d, ci %d)", u.MIG.Profile, u.MIG.GPUInstance, u.MIG.ComputeInstance)
+	}
+	return s
+}
+
+// MIGResourceName is the resource a MIG profile is served as under the
+// mixed strategy. Extended resource names allow no "+", so "1g.10gb+me"
+// becomes nvidia.com/mig-1g.10gb.me, as NVIDIA's plugin names it.
+func MIGResourceName(profile string) string {
+	return "nvidia.com/mig-" + strings.ReplaceAll(profile, "+", ".")
+}
+
+// Sharing decides time-slicing: how many replicas a unit of resource gets
+// and the resource name they are served under. config.TimeSlicing is one.
+type Sharing interface {
+	Replicas(resource, uuid, model string) (replicas int, name string)
+}
+
+// Served is one resource to serve and its units, in inventory order.
+type Served struct {
+	Name  string
+	Units []Unit
+}
+
+// Layout decides what the device-plugin API serves from gpus under the
+// MIG strategy, then applies sharing (nil: none). A layout that does not
+// fit the strategy is logged with the reason and served as far as it
+// safely can: under single, only MIG devices of the most common profile,
+// since one resource name must mean one size of device. The result is
+// sorted by resource name.
+func Layout(gpus []nvml.GPU, strategy string, sharing Sharing, log *slog.Logger) ([]Served, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var units []Unit
+	var names []string
+	add := func(u Unit, name string) { units, names = append(units, u), append(names, name) }
+	switch strategy {
+	case "", MIGNone:
+		for i, g := range gpus {
+			if g.MIGEnabled {
+				log.Warn("MIG is enabled on this GPU but migStrategy is none: it is served whole and Unhealthy; set migStrategy single or mixed to serve its MIG devices, or disable MIG",
+					"device", g.UUID, "index", g.Index, "migDevices", len(g.MIG))
+			}
+			add(Unit{GPU: g, Pos: i}, ResourceName)
+		}
+	case MIGSingle:
+		profile := commonProfile(gpus)
+		for i, g := range gpus {
+			if !g.MIGEnabled {
+				log.Warn("migStrategy single: this GPU has MIG disabled and is not served (single serves only MIG devices as nvidia.com/gpu; use mixed to serve both)",
+					"device", g.UUID, "index", g.Index)
+				continue
+			}
+			noteEmpty(g, log)
+			for j := range g.MIG {
+				m := &g.MIG[j]
+				if m.Profile != profile {
+					log.Warn("migStrategy single: MIG device not served, its profile differs from the node's most common one (one resource name must mean one size; use mixed)",
+						"device", m.UUID, "parent", g.UUID, "profile", m.Profile, "served", profile)
+					continue
+				}
+				add(Unit{GPU: g, Pos: i, MIG: m}, ResourceName)
+			}
+		}
+	case MIGMixed:
+		for i, g := range gpus {
+			if !g.MIGEnabled {
+				add(Unit{GPU: g, Pos: i}, ResourceName)
+				continue
+			}
+			noteEmpty(g, log)
+			for j := range g.MIG {
+				add(Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, MIGResourceName(g.MIG[j].Profile))
+			}
+		}
+	default:
+		return nil, fmt.Errorf("MIG strategy %q: want %s, %s or %s", strategy, MIGNone, MIGSingle, MIGMixed)
+	}
+	byName := map[string]int{}
+	var out []Served
+	for k, u := range units {
+		name := names[k]
+		if sharing != nil {
+			n, rename := sharing.Replicas(name, u.UUID(), u.Model())
+			if n > 1 {
+				u.Replicas = n
+				name = rename
+			}
+		}
+		i, ok := byName[name]
+		if !ok {
+			i = len(out)
+			byName[name] = i
+			out = append(out, Served{Name: name})
+		}
+		out[i].Units = append(out[i].Units, u)
+	}
+	slices.SortFunc(out, func(a, b Served) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func noteEmpty(g nvml.GPU, log *slog.Logger) {
+	if len(g.MIG) == 0 {
+		log.Warn("MIG is enabled on this GPU but it has no MIG devices: nothing of it is served (create GPU and compute instances, e.g. nvidia-smi mig -cgi 1g.10gb -C, then restart the plugin)",
+			"device", g.UUID, "index", g.Index)
+	}
+}
+
+// commonProfile is the profile most MIG devices have; of equally common
+// ones, the first in name order, so the choice does not depend on
+// discovery order.
+func commonProfile(gpus []nvml.GPU) string {
+	count := map[string]int{}
+	for _, g := range gpus {
+		for _, m := range g.MIG {
+			count[m.Profile]++
+		}
+	}
+	best := ""
+	for p, n := range count {
+		if n > count[best] || (n == count[best] && p < best) {
+			best = p
+		}
+	}
+	return best
+}
+
+// WholeGPUs is the units of gpus served whole, unshared.
+func WholeGPUs(gpus []nvml.GPU) []Unit {
+	out := make([]Unit, len(gpus))
+	for i, g := range gpus {
+		out[i] = Unit{GPU: g, Pos: i}
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package health
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+)
+
+var allocatedDesc = prometheus.NewDesc("gpu_device_plugin_device_allocated",
+	"1 for every container holding a device, as the kubelet's PodResources API says at scrape time.",
+	[]string{"resource", "device", "namespace", "pod", "container"}, nil)
+
+// AllocationOptions configure Metrics.Allocations.
+type AllocationOptions struct {
+	// Holders asks the kubelet; podresources.Client.Holders is one.
+	Holders func(context.Context) (podresources.Holders, error)
+	// Driver and Pool are this node's DRA driver and pool, to find the
+	// holders of devices prepared through DRA.
+	Driver, Pool string
+	// Timeout bounds each scrape's question, well inside a scrape
+	// timeout; zero is 2s.
+	Timeout time.Duration
+	// Source names where holders come from in the log (the socket and
+	// the setting that moves it).
+	Source string
+	Log    *slog.Logger
+}
+
+// AllocationCollector is a prometheus.Collector of
+// gpu_device_plugin_device_allocated. It asks the kubelet at each scrape,
+// as dcgm-exporter does, rather than keep a copy that would go stale
+// between pods.
+type AllocationCollector struct {
+	m *Metrics
+	o AllocationOptions
+
+	mu      sync.Mutex // guards failing: scrapes may overlap
+	failing bool
+}
+
+// Allocations returns the collector of who holds the devices m has facts
+// for (SetInfo): by their device ID under their resource, and by DRAName
+// in o's driver and pool.
+func (m *Metrics) Allocations(o AllocationOptions) *AllocationCollector {
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &AllocationCollector{m: m, o: o}
+}
+
+// Describe implements prometheus.Collector.
+func (c *AllocationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- allocatedDesc }
+
+// Collect implements prometheus.Collector. When the kubelet cannot be
+// asked there are no series, and one warning per run of failures: a
+// missing socket would otherwise log at every scrape.
+func (c *AllocationCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout)
+	defer cancel()
+	h, err := c.o.Holders(ctx)
+	c.mu.Lock()
+	switch {
+	case err != nil && !c.failing:
+		c.o.Log.Warn("cannot read who holds the devices; gpu_device_plugin_device_allocated is left out until it can", "source", c.o.Source, "err", err)
+	case err == nil && c.failing:
+		c.o.Log.Info("reading who holds the devices works again", "source", c.o.Source)
+	}
+	c.failing = err != nil
+	c.mu.Unlock()
+	if err != nil {
+		return
+	}
+	for _, d := range c.m.served() {
+		var dra []podresources.Holder
+		if d.info.DRAName != "" {
+			dra = h.DRADevice(c.o.Driver, c.o.Pool, d.info.DRAName)
+		}
+		for _, who := range podresources.Merge(h.Device(d.resource, d.device), dra) {
+			ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, 1, d.resource, d.device, who.Namespace, who.Pod, who.Container)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package health
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
+)
+
+const (
+	healthyHead = `
+# HELP gpu_device_plugin_device_healthy 1 when the device is healthy, 0 when it is not; reason says why not (empty when healthy).
+# TYPE gpu_device_plugin_device_healthy gauge
+`
+	transitionsHead = `
+# HELP gpu_device_plugin_health_transitions_total Health transitions per device, by the state entered and the reason (empty when Healthy).
+# TYPE gpu_device_plugin_health_transitions_total counter
+`
+	infoHead = `
+# HELP gpu_device_plugin_device_info 1 for every device served: its UUID, index and model (a GPU's product name, a NIC's vendor:device), PCI bus ID and NUMA node.
+# TYPE gpu_device_plugin_device_info gauge
+`
+	allocatedHead = `
+# HELP gpu_device_plugin_device_allocated 1 for every container holding a device, as the kubelet's PodResources API says at scrape time.
+# TYPE gpu_device_plugin_device_allocated gauge
+`
+)
+
+func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
+	t.Helper()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+// The healthy gauge and the transition counter carry the reason; a
+// device whose reason changes keeps one gauge series, and a change of
+// reason alone is no transition.
+func TestMetricsReason(t *testing.T) {
+	m, reg := newMetrics(t)
+	ids := []string{"GPU-0", "GPU-1"}
+	s := newSampler(2)
+	w, err := NewWatcher(DefaultPolicy(), ids, s, &recorder{}, m.For("nvidia.com/gpu"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, healthyHead+`
+gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
+gpu_device_plugin_device_healthy{device="GPU-1",reason="",resource="nvidia.com/gpu"} 1
+`, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
+
+	w.Event(nvml.Event{GPU: 1, Kind: nvml.EventXID, XID: 79})
+	compare(t, reg, healthyHead+`
+gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
+gpu_device_plugin_device_healthy{device="GPU-1",reason="xid=79",resource="nvidia.com/gpu"} 0
+`+transitionsHead+`
+gpu_device_plugin_health_transitions_total{device="GPU-1",reason="xid=79",resource="nvidia.com/gpu",to="Unhealthy"} 1
+`, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
+
+	s.set(1, func(s *nvml.Sample) { s.TempC = 95 })
+	w.Poll()
+	compare(t, reg, healthyHead+`
+gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
+gpu_device_plugin_device_healthy{device="GPU-1",reason="xid=79, thermal=95C>=slowdown 90C",resource="nvidia.com/gpu"} 0
+`+transitionsHead+`
+gpu_device_plugin_health_transitions_total{device="GPU-1",reason="xid=79",resource="nvidia.com/gpu",to="Unhealthy"} 1
+`, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
+}
+
+// Back to healthy: the reason is gone from the gauge, and the transition
+// is counted without one.
+func TestMetricsRecovery(t *testing.T) {
+	m, reg := newMetrics(t)
+	rec := m.For("example.com/rdma")
+	rec.Health("0000:18:00.0", false, "link down")
+	rec.Transition("0000:18:00.0", false, "link down")
+	rec.Health("0000:18:00.0", true, "")
+	rec.Transition("0000:18:00.0", true, "ignored when healthy")
+	compare(t, reg, healthyHead+`
+gpu_device_plugin_device_healthy{device="0000:18:00.0",reason="",resource="example.com/rdma"} 1
+`+transitionsHead+`
+gpu_device_plugin_health_transitions_total{device="0000:18:00.0",reason="",resource="example.com/rdma",to="Healthy"} 1
+gpu_device_plugin_health_transitions_total{device="0000:18:00.0",reason="link down",resource="example.com/rdma",to="Unhealthy"} 1
+`, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
+}
+
+func TestInfoMetric(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.SetInfo("nvidia.com/gpu", "GPU-0", DeviceInfo{UUID: "GPU-0", Index: "0", Model: "NVIDIA H100 80GB HBM3", PCIBusID: "0000:07:00.0", NUMANode: 0, DRAName: "gpu-0"})
+	m.SetInfo("example.com/rdma", "0000:18:00.0", DeviceInfo{Model: "15b3:1021", PCIBusID: "0000:18:00.0", NUMANode: -1})
+	// Set again with new facts: still one series.
+	m.SetInfo("example.com/rdma", "0000:18:00.0", DeviceInfo{Model: "15b3:1021", PCIBusID: "0000:18:00.0", NUMANode: 1})
+	compare(t, reg, infoHead+`
+gpu_device_plugin_device_info{device="0000:18:00.0",index="",model="15b3:1021",numa_node="1",pci_bus_id="0000:18:00.0",resource="example.com/rdma",uuid=""} 1
+gpu_device_plugin_device_info{device="GPU-0",index="0",model="NVIDIA H100 80GB HBM3",numa_node="0",pci_bus_id="0000:07:00.0",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+`, "gpu_device_plugin_device_info")
+	m.SetInfo("nvidia.com/gpu", "GPU-0", DeviceInfo{UUID: "GPU-0", Index: "0", NUMANode: -1})
+	compare(t, reg, infoHead+`
+gpu_device_plugin_device_info{device="0000:18:00.0",index="",model="15b3:1021",numa_node="1",pci_bus_id="0000:18:00.0",resource="example.com/rdma",uuid=""} 1
+gpu_device_plugin_device_info{device="GPU-0",index="0",model="",numa_node="",pci_bus_id="",resource="nvidia.com/gpu",uuid="GPU-0"} 1
+`, "gpu_device_plugin_device_info")
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+func TestAllocationCollector(t *testing.T) {
+	const driver, pool = "gpu-device-plugin.github.io", "node-1"
+	srv := prt.Start(t,
+		prt.Pod("ml", "train", prt.Container("main", prt.Devices("nvidia.com/gpu", "GPU-0"), prt.Devices("example.com/rdma", "0000:18:00.0"))),
+		// GPU-1 through DRA, by two containers sharing a claim, one of
+		// them holding it through the device plugin too.
+		prt.Pod("ml", "serve", prt.ClaimContainer("a", prt.Claim("ml", "c", driver, pool, "gpu-1"))),
+		prt.Pod("ml", "serve", prt.ClaimContainer("b", prt.Claim("ml", "c", driver, pool, "gpu-1")), prt.Container("b", prt.Devices("nvidia.com/gpu", "GPU-1"))),
+		// Not ours: another pool's gpu-2, a device without facts, another
+		// resource with our NIC's address.
+		prt.Pod("ml", "x", prt.ClaimContainer("c", prt.Claim("ml", "c", driver, "node-2", "gpu-2"))),
+		prt.Pod("ml", "y", prt.Container("c", prt.Devices("nvidia.com/gpu", "GPU-9"), prt.Devices("example.com/other", "0000:18:00.0"))),
+	)
+	m, _ := newMetrics(t)
+	for i, id := range []string{"GPU-0", "GPU-1", "GPU-2"} {
+		m.SetInfo("nvidia.com/gpu", id, DeviceInfo{UUID: id, DRAName: "gpu-" + string(rune('0'+i))})
+	}
+	m.SetInfo("example.com/rdma", "0000:18:00.0", DeviceInfo{PCIBusID: "0000:18:00.0", DRAName: "nic-0000-18-00-0"})
+	// The health gauge alone does not make a device known: only facts do.
+	m.For("nvidia.com/gpu").Health("GPU-9", true, "")
+
+	var socket atomic.Value
+	socket.Store(srv.Socket + ".missing")
+	var logs bytes.Buffer
+	c := m.Allocations(AllocationOptions{
+		Holders: func(ctx context.Context) (podresources.Holders, error) {
+			return podresources.Client{Socket: socket.Load().(string)}.Holders(ctx)
+		},
+		Driver: driver, Pool: pool, Source: "the socket",
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+
+	// Unavailable: no series, one warning however many scrapes.
+	for range 3 {
+		if n := testutil.CollectAndCount(c); n != 0 {
+			t.Errorf("%d series without the kubelet, want none", n)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "source=\"the socket\"") || !strings.Contains(logs.String(), ".missing") {
+		t.Errorf("want one warning naming the source and the error, got:\n%s", logs.String())
+	}
+
+	socket.Store(srv.Socket)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(allocatedHead+`
+gpu_device_plugin_device_allocated{container="a",device="GPU-1",namespace="ml",pod="serve",resource="nvidia.com/gpu"} 1
+gpu_device_plugin_device_allocated{container="b",device="GPU-1",namespace="ml",pod="serve",resource="nvidia.com/gpu"} 1
+gpu_device_plugin_device_allocated{container="main",device="0000:18:00.0",namespace="ml",pod="train",resource="example.com/rdma"} 1
+gpu_device_plugin_device_allocated{container="main",device="GPU-0",namespace="ml",pod="train",resource="nvidia.com/gpu"} 1
+`)); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(logs.String(), "level=INFO") {
+		t.Errorf("recovery not logged:\n%s", logs.String())
+	}
+
+	// The kubelet answering with an error is a failure like any other.
+	logs.Reset()
+	srv.Fail(context.DeadlineExceeded)
+	testutil.CollectAndCount(c)
+	testutil.CollectAndCount(c)
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("want one warning for a failing kubelet, got:\n%s", logs.String())
+	}
+	srv.Set()
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}

@@ -1,0 +1,88 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+)
+
+// BenchmarkPrepare is one claim's Prepare and Unprepare for 1 and 8 GPUs:
+// the checkpoint written durably (fsync) twice, in the test's directory.
+func BenchmarkPrepare(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			d, err := New(Options{
+				DriverName: testDriver, NodeName: testNode, SysfsRoot: b.TempDir(),
+				CheckpointPath: b.TempDir() + "/checkpoint.json",
+				GPUCDIID:       func(uuid string) string { return "gpu-device-plugin.github.io/gpu=" + uuid },
+				NICCDIID:       func(string, string) string { return "" },
+				Specs:          &testSpecs{},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			in := draslice.GPUs{DriverVersion: "580.65.06"}
+			var results []resourceapi.DeviceRequestAllocationResult
+			for i := range 8 {
+				in.GPUs = append(in.GPUs, nvml.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCIBusID: fmt.Sprintf("0000:%02x:00.0", i+1), NUMANode: -1})
+				if i < n {
+					results = append(results, result("gpus", fmt.Sprintf("gpu-%d", i)))
+				}
+			}
+			ctx := context.Background()
+			d.SetGPUs(ctx, in)
+			c := claim("uid", "bench", results...)
+			claims := []*resourceapi.ResourceClaim{c}
+			objs := []kubeletplugin.NamespacedObject{{UID: types.UID("uid")}}
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := d.PrepareResourceClaims(ctx, claims)
+				if err != nil || got["uid"].Err != nil || len(got["uid"].Devices) != n {
+					b.Fatalf("Prepare: %v %+v", err, got)
+				}
+				if _, err := d.UnprepareResourceClaims(ctx, objs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPrepareAgain is the kubelet asking again for a claim already
+// prepared (after its restart): answered from memory, nothing written.
+func BenchmarkPrepareAgain(b *testing.B) {
+	d, err := New(Options{
+		DriverName: testDriver, NodeName: testNode, SysfsRoot: b.TempDir(),
+		CheckpointPath: b.TempDir() + "/checkpoint.json",
+		GPUCDIID:       func(uuid string) string { return "gpu-device-plugin.github.io/gpu=" + uuid },
+		NICCDIID:       func(string, string) string { return "" },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := draslice.GPUs{}
+	var results []resourceapi.DeviceRequestAllocationResult
+	for i := range 8 {
+		in.GPUs = append(in.GPUs, nvml.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), NUMANode: -1})
+		results = append(results, result("gpus", fmt.Sprintf("gpu-%d", i)))
+	}
+	ctx := context.Background()
+	d.SetGPUs(ctx, in)
+	claims := []*resourceapi.ResourceClaim{claim("uid", "bench", results...)}
+	if got, _ := d.PrepareResourceClaims(ctx, claims); got["uid"].Err != nil {
+		b.Fatal(got["uid"].Err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, _ := d.PrepareResourceClaims(ctx, claims); len(got["uid"].Devices) != 8 {
+			b.Fatal("lost the claim")
+		}
+	}
+}

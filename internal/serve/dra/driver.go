@@ -1,0 +1,514 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+)
+
+// CDISpecs is asked before Prepare hands out a CDI device ID: nil when the
+// spec defining kind's devices is on disk and current, else why not. The
+// daemon's spec store implements it.
+type CDISpecs interface {
+	Ensure(kind string) error
+}
+
+// Publisher publishes the node's ResourceSlices; *kubeletplugin.Helper is
+// one.
+type Publisher interface {
+	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
+}
+
+// Options configure a Driver.
+type Options struct {
+	// DriverName is the DRA driver name, also the domain of attributes
+	// and taint keys.
+	DriverName string
+	// NodeName names the node and its pool.
+	NodeName string
+	// SysfsRoot is where sysfs is mounted (PCIe roots are read there).
+	SysfsRoot string
+	// CheckpointPath keeps prepared claims across restarts; empty makes
+	// a driver that only previews its devices (list) and prepares none.
+	CheckpointPath string
+	// GPUCDIID and NICCDIID name a device's CDI device ID; NICCDIID
+	// returns "" for a NIC without one.
+	GPUCDIID func(uuid string) string
+	NICCDIID func(pool, address string) string
+	// Specs, when set, gates Prepare on each CDI kind's spec being on disk.
+	Specs CDISpecs
+	// Sources is how many device sources (GPUs, NIC pools) report before
+	// the first publication, so a restart does not briefly publish a
+	// slice without the devices of a slower source.
+	Sources int
+	// HealthResend is how often health is re-sent unchanged; the kubelet
+	// takes health not refreshed in HealthTimeout as unknown.
+	HealthResend, HealthTimeout time.Duration
+	Log                         *slog.Logger
+	Now                         func() time.Time
+}
+
+// devHealth is one device's health as last reported by the model.
+type devHealth struct {
+	healthy bool
+	reason  string
+	since   time.Time
+	taints  []draslice.Taint
+}
+
+// Driver implements kubeletplugin.DRAPlugin over the node's model.
+type Driver struct {
+	o Options
+
+	mu     sync.Mutex
+	gpus   []draslice.Device
+	nics   map[string][]draslice.Device // by pool name
+	byName map[string]*draslice.Device
+	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
+	// report before the devices are set.
+	health   map[string]*devHealth
+	reported map[string]bool // sources that have reported
+	cp       checkpoint
+	// changed is closed and replaced at every health change, waking
+	// every WatchHealthStatus stream at once.
+	changed chan struct{}
+
+	pubMu sync.Mutex // orders publications
+	pub   Publisher
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New makes a driver and loads its checkpoint. An unreadable checkpoint
+// is set aside and logged; the driver starts with no prepared claims.
+func New(o Options) (*Driver, error) {
+	if o.DriverName == "" || o.NodeName == "" {
+		return nil, errors.New("dra: driver and node names are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HealthTimeout <= 0 {
+		o.HealthTimeout = 30 * time.Second
+	}
+	if o.HealthResend <= 0 {
+		o.HealthResend = o.HealthTimeout / 3
+	}
+	if o.GPUCDIID == nil || o.NICCDIID == nil {
+		return nil, errors.New("dra: CDI naming functions are required")
+	}
+	cp, err := loadCheckpoint(o.CheckpointPath)
+	if err != nil {
+		o.Log.Error("DRA checkpoint", "err", err)
+	} else if len(cp.Claims) > 0 {
+		o.Log.Info("restored prepared claims", "count", len(cp.Claims), "path", o.CheckpointPath)
+	}
+	return &Driver{
+		o:        o,
+		nics:     map[string][]draslice.Device{},
+		byName:   map[string]*draslice.Device{},
+		health:   map[string]*devHealth{},
+		reported: map[string]bool{},
+		cp:       cp,
+		changed:  make(chan struct{}),
+	}, nil
+}
+
+// NodeName is the node, and the name of its pool.
+func (d *Driver) NodeName() string { return d.o.NodeName }
+
+// SetPublisher starts publishing through p, at once if every source has
+// reported.
+func (d *Driver) SetPublisher(ctx context.Context, p Publisher) {
+	d.pubMu.Lock()
+	d.pub = p
+	d.pubMu.Unlock()
+	d.publish(ctx)
+}
+
+// SetGPUs replaces the node's GPUs and publishes; none when NVML is not
+// there (yet). Their health starts as what SetHealth said last for the
+// same UUID, else healthy.
+func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
+	es := draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
+	d.mu.Lock()
+	d.gpus = es
+	d.reindex()
+	d.reported["gpus"] = true
+	d.mu.Unlock()
+	d.publish(ctx)
+}
+
+// SetNICPool replaces one pool's NICs and their health (devs, by PCI
+// address) and publishes when anything changed. A pool reports once at
+// start like a source.
+func (d *Driver) SetNICPool(ctx context.Context, p draslice.NICPool, devs []device.Device, first bool) {
+	es := draslice.NICDevices(p, d.o.SysfsRoot, d.o.NICCDIID, d.o.Log)
+	d.mu.Lock()
+	d.nics[p.Name] = es
+	d.reindex()
+	if first {
+		d.reported["nic:"+p.Name] = true
+	}
+	for _, dv := range devs {
+		d.setHealthLocked(dv.ID, dv.Healthy, dv.Reason)
+	}
+	d.mu.Unlock()
+	d.publish(ctx)
+}
+
+// SetHealth records a GPU's or MIG device's health (by its UUID, which is
+// the device's model ID) and, on a change, publishes its taints and wakes
+// the health streams. It is health.Notifier. The health of a MIG-enabled
+// GPU itself reaches no device: it is published as its MIG devices.
+func (d *Driver) SetHealth(uuid string, healthy bool, reason string) bool {
+	d.mu.Lock()
+	changed := d.setHealthLocked(uuid, healthy, reason)
+	d.mu.Unlock()
+	if changed {
+		d.publish(context.Background())
+	}
+	return changed
+}
+
+func (d *Driver) setHealthLocked(id string, healthy bool, reason string) bool {
+	h := d.health[id]
+	if h == nil {
+		h = &devHealth{healthy: true}
+		d.health[id] = h
+	}
+	if h.healthy == healthy && h.reason == reason {
+		return false
+	}
+	now := d.o.Now()
+	var ts []draslice.Taint
+	if !healthy {
+		ts = draslice.TaintsOf(d.o.DriverName, reason)
+	}
+	h.healthy, h.reason, h.since, h.taints = healthy, reason, now, draslice.Stamp(ts, h.taints, now)
+	close(d.changed)
+	d.changed = make(chan struct{})
+	return true
+}
+
+func (d *Driver) reindex() {
+	clear(d.byName)
+	for i := range d.gpus {
+		d.byName[d.gpus[i].Name] = &d.gpus[i]
+	}
+	for _, es := range d.nics {
+		for i := range es {
+			d.byName[es[i].Name] = &es[i]
+		}
+	}
+}
+
+// Resources is what the driver publishes now: one pool named after the
+// node, its devices in slices of at most sliceMaxDevices.
+func (d *Driver) Resources() resourceslice.DriverResources {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.resourcesLocked()
+}
+
+// sliceMaxDevices is the most devices a slice holds. A slice with any
+// tainted device takes at most ResourceSliceMaxDevicesWithAdvancedFeatures;
+// chunking at that always keeps a device in the same slice when a taint
+// comes or goes, instead of splitting the pool anew on the first XID.
+const sliceMaxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+
+func (d *Driver) resourcesLocked() resourceslice.DriverResources {
+	var devs []resourceapi.Device
+	add := func(es []draslice.Device) {
+		for _, e := range es {
+			var taints []draslice.Taint
+			if h := d.health[e.ID]; h != nil {
+				taints = h.taints
+			}
+			devs = append(devs, apiDevice(e, taints))
+		}
+	}
+	add(d.gpus)
+	for _, pool := range slices.Sorted(maps.Keys(d.nics)) {
+		add(d.nics[pool])
+	}
+	var sl []resourceslice.Slice
+	for chunk := range slices.Chunk(devs, sliceMaxDevices) {
+		sl = append(sl, resourceslice.Slice{Devices: chunk})
+	}
+	if len(sl) == 0 {
+		sl = []resourceslice.Slice{{}}
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: {Slices: sl}}}
+}
+
+func (d *Driver) publish(ctx context.Context) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
+	if d.pub == nil {
+		return
+	}
+	d.mu.Lock()
+	if len(d.reported) < d.o.Sources {
+		d.mu.Unlock()
+		return
+	}
+	res := d.resourcesLocked()
+	d.mu.Unlock()
+	if err := d.pub.PublishResources(ctx, res); err != nil {
+		d.o.Log.Error("publishing ResourceSlices", "err", err)
+	}
+}
+
+// PrepareResourceClaims answers each claim with the CDI device IDs of its
+// devices on this node. A claim prepared before (by this process or an
+// earlier one) gets the same answer again. A claim is reported prepared
+// only once the checkpoint on disk holds it.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reloadLocked()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var added []types.UID
+	for _, c := range claims {
+		if p, ok := d.cp.Claims[c.UID]; ok {
+			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
+			continue
+		}
+		p, err := d.prepareLocked(c)
+		if err != nil {
+			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+			continue
+		}
+		d.cp.Claims[c.UID] = p
+		added = append(added, c.UID)
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
+	}
+	if len(added) > 0 {
+		if err := d.cp.save(d.o.CheckpointPath); err != nil {
+			for _, uid := range added {
+				delete(d.cp.Claims, uid)
+				out[uid] = kubeletplugin.PrepareResult{Err: err}
+			}
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, error) {
+	p := preparedClaim{Namespace: c.Namespace, Name: c.Name}
+	if c.Status.Allocation == nil {
+		return p, errors.New("not allocated")
+	}
+	if err := checkConfig(d.o.DriverName, c.Status.Allocation.Devices.Config); err != nil {
+		return p, err
+	}
+	holders := d.holdersLocked()
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != d.o.DriverName {
+			continue
+		}
+		if r.Pool != d.o.NodeName {
+			return p, fmt.Errorf("request %q: pool %q is not this node's (%q)", r.Request, r.Pool, d.o.NodeName)
+		}
+		e, ok := d.byName[r.Device]
+		if !ok {
+			return p, fmt.Errorf("request %q: device %q is not on this node, or not discovered yet", r.Request, r.Device)
+		}
+		admin := r.AdminAccess != nil && *r.AdminAccess
+		if h, busy := holders[r.Device]; busy && !admin {
+			return p, fmt.Errorf("request %q: device %s is prepared for claim %s", r.Request, r.Device, h)
+		}
+		if h := d.health[e.ID]; h != nil && !h.healthy {
+			d.o.Log.Warn("preparing an unhealthy device (the claim tolerates its taint)", "device", r.Device, "reason", h.reason, "claim", c.Namespace+"/"+c.Name)
+		}
+		for _, id := range e.CDIIDs {
+			kind, _, _ := strings.Cut(id, "=")
+			if d.o.Specs != nil {
+				if err := d.o.Specs.Ensure(kind); err != nil {
+					return p, fmt.Errorf("request %q: device %s: %w", r.Request, r.Device, err)
+				}
+			}
+		}
+		p.Devices = append(p.Devices, preparedDevice{
+			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+			CDIDeviceIDs: slices.Clone(e.CDIIDs), AdminAccess: admin,
+		})
+	}
+	return p, nil
+}
+
+// reloadLocked reads the checkpoint again: during a rolling update two
+// plugin processes serve side by side, the helper serialising their calls
+// with a file lock, and the other one may have prepared or unprepared a
+// claim since. A file that cannot be read keeps what this process knows;
+// one that does not parse is set aside (loadCheckpoint).
+func (d *Driver) reloadLocked() {
+	if d.o.CheckpointPath == "" {
+		return
+	}
+	cp, err := loadCheckpoint(d.o.CheckpointPath)
+	if err != nil {
+		d.o.Log.Error("DRA checkpoint", "err", err)
+		if !errors.Is(err, errCorrupt) {
+			return
+		}
+	}
+	d.cp = cp
+}
+
+// holdersLocked maps each device held by a prepared claim (not for admin
+// access) to that claim's namespace/name.
+func (d *Driver) holdersLocked() map[string]string {
+	out := map[string]string{}
+	for _, c := range d.cp.Claims {
+		for _, dv := range c.Devices {
+			if !dv.AdminAccess {
+				out[dv.Device] = c.Namespace + "/" + c.Name
+			}
+		}
+	}
+	return out
+}
+
+func (p preparedClaim) result() []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, len(p.Devices))
+	for i, dv := range p.Devices {
+		out[i] = kubeletplugin.Device{
+			Requests: slices.Clone(dv.Requests), PoolName: dv.Pool, DeviceName: dv.Device,
+			CDIDeviceIDs: slices.Clone(dv.CDIDeviceIDs),
+		}
+	}
+	return out
+}
+
+// UnprepareResourceClaims forgets the claims. One not prepared is no
+// error: the kubelet retries, and restarts.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reloadLocked()
+	out := make(map[types.UID]error, len(claims))
+	removed := map[types.UID]preparedClaim{}
+	for _, c := range claims {
+		out[c.UID] = nil
+		if p, ok := d.cp.Claims[c.UID]; ok {
+			removed[c.UID] = p
+			delete(d.cp.Claims, c.UID)
+		}
+	}
+	if len(removed) > 0 {
+		if err := d.cp.save(d.o.CheckpointPath); err != nil {
+			maps.Copy(d.cp.Claims, removed)
+			for uid := range removed {
+				out[uid] = err
+			}
+		}
+	}
+	return out, nil
+}
+
+// HandleError logs background errors (publishing slices). The helper
+// retries them; none is a reason to stop serving prepared claims.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	d.o.Log.Error("DRA: "+msg, "err", err)
+}
+
+// WatchHealthStatus sends every device's health now, at every change, and
+// at least every HealthResend, until ctx ends. The message is the reason,
+// spelled out (xid=79: fallen off the bus).
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	for {
+		d.mu.Lock()
+		rep, changed := d.healthReportLocked(), d.changed
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- rep:
+		}
+		t := time.NewTimer(d.o.HealthResend)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
+	var rep kubeletplugin.DeviceHealthReport
+	add := func(es []draslice.Device) {
+		for _, e := range es {
+			dh := kubeletplugin.DeviceHealth{
+				PoolName: d.o.NodeName, DeviceName: e.Name, Health: kubeletplugin.HealthStatusHealthy,
+				HealthCheckTimeout: d.o.HealthTimeout,
+			}
+			if h := d.health[e.ID]; h != nil {
+				dh.LastUpdated = h.since
+				if !h.healthy {
+					dh.Health = kubeletplugin.HealthStatusUnhealthy
+					dh.Message = h.reason
+					if e.Type == draslice.TypeGPU || e.Type == draslice.TypeMIG {
+						dh.Message = health.Describe(h.reason)
+					}
+				}
+			}
+			rep.Devices = append(rep.Devices, dh)
+		}
+	}
+	add(d.gpus)
+	for _, pool := range slices.Sorted(maps.Keys(d.nics)) {
+		add(d.nics[pool])
+	}
+	return rep
+}
+
+// apiDevice is d as the API has it, with taints.
+func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
+	out := resourceapi.Device{Name: d.Name, Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.Attributes))}
+	for k, a := range d.Attributes {
+		out.Attributes[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version}
+	}
+	if len(d.Capacity) > 0 {
+		out.Capacity = make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.Capacity))
+		for k, c := range d.Capacity {
+			// draslice writes valid quantities; a bad one would be dropped
+			// by the API server anyway.
+			if q, err := resource.ParseQuantity(c.Value); err == nil {
+				out.Capacity[resourceapi.QualifiedName(k)] = resourceapi.DeviceCapacity{Value: q}
+			}
+		}
+	}
+	for _, t := range taints {
+		dt := resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)}
+		if t.TimeAdded != nil {
+			dt.TimeAdded = &metav1.Time{Time: *t.TimeAdded}
+		}
+		out.Taints = append(out.Taints, dt)
+	}
+	return out
+}

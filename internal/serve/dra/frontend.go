@@ -1,0 +1,228 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+)
+
+// CheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.
+const CheckpointFile = "checkpoint.json"
+
+// FrontEndOption changes how NewFrontEnd reaches the API server.
+type FrontEndOption func(*frontEndOptions)
+
+type frontEndOptions struct{ client kubernetes.Interface }
+
+// WithKubeClient uses c instead of cfg.Kubeconfig or the pod's service
+// account: a fake clientset in tests, an embedder's client.
+func WithKubeClient(c kubernetes.Interface) FrontEndOption {
+	return func(o *frontEndOptions) { o.client = c }
+}
+
+// NewFrontEnd is the DRA front-end for daemon.WithDRA: the model's
+// sources feed a Driver, and the kubeletplugin helper carries it to the
+// kubelet (registration, Prepare/Unprepare, health) and the API server
+// (ResourceSlices).
+func NewFrontEnd(opts ...FrontEndOption) daemon.NewFrontEnd {
+	var o frontEndOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return func(ctx context.Context, cfg config.Config, specs daemon.Specs, log *slog.Logger) (daemon.FrontEnd, error) {
+		return startFrontEnd(ctx, cfg, specs, o.client, log)
+	}
+}
+
+type frontEnd struct {
+	drv    *Driver
+	helper *kubeletplugin.Helper
+	specs  daemon.Specs
+	ctx    context.Context
+
+	mu     sync.Mutex
+	gspecs daemon.GPUSpecs
+	pools  map[string]*nic.Pool
+	inv    *nvml.Inventory
+}
+
+// startFrontEnd registers the driver with the kubelet. Slices are
+// published once the GPUs and every NIC pool have reported.
+func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, client kubernetes.Interface, log *slog.Logger) (*frontEnd, error) {
+	var err error
+	if client == nil {
+		if client, err = kubeClient(cfg); err != nil {
+			return nil, err
+		}
+	}
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, fmt.Errorf("DRA: %w", err)
+	}
+	if cfg.Sharing.TimeSlicing.Enabled() {
+		log.Warn("sharing.timeSlicing is ignored in DRA mode: pods share a device by referencing one ResourceClaim",
+			"resources", len(cfg.Sharing.TimeSlicing.Resources))
+	}
+	if err := makePluginDirs(cfg); err != nil {
+		return nil, err
+	}
+	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
+	drv, err := New(Options{
+		DriverName:     config.DRADriverName,
+		NodeName:       node,
+		SysfsRoot:      cfg.SysfsRoot,
+		CheckpointPath: filepath.Join(cfg.DRAPluginDir, CheckpointFile),
+		GPUCDIID:       func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
+		NICCDIID:       f.nicCDIID,
+		Specs:          f,
+		Sources:        1 + len(cfg.NICResources),
+		Log:            log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.drv = drv
+	// The helper logs through klog's context logger: ours, so there is
+	// one structured log.
+	f.ctx = klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(config.DRADriverName),
+		kubeletplugin.NodeName(node),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.RegistrarDirectoryPath(cfg.PluginRegistryDir),
+		kubeletplugin.PluginDataDirectoryPath(cfg.DRAPluginDir),
+	}
+	if cfg.PodUID != "" {
+		// Two pods of a rolling update serve side by side; the kubelet
+		// moves to the newer one.
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
+	}
+	if f.helper, err = kubeletplugin.Start(f.ctx, drv, opts...); err != nil {
+		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)
+	}
+	log.Info("serving through DRA", "driver", config.DRADriverName, "node", node, "pluginDir", cfg.DRAPluginDir)
+	drv.SetPublisher(f.ctx, f.helper)
+	return f, nil
+}
+
+// makePluginDirs creates the driver's plugin directory (its socket and
+// checkpoint) and the kubelet's registration directory where they are
+// missing: the kubelet makes neither for a driver, and on a node package or
+// host run nothing else does. 0750, as the kubelet's own: root reads them.
+func makePluginDirs(cfg config.Config) error {
+	for _, d := range []struct{ dir, key string }{
+		{cfg.DRAPluginDir, "draPluginDir (--dra-plugin-dir)"},
+		{cfg.PluginRegistryDir, "pluginRegistryDir (--plugin-registry-dir)"},
+	} {
+		if err := os.MkdirAll(d.dir, 0o750); err != nil {
+			return fmt.Errorf("DRA: creating %s %s: %w", d.key, d.dir, err)
+		}
+	}
+	return nil
+}
+
+// kubeClient reads cfg.Kubeconfig, or the pod's service account.
+func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("DRA mode needs API access for ResourceSlices: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
+	}
+	rc.UserAgent = "gpu-device-plugin"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("DRA: API client: %w", err)
+	}
+	return c, nil
+}
+
+// Run stops the helper when ctx ends. Prepared claims stay in the
+// checkpoint, and the ResourceSlices for the next start to update.
+func (f *frontEnd) Run(ctx context.Context) error {
+	<-ctx.Done()
+	f.helper.Stop()
+	return nil
+}
+
+// Ensure is CDISpecs: the GPU spec is checked against the control nodes
+// present, as before an Allocate; a NIC pool's spec must be on disk.
+func (f *frontEnd) Ensure(kind string) error {
+	if kind == cdi.GPUKind {
+		f.mu.Lock()
+		g := f.gspecs
+		f.mu.Unlock()
+		if g == nil {
+			return fmt.Errorf("%w: no GPU CDI spec yet", device.ErrNotReady)
+		}
+		return g.Ensure()
+	}
+	return f.specs.Ready(kind)
+}
+
+func (f *frontEnd) nicCDIID(pool, address string) string {
+	f.mu.Lock()
+	p := f.pools[pool]
+	f.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	return p.CDIName(address)
+}
+
+func (f *frontEnd) TakeNICPools(pools []*nic.Pool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range pools {
+		f.pools[p.Resource()] = p
+	}
+}
+
+func (f *frontEnd) SetNICDevices(p *nic.Pool, devs []device.Device, first bool) {
+	f.drv.SetNICPool(f.ctx, draslice.NICPool{Name: p.Resource(), NICs: p.NICs()}, devs, first)
+}
+
+func (f *frontEnd) TakeGPUs(inv *nvml.Inventory, specs daemon.GPUSpecs) (health.Notifier, error) {
+	f.mu.Lock()
+	f.gspecs, f.inv = specs, inv
+	f.mu.Unlock()
+	return f.drv, nil
+}
+
+// ServeGPUs publishes the GPUs (their health polled once already, so the
+// first slice carries their taints) and waits.
+func (f *frontEnd) ServeGPUs(ctx context.Context) error {
+	f.mu.Lock()
+	inv := f.inv
+	f.mu.Unlock()
+	f.drv.SetGPUs(f.ctx, draslice.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
+	<-ctx.Done()
+	return nil
+}
+
+// NoGPUs publishes none, so the NIC pools need not wait for a driver.
+func (f *frontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }

@@ -1,0 +1,38 @@
+package dra
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+)
+
+// On a node where neither directory exists yet (the node package, a host
+// run), DRA mode makes them rather than failing to bind its sockets.
+func TestMakePluginDirs(t *testing.T) {
+	root := t.TempDir()
+	cfg := config.Default()
+	cfg.DRAPluginDir = filepath.Join(root, "var/lib/kubelet/plugins", config.DRADriverName)
+	cfg.PluginRegistryDir = filepath.Join(root, "var/lib/kubelet/plugins_registry")
+	if err := makePluginDirs(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{cfg.DRAPluginDir, cfg.PluginRegistryDir} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+			t.Errorf("%s: %v, %v; want a 0750 directory", d, fi, err)
+		}
+	}
+	if err := makePluginDirs(cfg); err != nil {
+		t.Errorf("second run: %v", err)
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DRAPluginDir = filepath.Join(file, "plugin")
+	if err := makePluginDirs(cfg); err == nil || !strings.Contains(err.Error(), "draPluginDir (--dra-plugin-dir)") {
+		t.Errorf("err = %v, want one naming draPluginDir", err)
+	}
+}
