@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
@@ -86,7 +87,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		wg.Wait()
 	}()
 	wg.Go(func() { specs.run(ctx) })
-	var metrics *health.Metrics
+	var mets *metrics.Metrics
 	var hookGauge prometheus.Gauge
 	if cfg.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
@@ -98,11 +99,11 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			})
 			reg.MustRegister(hookGauge)
 		}
-		if metrics, err = health.NewMetrics(reg); err != nil {
+		if mets, err = metrics.NewMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
 		if cfg.PodResourcesSocket != "" {
-			if err := reg.Register(allocations(cfg, metrics, log)); err != nil {
+			if err := reg.Register(allocations(cfg, mets, log)); err != nil {
 				return fmt.Errorf("registering metrics: %w", err)
 			}
 		}
@@ -171,9 +172,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, metrics, specs, onHook, gpus, log)) })
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, gpus, log)) })
 	if len(cfg.NICResources) > 0 {
-		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, metrics, nics, log)) })
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, nics, log)) })
 	}
 	<-ctx.Done()
 	select {
@@ -196,7 +197,7 @@ type gpuFront interface {
 	absent(ctx context.Context)
 }
 
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *health.Metrics, specs *specStore, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *specStore, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
 	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
 	if err != nil || lib == nil {
 		return err
@@ -230,8 +231,8 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, metrics *h
 		ids[i] = g.UUID
 	}
 	var rec health.Recorder
-	if metrics != nil {
-		rec = served.metrics(metrics)
+	if mets != nil {
+		rec = served.recorder(mets)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
 	opts := append(keptHealth(cfg, log), health.WithParts(served.parts(len(inv.GPUs))))
@@ -345,8 +346,8 @@ const healthStateFile = "health.json"
 
 // allocations is the collector of gpu_device_plugin_device_allocated,
 // asking the kubelet's PodResources API at each scrape.
-func allocations(cfg config.Config, metrics *health.Metrics, log *slog.Logger) prometheus.Collector {
-	return metrics.Allocations(health.AllocationOptions{
+func allocations(cfg config.Config, mets *metrics.Metrics, log *slog.Logger) prometheus.Collector {
+	return mets.Allocations(metrics.AllocationOptions{
 		Holders: podresources.Client{Socket: cfg.PodResourcesSocket, Timeout: allocationTimeout}.Holders,
 		Driver:  config.DRADriverName,
 		Pool:    poolName(cfg),

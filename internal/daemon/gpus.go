@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
@@ -45,13 +46,13 @@ func (s *gpuServed) parts(n int) [][]health.Part {
 	return out
 }
 
-// metrics describes every unit to m and returns the recorder the health
+// recorder describes every unit to m and returns the recorder the health
 // watcher reports through: each unit under the resource it is served as.
-func (s *gpuServed) metrics(m *health.Metrics) health.Recorder {
+func (s *gpuServed) recorder(m *metrics.Metrics) health.Recorder {
 	rec := recorderMux{}
 	for _, u := range s.units {
 		g := u.unit.GPU
-		info := health.DeviceInfo{
+		info := metrics.DeviceInfo{
 			UUID: u.unit.UUID(), Index: strconv.Itoa(g.Index), Model: g.Name, PCIBusID: g.PCIBusID, NUMANode: g.NUMANode,
 			DRAName: u.draName,
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -39,7 +40,7 @@ type nicServer struct {
 	front   nicFront
 	specs   *specStore
 	recs    map[*nic.Pool]health.Recorder // nil without metrics
-	metrics *health.Metrics               // nil without metrics
+	mets    *metrics.Metrics              // nil without metrics
 	log     *slog.Logger
 
 	// info holds the CNI device-information files; infoMu serialises
@@ -63,7 +64,7 @@ type nicHealth struct {
 }
 
 // newNICServer builds the pools; front makes their front-end.
-func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) (*nicServer, error) {
+func newNICServer(cfg config.Config, specs *specStore, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) (*nicServer, error) {
 	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Strategies: cfg.DeviceListStrategy, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("NIC pools: %w", err)
@@ -74,14 +75,14 @@ func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, 
 		pools:   pools,
 		specs:   specs,
 		recs:    map[*nic.Pool]health.Recorder{},
-		metrics: metrics,
+		mets:    mets,
 		log:     log,
 		info:    devinfo.Dir{Path: cfg.DeviceInfoDir},
 		healthy: map[*nic.Pool]map[string]nicHealth{},
 	}
 	for _, p := range pools.All() {
-		if metrics != nil {
-			s.recs[p] = metrics.For(p.Resource())
+		if mets != nil {
+			s.recs[p] = mets.For(p.Resource())
 		}
 		s.healthy[p] = map[string]nicHealth{}
 	}
@@ -92,8 +93,8 @@ func newNICServer(cfg config.Config, specs *specStore, metrics *health.Metrics, 
 }
 
 // serveNICs serves the NIC pools until ctx ends.
-func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, metrics *health.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) error {
-	s, err := newNICServer(cfg, specs, metrics, front, log)
+func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) error {
+	s, err := newNICServer(cfg, specs, mets, front, log)
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func (s *nicServer) record(p *nic.Pool, devs []device.Device, first bool) {
 		return
 	}
 	for _, n := range p.NICs() {
-		s.metrics.SetInfo(p.Resource(), n.Address, nicInfo(n))
+		s.mets.SetInfo(p.Resource(), n.Address, nicInfo(n))
 	}
 	seen := s.healthy[p]
 	for _, d := range devs {
@@ -175,8 +176,8 @@ func (s *nicServer) record(p *nic.Pool, devs []device.Device, first bool) {
 
 // nicInfo is a NIC's gpu_device_plugin_device_info: no UUID or index,
 // and its PCI IDs as the model.
-func nicInfo(n sysfs.NIC) health.DeviceInfo {
-	return health.DeviceInfo{
+func nicInfo(n sysfs.NIC) metrics.DeviceInfo {
+	return metrics.DeviceInfo{
 		Model: n.Vendor + ":" + n.Device, PCIBusID: n.Address, NUMANode: n.NUMANode,
 		DRAName: draslice.NICDeviceName(n.Address),
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 )
 
@@ -48,9 +48,9 @@ func newNICFixture(t *testing.T) *nicFixture {
 	return &nicFixture{root: root, cfg: cfg, infoDir: cfg.DeviceInfoDir, specs: specs}
 }
 
-func (f *nicFixture) server(t *testing.T, metrics *health.Metrics) *nicServer {
+func (f *nicFixture) server(t *testing.T, mets *metrics.Metrics) *nicServer {
 	t.Helper()
-	s, err := newNICServer(f.cfg, f.specs, metrics, newNICPlugins, slog.New(slog.DiscardHandler))
+	s, err := newNICServer(f.cfg, f.specs, mets, newNICPlugins, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestNICStaleDeviceInfoRemoved(t *testing.T) {
 func TestNICHealthMetrics(t *testing.T) {
 	f := newNICFixture(t)
 	reg := prometheus.NewRegistry()
-	m, err := health.NewMetrics(reg)
+	m, err := metrics.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

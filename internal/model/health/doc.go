@@ -7,9 +7,8 @@
 // Sticky conditions (fatal XIDs, double-bit ECC) can be exported and
 // restored across restarts (Watcher.Sticky, WithSticky).
 //
-// Metrics exports every device's health, with its reason, and its facts
-// to Prometheus; its AllocationCollector adds who holds each device, read
-// from the kubelet (package podresources) at scrape time.
+// Each transition and state also goes to a Recorder, when given (package
+// metrics exports them).
 //
 // It reads hardware only through the Sampler it is given and keeps all
 // state in the one goroutine that runs Watcher.Run.

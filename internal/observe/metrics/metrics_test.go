@@ -1,4 +1,4 @@
-package health
+package metrics
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
@@ -53,22 +52,20 @@ func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string
 }
 
 // The healthy gauge and the transition counter carry the reason; a
-// device whose reason changes keeps one gauge series, and a change of
-// reason alone is no transition.
+// device whose reason changes keeps one gauge series. (When the health
+// watcher calls Health and Transition is pinned in package health.)
 func TestMetricsReason(t *testing.T) {
 	m, reg := newMetrics(t)
-	ids := []string{"GPU-0", "GPU-1"}
-	s := newSampler(2)
-	w, err := NewWatcher(DefaultPolicy(), ids, s, &recorder{}, m.For("nvidia.com/gpu"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := m.For("nvidia.com/gpu")
+	rec.Health("GPU-0", true, "")
+	rec.Health("GPU-1", true, "")
 	compare(t, reg, healthyHead+`
 gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
 gpu_device_plugin_device_healthy{device="GPU-1",reason="",resource="nvidia.com/gpu"} 1
 `, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
 
-	w.Event(nvml.Event{GPU: 1, Kind: nvml.EventXID, XID: 79})
+	rec.Health("GPU-1", false, "xid=79")
+	rec.Transition("GPU-1", false, "xid=79")
 	compare(t, reg, healthyHead+`
 gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
 gpu_device_plugin_device_healthy{device="GPU-1",reason="xid=79",resource="nvidia.com/gpu"} 0
@@ -76,8 +73,7 @@ gpu_device_plugin_device_healthy{device="GPU-1",reason="xid=79",resource="nvidia
 gpu_device_plugin_health_transitions_total{device="GPU-1",reason="xid=79",resource="nvidia.com/gpu",to="Unhealthy"} 1
 `, "gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total")
 
-	s.set(1, func(s *nvml.Sample) { s.TempC = 95 })
-	w.Poll()
+	rec.Health("GPU-1", false, "xid=79, thermal=95C>=slowdown 90C")
 	compare(t, reg, healthyHead+`
 gpu_device_plugin_device_healthy{device="GPU-0",reason="",resource="nvidia.com/gpu"} 1
 gpu_device_plugin_device_healthy{device="GPU-1",reason="xid=79, thermal=95C>=slowdown 90C",resource="nvidia.com/gpu"} 0

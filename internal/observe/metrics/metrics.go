@@ -1,4 +1,9 @@
-package health
+// Package metrics exports device health, device facts and who holds each
+// device to Prometheus: gpu_device_plugin_device_healthy,
+// _health_transitions_total and _device_info from what the health watchers
+// record, and _device_allocated read from the kubelet (package
+// podresources) at scrape time.
+package metrics
 
 import (
 	"strconv"
@@ -71,9 +76,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// For returns a Recorder that labels its samples with resource.
-func (m *Metrics) For(resource string) Recorder {
-	return resourceMetrics{m: m, resource: resource}
+// For returns the recorder of resource's devices (a health.Recorder).
+func (m *Metrics) For(resource string) Resource {
+	return Resource{m: m, resource: resource}
 }
 
 // SetInfo sets device's facts, replacing any set before.
@@ -142,12 +147,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-type resourceMetrics struct {
+// Resource records one resource's device health and transitions.
+type Resource struct {
 	m        *Metrics
 	resource string
 }
 
-func (r resourceMetrics) Health(device string, healthy bool, reason string) {
+// Health records a device's state now.
+func (r Resource) Health(device string, healthy bool, reason string) {
 	if healthy {
 		reason = ""
 	}
@@ -157,7 +164,8 @@ func (r resourceMetrics) Health(device string, healthy bool, reason string) {
 	d.health, d.healthy, d.reason = true, healthy, reason
 }
 
-func (r resourceMetrics) Transition(device string, healthy bool, reason string) {
+// Transition counts a change of state.
+func (r Resource) Transition(device string, healthy bool, reason string) {
 	to := "Unhealthy"
 	if healthy {
 		to, reason = "Healthy", ""
