@@ -15,7 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // Config is every setting of the plugin. The YAML keys are the JSON tags.
@@ -37,7 +37,7 @@ type Config struct {
 	XIDRecoveryPeriod   Duration `json:"xidRecoveryPeriod"`
 	ThermalMarginC      int      `json:"thermalMarginC"`
 	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`
-	// HealthSlowdownSamples and HealthNVMLFailurePolls: see health.Policy.
+	// HealthSlowdownSamples and HealthNVMLFailurePolls: see policy.Policy.
 	HealthSlowdownSamples  int      `json:"healthSlowdownSamples"`
 	HealthNVMLFailurePolls int      `json:"healthNVMLFailurePolls"`
 	HealthChecksDisabled   []string `json:"healthChecksDisabled"`
@@ -86,8 +86,8 @@ type Config struct {
 }
 
 // HealthPolicy is the health part of the configuration.
-func (c Config) HealthPolicy() health.Policy {
-	return health.Policy{
+func (c Config) HealthPolicy() policy.Policy {
+	return policy.Policy{
 		IgnoredXIDs:    c.XIDIgnore,
 		FatalXIDs:      c.XIDFatal,
 		XIDRecovery:    c.XIDRecoveryPeriod.Duration,
@@ -183,7 +183,7 @@ func Settings() []Setting {
 		{Key: "cdiHookPath", Category: CategoryCDI, Flag: "cdi-hook-path", Default: d.CDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out"},
 		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(d.HealthSlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)"},
 		{Key: "healthNVMLFailurePolls", Category: CategoryHealth, Flag: "health-nvml-failure-polls", Default: strconv.Itoa(d.HealthNVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy"},
-		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: strings.Join(d.HealthChecksDisabled, ","), Usage: "comma-separated checks to turn off: " + strings.Join(health.Checks(), ", ")},
+		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: strings.Join(d.HealthChecksDisabled, ","), Usage: "comma-separated checks to turn off: " + strings.Join(policy.Checks(), ", ")},
 		{Key: "stateDir", Category: CategoryHealth, Flag: "state-dir", Default: d.StateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none"},
 		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
 		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
@@ -211,7 +211,7 @@ func EnvName(flag string) string {
 
 // Default is the configuration with nothing set.
 func Default() Config {
-	p := health.DefaultPolicy()
+	p := policy.Default()
 	return Config{
 		DevicePluginDir:   "/var/lib/kubelet/device-plugins",
 		DriverRoot:        "/",
@@ -230,8 +230,8 @@ func Default() Config {
 		ThermalMarginC:      p.ThermalMarginC,
 		HealthRecoveryPolls: p.RecoveryPolls,
 
-		HealthSlowdownSamples:  health.DefaultSlowdownSamples,
-		HealthNVMLFailurePolls: health.DefaultNVMLFailurePolls,
+		HealthSlowdownSamples:  policy.DefaultSlowdownSamples,
+		HealthNVMLFailurePolls: policy.DefaultNVMLFailurePolls,
 		StateDir:               DefaultStateDir,
 
 		DeviceListStrategy: []string{"envvar"},
@@ -610,8 +610,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for i, check := range c.HealthChecksDisabled {
-		if !slices.Contains(health.Checks(), check) {
-			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(health.Checks(), ", ")))
+		if !slices.Contains(policy.Checks(), check) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(policy.Checks(), ", ")))
 		}
 	}
 	if c.StateDir != "" {

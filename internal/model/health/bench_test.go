@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 type nopNotifier struct{}
@@ -24,7 +25,7 @@ func BenchmarkPoll(b *testing.B) {
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
 	}
-	w, err := NewWatcher(DefaultPolicy(), ids, nvml.NewMonitor(s, inv, nil), nopNotifier{}, nil, nil)
+	w, err := NewWatcher(policy.Default(), ids, nvml.NewMonitor(s, inv, nil), nopNotifier{}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // migWatcher watches two GPUs: GPU 0 in MIG mode with three MIG devices
@@ -17,7 +18,7 @@ func migWatcher(t *testing.T, opts ...Option) (*Watcher, *fakeSampler, *recorder
 	s, r := newSampler(2), &recorder{}
 	s.set(0, func(x *nvml.Sample) { x.MIGEnabled = true })
 	parts := [][]Part{{{ID: "MIG-a", GPUInstance: 1, ComputeInstance: 0}, {ID: "MIG-b", GPUInstance: 1, ComputeInstance: 1}, {ID: "MIG-c", GPUInstance: 2, ComputeInstance: 0}}}
-	w, err := NewWatcher(DefaultPolicy(), []string{"GPU-0", "GPU-1"}, s, r, nil, nil, append(opts, WithParts(parts))...)
+	w, err := NewWatcher(policy.Default(), []string{"GPU-0", "GPU-1"}, s, r, nil, nil, append(opts, WithParts(parts))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // callLog is a Recorder that notes each call.
@@ -31,7 +32,7 @@ func healthState(h bool) string {
 func TestWatcherFeedsRecorder(t *testing.T) {
 	var calls callLog
 	s := newSampler(2)
-	w, err := NewWatcher(DefaultPolicy(), []string{"GPU-0", "GPU-1"}, s, &recorder{}, &calls, nil)
+	w, err := NewWatcher(policy.Default(), []string{"GPU-0", "GPU-1"}, s, &recorder{}, &calls, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 type dgxa100Server = dgxa100.Server
@@ -84,7 +85,7 @@ func logLines(buf *bytes.Buffer, msg string, kv ...string) int {
 // temperature and clock reasons (a vGPU guest) stays Healthy, and says so
 // once per GPU and signal.
 func TestNotSupportedIsNotAFailure(t *testing.T) {
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		for i := range s.Devices {
 			d := nvmltest.Device(s, i)
 			d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
@@ -110,7 +111,7 @@ func TestNotSupportedIsNotAFailure(t *testing.T) {
 func TestTransientErrorOnEveryGPU(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		for i := range s.Devices {
 			d := nvmltest.Device(s, i)
 			d.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) {
@@ -136,7 +137,7 @@ func TestTransientErrorOnEveryGPU(t *testing.T) {
 	n.w.Poll()
 	n.w.Poll()
 	if u := n.unhealthy(); len(u) != len(n.ids) || !strings.HasPrefix(u[0], "nvml: ") {
-		t.Fatalf("after %d failed polls unhealthy = %v, want every GPU with nvml: ...", DefaultNVMLFailurePolls, u)
+		t.Fatalf("after %d failed polls unhealthy = %v, want every GPU with nvml: ...", policy.DefaultNVMLFailurePolls, u)
 	}
 }
 
@@ -145,7 +146,7 @@ func TestTransientErrorOnEveryGPU(t *testing.T) {
 func TestRepeatedWarningsAreRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	s, r := newSampler(2), &recorder{}
-	w, err := NewWatcher(DefaultPolicy(), []string{"GPU-0", "GPU-1"}, s, r, nil, slog.New(slog.NewJSONHandler(&buf, nil)))
+	w, err := NewWatcher(policy.Default(), []string{"GPU-0", "GPU-1"}, s, r, nil, slog.New(slog.NewJSONHandler(&buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestRepeatedWarningsAreRateLimited(t *testing.T) {
 // TestMIGEnabledGPUIsNotHandedOut: discovery's MIG mode makes the GPU
 // Unhealthy "mig-enabled" at the first poll, and only that GPU.
 func TestMIGEnabledGPUIsNotHandedOut(t *testing.T) {
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		nvmltest.Device(s, 3).MigMode = gonvml.DEVICE_MIG_ENABLE
 		// A GPU that cannot do MIG answers NOT_SUPPORTED: not an error.
 		nvmltest.Device(s, 4).GetMigModeFunc = func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
@@ -192,7 +193,7 @@ func TestMIGEnabledGPUIsNotHandedOut(t *testing.T) {
 // none clears too, and one with no action in between does not.
 func TestRecoveryAction(t *testing.T) {
 	var action [8]atomic.Int32
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		for i := range s.Devices {
 			nvmltest.Device(s, i).GetFieldValuesFunc = nvmltest.RecoveryActionValues(func() gonvml.DeviceGpuRecoveryAction {
 				return gonvml.DeviceGpuRecoveryAction(action[i].Load())
@@ -238,7 +239,7 @@ func TestRecoveryAction(t *testing.T) {
 // GPU at once, without waiting for a poll.
 func TestRecoveryActionEvent(t *testing.T) {
 	var action atomic.Int32
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		nvmltest.Device(s, 2).GetFieldValuesFunc = nvmltest.RecoveryActionValues(func() gonvml.DeviceGpuRecoveryAction {
 			return gonvml.DeviceGpuRecoveryAction(action.Load())
 		})
@@ -252,7 +253,7 @@ func TestRecoveryActionEvent(t *testing.T) {
 }
 
 func TestRemappedRows(t *testing.T) {
-	n := newMockNode(t, DefaultPolicy(), func(s *dgxa100Server) {
+	n := newMockNode(t, policy.Default(), func(s *dgxa100Server) {
 		nvmltest.Device(s, 0).GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 1, true, false, gonvml.SUCCESS }
 		nvmltest.Device(s, 1).GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 1, true, true, gonvml.SUCCESS }
 		// A GPU without HBM row remapping.
@@ -271,23 +272,23 @@ func TestDisabledChecks(t *testing.T) {
 		check string
 		set   func(*nvml.Sample)
 	}{
-		{CheckThermal, func(x *nvml.Sample) { x.TempC = 99 }},
-		{CheckHWSlowdown, func(x *nvml.Sample) { x.Reasons = nvml.ReasonHWSlowdown | nvml.ReasonHWThermalSlowdown }},
-		{CheckPowerBrake, func(x *nvml.Sample) { x.Reasons = nvml.ReasonHWPowerBrake }},
-		{CheckLost, func(x *nvml.Sample) { x.Lost, x.Failed, x.Err = true, nvml.AllSignals, gonvml.ERROR_GPU_IS_LOST }},
-		{CheckRecoveryAction, func(x *nvml.Sample) { x.RecoveryAction = nvml.RecoveryReboot }},
-		{CheckRemappedRows, func(x *nvml.Sample) { x.RowRemapPending, x.RowRemapFailure = true, true }},
+		{policy.CheckThermal, func(x *nvml.Sample) { x.TempC = 99 }},
+		{policy.CheckHWSlowdown, func(x *nvml.Sample) { x.Reasons = nvml.ReasonHWSlowdown | nvml.ReasonHWThermalSlowdown }},
+		{policy.CheckPowerBrake, func(x *nvml.Sample) { x.Reasons = nvml.ReasonHWPowerBrake }},
+		{policy.CheckLost, func(x *nvml.Sample) { x.Lost, x.Failed, x.Err = true, nvml.AllSignals, gonvml.ERROR_GPU_IS_LOST }},
+		{policy.CheckRecoveryAction, func(x *nvml.Sample) { x.RecoveryAction = nvml.RecoveryReboot }},
+		{policy.CheckRemappedRows, func(x *nvml.Sample) { x.RowRemapPending, x.RowRemapFailure = true, true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.check, func(t *testing.T) {
 			for _, disabled := range []bool{false, true} {
-				p := DefaultPolicy()
+				p := policy.Default()
 				if disabled {
 					p.Disabled = []string{tt.check}
 				}
 				w, s, _, _ := newWatcher(t, 1, p)
 				s.set(0, tt.set)
-				for range DefaultSlowdownSamples {
+				for range policy.DefaultSlowdownSamples {
 					w.Poll()
 				}
 				if healthy, reason := w.State(0); healthy != disabled {
@@ -305,7 +306,7 @@ func TestStickyExportAndRestore(t *testing.T) {
 	var hooked [][]StickyCondition
 	ids := []string{"GPU-0", "GPU-1", "GPU-2"}
 	s, r := newSampler(3), &recorder{}
-	w, err := NewWatcher(DefaultPolicy(), ids, s, r, nil, nil, OnStickyChange(func(c []StickyCondition) { hooked = append(hooked, c) }))
+	w, err := NewWatcher(policy.Default(), ids, s, r, nil, nil, OnStickyChange(func(c []StickyCondition) { hooked = append(hooked, c) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestStickyExportAndRestore(t *testing.T) {
 	// The plugin restarts; GPU-9 has left the node.
 	saved = append(saved, StickyCondition{Device: "GPU-9", Kind: StickyXID, XID: 48})
 	r2 := &recorder{}
-	w2, err := NewWatcher(DefaultPolicy(), ids, s, r2, nil, nil, WithSticky(saved))
+	w2, err := NewWatcher(policy.Default(), ids, s, r2, nil, nil, WithSticky(saved))
 	if err != nil {
 		t.Fatal(err)
 	}

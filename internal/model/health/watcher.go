@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // Sampler reads one GPU's polled state; nvml.Monitor is one.
@@ -354,8 +355,8 @@ func (w *Watcher) Event(ev nvml.Event) {
 			g.conds[condECC] = &condition{reason: "ecc=double-bit", since: now}
 		}
 	case nvml.EventXID:
-		action := w.policy.xid(ev.XID)
-		if action == xidIgnore {
+		action := w.policy.XID(ev.XID)
+		if action == policy.XIDIgnore {
 			w.log.Info("ignoring application XID", "device", w.ids[ev.GPU], "xid", ev.XID)
 			return
 		}
@@ -397,9 +398,9 @@ func (w *Watcher) Event(ev nvml.Event) {
 
 // xidCondition is the XID condition after XID code arrives, given the
 // one held now: a sticky XID is never downgraded by a later transient one.
-func (w *Watcher) xidCondition(cur *condition, action xidAction, code uint64, now time.Time) *condition {
+func (w *Watcher) xidCondition(cur *condition, action policy.XIDAction, code uint64, now time.Time) *condition {
 	reason := fmt.Sprintf("xid=%d", code)
-	if action == xidSticky {
+	if action == policy.XIDSticky {
 		return &condition{reason: reason, since: now, xid: code}
 	}
 	if cur.sticky() {
@@ -426,7 +427,7 @@ func (w *Watcher) Poll() {
 	} else {
 		w.failedPolls = 0
 	}
-	nvmlDown := w.failedPolls >= w.policy.nvmlFailurePolls()
+	nvmlDown := w.failedPolls >= w.policy.NVMLFailurePollCount()
 	now := w.now()
 	for i := range w.gpus {
 		w.apply(i, samples[i], nvmlDown, now)
@@ -484,7 +485,7 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 		w.warnRead(i, s)
 	}
 	if s.Lost {
-		if p.enabled(CheckLost) && g.conds[condLost] == nil {
+		if p.Enabled(policy.CheckLost) && g.conds[condLost] == nil {
 			g.conds[condLost] = &condition{reason: "gpu-lost"}
 		}
 		g.lostGood, g.thermalGood, g.hwGood, g.hwBad = 0, 0, 0, 0
@@ -507,13 +508,13 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 	w.applyThermal(g, s)
 	w.applyHW(g, s)
 	switch {
-	case !p.enabled(CheckRecoveryAction) || s.Unsupported&nvml.SignalRecoveryAction != 0:
+	case !p.Enabled(policy.CheckRecoveryAction) || s.Unsupported&nvml.SignalRecoveryAction != 0:
 		g.conds[condRecovery] = nil
 	case s.Has(nvml.SignalRecoveryAction):
 		w.applyRecovery(i, s.RecoveryAction)
 	}
 	switch {
-	case !p.enabled(CheckRemappedRows) || s.Unsupported&nvml.SignalRemappedRows != 0:
+	case !p.Enabled(policy.CheckRemappedRows) || s.Unsupported&nvml.SignalRemappedRows != 0:
 		g.conds[condRemap] = nil
 	case !s.Has(nvml.SignalRemappedRows):
 	case s.RowRemapFailure:
@@ -530,7 +531,7 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 func (w *Watcher) applyThermal(g *gpuState, s nvml.Sample) {
 	p := w.policy
 	switch {
-	case !p.enabled(CheckThermal) || s.Unsupported&nvml.SignalTemperature != 0:
+	case !p.Enabled(policy.CheckThermal) || s.Unsupported&nvml.SignalTemperature != 0:
 		g.conds[condThermal], g.thermalGood = nil, 0
 	case !s.Has(nvml.SignalTemperature):
 		g.thermalGood = 0
@@ -554,10 +555,10 @@ func (w *Watcher) applyThermal(g *gpuState, s nvml.Sample) {
 func (w *Watcher) applyHW(g *gpuState, s nvml.Sample) {
 	p := w.policy
 	var mask uint64
-	if p.enabled(CheckHWSlowdown) {
+	if p.Enabled(policy.CheckHWSlowdown) {
 		mask |= nvml.ReasonHWSlowdown | nvml.ReasonHWThermalSlowdown
 	}
-	if p.enabled(CheckPowerBrake) {
+	if p.Enabled(policy.CheckPowerBrake) {
 		mask |= nvml.ReasonHWPowerBrake
 	}
 	switch {
@@ -567,7 +568,7 @@ func (w *Watcher) applyHW(g *gpuState, s nvml.Sample) {
 		g.hwBad, g.hwGood = 0, 0
 	case s.Reasons&mask != 0:
 		g.hwGood = 0
-		if g.hwBad++; g.hwBad >= p.slowdownSamples() && g.conds[condHW] == nil {
+		if g.hwBad++; g.hwBad >= p.SlowdownSampleCount() && g.conds[condHW] == nil {
 			g.conds[condHW] = &condition{reason: hwReasons(s.Reasons & mask)}
 		}
 	default:
@@ -586,7 +587,7 @@ func (w *Watcher) applyHW(g *gpuState, s nvml.Sample) {
 // driver, after it began, reported an action and then none again: the GPU
 // was reset and the driver vouches for it.
 func (w *Watcher) applyRecovery(i int, a nvml.RecoveryAction) {
-	if !w.policy.enabled(CheckRecoveryAction) {
+	if !w.policy.Enabled(policy.CheckRecoveryAction) {
 		return
 	}
 	g := &w.gpus[i]

@@ -12,6 +12,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // fakeSampler returns whatever the test set for each GPU.
@@ -118,7 +119,7 @@ func TestXIDClasses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := policy.Default()
 			p.FatalXIDs = append(p.FatalXIDs, 48)
 			p.IgnoredXIDs = append(p.IgnoredXIDs, 48)
 			w, _, r, c := newWatcher(t, 4, p)
@@ -132,7 +133,7 @@ func TestXIDClasses(t *testing.T) {
 }
 
 func TestXIDRecoveryZeroIsSticky(t *testing.T) {
-	p := DefaultPolicy()
+	p := policy.Default()
 	p.XIDRecovery = 0
 	w, _, r, c := newWatcher(t, 2, p)
 	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 61})
@@ -142,7 +143,7 @@ func TestXIDRecoveryZeroIsSticky(t *testing.T) {
 }
 
 func TestStickyXIDNotDowngraded(t *testing.T) {
-	p := DefaultPolicy()
+	p := policy.Default()
 	w, _, r, c := newWatcher(t, 1, p)
 	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 79})
 	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 61})
@@ -155,14 +156,14 @@ func TestStickyXIDNotDowngraded(t *testing.T) {
 }
 
 func TestDoubleBitECC(t *testing.T) {
-	w, _, r, _ := newWatcher(t, 2, DefaultPolicy())
+	w, _, r, _ := newWatcher(t, 2, policy.Default())
 	w.Event(nvml.Event{GPU: 1, Kind: nvml.EventDoubleBitECC})
 	w.Poll()
 	expect(t, r.take(), change{"GPU-1", false, "ecc=double-bit"})
 }
 
 func TestThermalHysteresis(t *testing.T) {
-	p := DefaultPolicy()
+	p := policy.Default()
 	w, s, r, _ := newWatcher(t, 2, p)
 	poll := func(temp int) []change {
 		s.set(0, func(x *nvml.Sample) { x.TempC = temp })
@@ -182,7 +183,7 @@ func TestThermalHysteresis(t *testing.T) {
 }
 
 func TestHardwareSlowdown(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 1, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 1, policy.Default())
 	poll := func(reasons uint64) []change {
 		s.set(0, func(x *nvml.Sample) { x.Reasons = reasons })
 		w.Poll()
@@ -202,7 +203,7 @@ func TestHardwareSlowdown(t *testing.T) {
 }
 
 func TestLostGPU(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 3, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 3, policy.Default())
 	s.set(2, func(x *nvml.Sample) {
 		x.Err, x.Lost = fmt.Errorf("reading temperature: %w", gonvml.ERROR_GPU_IS_LOST), true
 	})
@@ -216,7 +217,7 @@ func TestLostGPU(t *testing.T) {
 }
 
 func TestOneFailedReadLeavesHealthAlone(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 3, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 3, policy.Default())
 	s.set(1, func(x *nvml.Sample) { x.Err = errors.New("reading temperature: Unknown Error") })
 	w.Poll()
 	expect(t, r.take())
@@ -227,11 +228,11 @@ func failAll(x *nvml.Sample) {
 }
 
 func TestNVMLFailureTakesEveryGPU(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 2, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 2, policy.Default())
 	for i := range 2 {
 		s.set(i, failAll)
 	}
-	for range DefaultNVMLFailurePolls - 1 {
+	for range policy.DefaultNVMLFailurePolls - 1 {
 		w.Poll()
 		expect(t, r.take())
 	}
@@ -248,10 +249,10 @@ func TestNVMLFailureTakesEveryGPU(t *testing.T) {
 }
 
 func TestOneGPUNodeSurvivesTransientErrors(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 1, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 1, policy.Default())
 	for range 5 {
 		// Failing polls short of the count, each followed by a good one.
-		for range DefaultNVMLFailurePolls - 1 {
+		for range policy.DefaultNVMLFailurePolls - 1 {
 			s.set(0, failAll)
 			w.Poll()
 		}
@@ -262,7 +263,7 @@ func TestOneGPUNodeSurvivesTransientErrors(t *testing.T) {
 }
 
 func TestReasonsCombine(t *testing.T) {
-	w, s, r, _ := newWatcher(t, 1, DefaultPolicy())
+	w, s, r, _ := newWatcher(t, 1, policy.Default())
 	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 79})
 	s.set(0, func(x *nvml.Sample) { x.TempC = 95 })
 	w.Poll()
@@ -270,7 +271,7 @@ func TestReasonsCombine(t *testing.T) {
 }
 
 func TestRunReportsEventsAtOnceAndStops(t *testing.T) {
-	p := DefaultPolicy()
+	p := policy.Default()
 	p.PollInterval = time.Hour
 	w, _, r, _ := newWatcher(t, 2, p)
 	r.ch = make(chan change, 4)
@@ -299,7 +300,7 @@ func TestPolicyValidate(t *testing.T) {
 	}{
 		{name: "default", edit: func(*Policy) {}, valid: true},
 		{name: "zero counts mean the defaults", edit: func(p *Policy) { p.SlowdownSamples, p.NVMLFailurePolls = 0, 0 }, valid: true},
-		{name: "every check disabled", edit: func(p *Policy) { p.Disabled = Checks() }, valid: true},
+		{name: "every check disabled", edit: func(p *Policy) { p.Disabled = policy.Checks() }, valid: true},
 		{name: "zero recovery polls", edit: func(p *Policy) { p.RecoveryPolls = 0 }},
 		{name: "negative slowdown samples", edit: func(p *Policy) { p.SlowdownSamples = -1 }},
 		{name: "negative NVML failure polls", edit: func(p *Policy) { p.NVMLFailurePolls = -1 }},
@@ -307,7 +308,7 @@ func TestPolicyValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := policy.Default()
 			tt.edit(&p)
 			_, err := NewWatcher(p, nil, newSampler(0), &recorder{}, nil, nil)
 			if (err == nil) != tt.valid {
