@@ -15,6 +15,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
 // NICResource is one pool of PCI NICs served as an extended resource.
@@ -241,7 +243,7 @@ var (
 )
 
 // reservedResources are served by the plugin itself.
-var reservedResources = []string{"nvidia.com/gpu"}
+var reservedResources = []string{device.GPUResource}
 
 // validateNICResources checks every pool and names each problem by index
 // and field.

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
 // MIG strategies, the values of migStrategy. They shape the device-plugin
@@ -156,7 +158,7 @@ func (t TimeSlicing) servedName(r SharedResource) string {
 	return r.Name
 }
 
-const gpuResource = "nvidia.com/gpu"
+const gpuResource = device.GPUResource
 
 // migResource is a MIG profile as mixed serves it: [<c>c.]<g>g.<mem>gb
 // and suffixes such as .me, .gfx, -me, .me.all ("+" written as ".").

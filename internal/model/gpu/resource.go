@@ -15,7 +15,7 @@ import (
 )
 
 // ResourceName is the extended resource GPUs are served as.
-const ResourceName = "nvidia.com/gpu"
+const ResourceName = device.GPUResource
 
 // VisibleDevicesEnv is read by the NVIDIA container runtime and CUDA.
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"

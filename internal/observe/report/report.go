@@ -14,12 +14,13 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
 // GPUResource is the resource whose devices are GPUs; every other
-// resource is a NIC pool. (gpu.ResourceName; not imported, to keep this
-// package free of NVML.)
-const GPUResource = "nvidia.com/gpu"
+// resource is a NIC pool.
+const GPUResource = device.GPUResource
 
 // DefaultComponent is the Events' source and reporting component.
 const DefaultComponent = "gpu-device-plugin"
