@@ -29,7 +29,7 @@ import (
 
 // The types below are the `list -o json` interface: scripts read it, so
 // every key is lowerCamelCase, always present (empty rather than left
-// out), listed in the README and pinned by testdata/list.golden.json. They
+// out), listed in docs/cli.md and pinned by testdata/list.golden.json. They
 // are mapped from nvml.GPU and sysfs.NIC field by field, so a field added
 // there does not change the output by accident.
 

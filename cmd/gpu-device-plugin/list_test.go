@@ -52,7 +52,7 @@ func goldenHolders(t *testing.T) *prt.Server {
 // with one link down, the example NIC pools, and a kubelet whose one pod
 // holds a GPU and a NIC. The JSON keys are an
 // interface scripts read; a change to the golden JSON must be on purpose
-// and go into the README. Refresh with `go test ./cmd/gpu-device-plugin -run
+// and go into docs/cli.md. Refresh with `go test ./cmd/gpu-device-plugin -run
 // TestListGolden -update`.
 func TestListGolden(t *testing.T) {
 	root := sysfstest.Load(t, "dgx-h100")
@@ -101,7 +101,7 @@ func TestListGolden(t *testing.T) {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Errorf("list output differs from %s (if the change is meant, run with -update and update the README):\n--- got\n%s\n--- want\n%s", path, got, want)
+				t.Errorf("list output differs from %s (if the change is meant, run with -update and update docs/cli.md):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})
 	}

@@ -12,8 +12,8 @@ const ReferencePath = "docs/configuration.md"
 // fileOnly are the keys the config file alone takes: nested values no flag
 // could hold.
 var fileOnly = []struct{ key, usage string }{
-	{"nicResources", "NIC pools: which NICs each resource serves (see the README's NIC pools)"},
-	{"sharing", "GPU sharing: `timeSlicing` (see the README's MIG and GPU sharing)"},
+	{"nicResources", "NIC pools: which NICs each resource serves ([NIC pools](nic-pools.md))"},
+	{"sharing", "GPU sharing: `timeSlicing` ([MIG and GPU sharing](mig-and-sharing.md))"},
 }
 
 // Reference is the settings reference in Markdown, grouped by category,

@@ -19,7 +19,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 )
 
-// nicFixture is the DGX-H100-like tree with the README's pools, CDI specs
+// nicFixture is the DGX-H100-like tree with docs/nic-pools.md's pools, CDI specs
 // and device-information files in temporary directories.
 type nicFixture struct {
 	root    string // the tree: sys/, dev/, proc/

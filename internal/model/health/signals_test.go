@@ -350,7 +350,7 @@ func TestStickyExportAndRestore(t *testing.T) {
 	}
 }
 
-// The saved form of a sticky condition is documented in README (Health):
+// The saved form of a sticky condition is documented in docs/health.md:
 // its keys are pinned here.
 func TestStickyConditionJSON(t *testing.T) {
 	c := StickyCondition{Device: "GPU-a", Kind: StickyXID, XID: 79, Since: time.Date(2026, 11, 24, 1, 2, 3, 0, time.UTC), ActionSeen: true}
