@@ -10,6 +10,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
@@ -42,7 +43,7 @@ func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer)
 		return err
 	}
 	defer lib.Shutdown()
-	gpuSpec, err := daemon.GPUSpec(cfg, inv.GPUs, log)
+	gpuSpec, err := ondisk.GPUSpec(cfg, inv.GPUs, log)
 	if err != nil {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
 	}

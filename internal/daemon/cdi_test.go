@@ -3,11 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,12 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
@@ -73,153 +66,6 @@ func gpus(t *testing.T) []nvml.GPU {
 	return inv.GPUs
 }
 
-// At start the plugin keeps its specs of kinds it still serves (running
-// containers restart with their names), removes its own of kinds it no
-// longer serves (an older version's nvidia.com/gpu file among them), never
-// touches another vendor's, and warns, naming the file, about any other
-// spec that defines our GPU kind.
-func TestSpecStoreStart(t *testing.T) {
-	const toolkit = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    env: [A=1]\n"
-	const clash = "cdiVersion: 0.5.0\nkind: " + cdi.GPUKind + "\ndevices:\n- name: \"0\"\n  containerEdits:\n    env: [A=1]\n"
-	setup := func(t *testing.T) string {
-		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"), "{}")
-		writeFile(t, filepath.Join(dir, "gpu-device-plugin_nvidia.com-gpu.json"), "{}")
-		writeFile(t, filepath.Join(dir, "gpu-device-plugin_example.com-gone.json"), "{}")
-		writeFile(t, filepath.Join(dir, "nvidia.yaml"), toolkit)
-		writeFile(t, filepath.Join(dir, "someone-else.yaml"), clash)
-		return dir
-	}
-	tests := []struct {
-		name       string
-		strategies []string
-		want       []string
-	}{
-		{"cdi-cri keeps its GPU spec", []string{"cdi-cri"},
-			[]string{"gpu-device-plugin_gpu-device-plugin.github.io-gpu.json", "nvidia.yaml", "someone-else.yaml"}},
-		{"back to envvar removes every spec of ours", []string{"envvar"},
-			[]string{"nvidia.yaml", "someone-else.yaml"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := setup(t)
-			cfg := config.Default()
-			cfg.StateDir = ""
-			cfg.CDISpecDir = dir
-			cfg.DeviceListStrategy = tt.strategies
-			var logs syncBuffer
-			s, err := newSpecStore(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := listDir(t, dir); !slices.Equal(got, tt.want) {
-				t.Errorf("spec dir holds %v, want %v", got, tt.want)
-			}
-			if (s != nil) != cfg.UsesCDI() {
-				t.Errorf("store %v with strategies %v", s, tt.strategies)
-			}
-			warned := strings.Contains(logs.String(), filepath.Join(dir, "someone-else.yaml"))
-			if warned != cfg.UsesCDI() || strings.Contains(logs.String(), "nvidia.yaml") {
-				t.Errorf("warning names the clashing file: %v, want %v; logs:\n%s", warned, cfg.UsesCDI(), logs.String())
-			}
-		})
-	}
-}
-
-// A spec that cannot be written is retried until it lands; meanwhile
-// Ensure refuses, so Allocate hands out no name nothing defines.
-func TestSpecStoreRetriesUntilWritable(t *testing.T) {
-	base := t.TempDir()
-	blocker := filepath.Join(base, "cdi")
-	writeFile(t, blocker, "a file where the spec directory should be")
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = filepath.Join(blocker, "specs")
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	cfg.DevRoot = t.TempDir()
-	cfg.DriverRoot = t.TempDir()
-	cfg.CDIHookPath = ""
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	store, err := newSpecStore(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.retryMin, store.retryMax = time.Millisecond, 4*time.Millisecond
-	rounds := make(chan int, 100)
-	store.retried = func(failed int) { rounds <- failed }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go store.run(ctx)
-
-	g, err := newGPUSpecs(cfg, store, gpus(t), nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Ensure(); !errors.Is(err, device.ErrNotReady) {
-		t.Fatalf("Ensure with an unwritable dir = %v, want ErrNotReady", err)
-	}
-	// A few failed rounds, logged as an error once.
-	for range 3 {
-		if n := <-rounds; n != 1 {
-			t.Fatalf("retry round left %d failed, want 1", n)
-		}
-	}
-	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
-		t.Errorf("%d error lines for one unwritable spec, want 1:\n%s", n, logs.String())
-	}
-	if err := os.Remove(blocker); err != nil {
-		t.Fatal(err)
-	}
-	for n := range rounds {
-		if n == 0 {
-			break
-		}
-	}
-	if err := g.Ensure(); err != nil {
-		t.Fatalf("Ensure once the dir is writable: %v", err)
-	}
-	if got := listDir(t, cfg.CDISpecDir); !slices.Equal(got, []string{"gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"}) {
-		t.Errorf("spec dir holds %v", got)
-	}
-	if !strings.Contains(logs.String(), "wrote CDI spec after failures") {
-		t.Errorf("recovery not logged:\n%s", logs.String())
-	}
-}
-
-// A control node that appears after start (nvidia-uvm at the first CUDA
-// call) is in the spec before the next name is handed out.
-func TestGPUSpecsFollowControlNodes(t *testing.T) {
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = t.TempDir()
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	cfg.DevRoot = t.TempDir()
-	cfg.DriverRoot = t.TempDir()
-	cfg.CDIHookPath = ""
-	writeFile(t, filepath.Join(cfg.DevRoot, "nvidiactl"), "")
-	log := slog.New(slog.DiscardHandler)
-	store, err := newSpecStore(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := newGPUSpecs(cfg, store, gpus(t), nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
-	if s := read(); !strings.Contains(s, `"/dev/nvidiactl"`) || strings.Contains(s, "nvidia-uvm") {
-		t.Fatalf("first spec:\n%s", s)
-	}
-	writeFile(t, filepath.Join(cfg.DevRoot, "nvidia-uvm"), "")
-	if err := g.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	if s := read(); !strings.Contains(s, `"/dev/nvidia-uvm"`) {
-		t.Fatalf("spec after nvidia-uvm appeared lacks it:\n%s", s)
-	}
-}
-
 // The whole daemon with an unwritable spec dir: Allocate answers
 // Unavailable, naming the spec, instead of a name nothing defines.
 func TestAllocateRefusedWhileSpecUnwritable(t *testing.T) {
@@ -258,61 +104,4 @@ func TestAllocateRefusedWhileSpecUnwritable(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-}
-
-// A hook missing at start is left out of the spec, said once with what
-// breaks, and reported; once installed, the next check puts it in.
-func TestGPUSpecsFollowTheHook(t *testing.T) {
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = t.TempDir()
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	root, _ := cditest.Tree(t, cditest.Manifest(t)) // a driver, so the spec has hook arguments to give
-	cfg.DevRoot = filepath.Join(root, "dev")
-	cfg.DriverRoot = root
-	cfg.CDIHookPath = filepath.Join(t.TempDir(), cdi.HookName)
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	store, err := newSpecStore(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var heard []bool
-	g, err := newGPUSpecs(cfg, store, gpus(t), func(ok bool, _ error) { heard = append(heard, ok) }, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
-	if s := read(); strings.Contains(s, cdi.HookName) {
-		t.Fatalf("spec runs a hook that is not installed:\n%s", s)
-	}
-	if err := g.Ensure(); err != nil { // no change: said once
-		t.Fatal(err)
-	}
-	if n := strings.Count(logs.String(), "not installed at "+cfg.CDIHookPath); n != 1 || !strings.Contains(logs.String(), "CUDA fails at its first call") {
-		t.Errorf("%d warnings, want 1 saying what breaks:\n%s", n, logs.String())
-	}
-	writeFile(t, cfg.CDIHookPath, "#!/bin/sh\n")
-	if err := os.Chmod(cfg.CDIHookPath, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Ensure(); err != nil {
-		t.Fatal(err)
-	}
-	if s := read(); !strings.Contains(s, cfg.CDIHookPath) {
-		t.Fatalf("spec after the hook was installed lacks it:\n%s", s)
-	}
-	if !slices.Equal(heard, []bool{false, true}) {
-		t.Errorf("observer heard %v, want [false true]", heard)
-	}
-}
-
-// readGPUSpec reads the GPU spec the plugin wrote in dir.
-func readGPUSpec(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
@@ -74,7 +75,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	specs, err := newSpecStore(cfg, log)
+	specs, err := ondisk.NewStore(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		cancel()
 		wg.Wait()
 	}()
-	wg.Go(func() { specs.run(ctx) })
+	wg.Go(func() { specs.Run(ctx) })
 	var mets *metrics.Metrics
 	var hookGauge prometheus.Gauge
 	if cfg.MetricsAddress != "" {
@@ -190,14 +191,14 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 type gpuFront interface {
 	// take builds what serves inv's GPUs (specs is nil without CDI) and
 	// returns what it serves and where their health goes.
-	take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error)
+	take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error)
 	// run serves until ctx ends.
 	run(ctx context.Context) error
 	// absent is told once that NVML did not load at the first try.
 	absent(ctx context.Context)
 }
 
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *specStore, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
 	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
 	if err != nil || lib == nil {
 		return err
@@ -214,9 +215,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 	// The spec first: the kubelet may hand out a CDI name as soon as the
 	// resource registers.
-	var gspecs *gpuSpecs
+	var gspecs *ondisk.GPU
 	if specs != nil {
-		if gspecs, err = newGPUSpecs(cfg, specs, inv.GPUs, onHook, log); err != nil {
+		if gspecs, err = ondisk.NewGPU(cfg, specs, inv.GPUs, onHook, log); err != nil {
 			return err
 		}
 	}
@@ -257,7 +258,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
 	if gspecs != nil {
-		wg.Go(func() { gspecs.watch(ctx, log) })
+		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}
 	return front.run(ctx)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
@@ -44,15 +45,15 @@ type Specs interface {
 // NewFrontEnd builds a FrontEnd for cfg.
 type NewFrontEnd func(ctx context.Context, cfg config.Config, specs Specs, log *slog.Logger) (FrontEnd, error)
 
-type specReady struct{ s *specStore }
+type specReady struct{ s *ondisk.Store }
 
-func (r specReady) Ready(resource string) error { return r.s.ready(resource) }
+func (r specReady) Ready(resource string) error { return r.s.Ready(resource) }
 
 // externalGPUs and externalNICs put a FrontEnd where the device-plugin
 // front-end's GPU and NIC parts go.
 type externalGPUs struct{ fe FrontEnd }
 
-func (g externalGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+func (g externalGPUs) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
 	var gs GPUSpecs
 	if specs != nil {
 		gs = specs

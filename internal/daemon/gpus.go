@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
@@ -107,7 +108,7 @@ type gpuPlugin struct {
 	srvs []*deviceplugin.Server
 }
 
-func (p *gpuPlugin) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+func (p *gpuPlugin) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
 	ts := p.cfg.Sharing.TimeSlicing
 	var sharing gpu.Sharing
 	if ts.Enabled() {

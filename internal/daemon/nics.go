@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
@@ -38,7 +39,7 @@ type nicServer struct {
 	scanner *sysfs.NICScanner
 	pools   *nic.Pools
 	front   nicFront
-	specs   *specStore
+	specs   *ondisk.Store
 	recs    map[*nic.Pool]health.Recorder // nil without metrics
 	mets    *metrics.Metrics              // nil without metrics
 	log     *slog.Logger
@@ -64,7 +65,7 @@ type nicHealth struct {
 }
 
 // newNICServer builds the pools; front makes their front-end.
-func newNICServer(cfg config.Config, specs *specStore, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) (*nicServer, error) {
+func newNICServer(cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) (*nicServer, error) {
 	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Strategies: cfg.DeviceListStrategy, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("NIC pools: %w", err)
@@ -93,7 +94,7 @@ func newNICServer(cfg config.Config, specs *specStore, mets *metrics.Metrics, fr
 }
 
 // serveNICs serves the NIC pools until ctx ends.
-func serveNICs(ctx context.Context, cfg config.Config, specs *specStore, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) error {
+func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, front func(*nicServer) (nicFront, error), log *slog.Logger) error {
 	s, err := newNICServer(cfg, specs, mets, front, log)
 	if err != nil {
 		return err
@@ -130,7 +131,7 @@ func (s *nicServer) rescan(first bool) {
 			if spec, err := u.Pool.CDISpec(); err != nil {
 				s.log.Error("building CDI spec", "resource", u.Pool.Resource(), "err", err)
 			} else {
-				s.specs.publish(u.Pool.Resource(), spec)
+				s.specs.Publish(u.Pool.Resource(), spec)
 			}
 		}
 		s.record(u.Pool, u.Devices, first)
@@ -309,7 +310,7 @@ type nicBackend struct {
 // the kubelet retries.
 func (b nicBackend) Allocate(ids []string) (*device.Answer, error) {
 	// No CDI name nothing defines (read-only or full spec dir).
-	if err := b.s.specs.unwritten(b.pool.Resource()); err != nil {
+	if err := b.s.specs.Unwritten(b.pool.Resource()); err != nil {
 		return nil, err
 	}
 	resp, err := b.pool.Allocate(ids)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
@@ -25,7 +26,7 @@ type nicFixture struct {
 	root    string // the tree: sys/, dev/, proc/
 	cfg     config.Config
 	infoDir string
-	specs   *specStore
+	specs   *ondisk.Store
 }
 
 func newNICFixture(t *testing.T) *nicFixture {
@@ -40,7 +41,7 @@ func newNICFixture(t *testing.T) *nicFixture {
 	cfg.NICResources = example.NICResources
 	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
 	cfg.CDISpecDir = t.TempDir()
-	specs, err := newSpecStore(cfg, slog.New(slog.DiscardHandler))
+	specs, err := ondisk.NewStore(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,24 +101,31 @@ func TestNICAllocateWritesDeviceInfo(t *testing.T) {
 	}
 
 	t.Run("refuses while the pool's CDI spec cannot be written", func(t *testing.T) {
-		blocker := filepath.Join(t.TempDir(), "file")
-		if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		// A file where the spec directory was: every write fails.
+		dir := s.cfg.CDISpecDir
+		if err := os.Rename(dir, dir+".away"); err != nil {
 			t.Fatal(err)
 		}
-		dir := s.specs.writer.Dir
-		s.specs.writer.Dir = filepath.Join(blocker, "cdi")
-		defer func() { s.specs.writer.Dir = dir }()
+		writeFile(t, dir, "")
+		restore := func() {
+			if err := os.Remove(dir); err == nil {
+				if err := os.Rename(dir+".away", dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		defer restore()
 		spec, err := pool.CDISpec()
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.specs.publish(pool.Resource(), spec)
+		s.specs.Publish(pool.Resource(), spec)
 		_, err = (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"})
 		if !errors.Is(err, device.ErrNotReady) || !strings.Contains(err.Error(), pool.Resource()) {
 			t.Fatalf("Allocate with the spec unwritten: %v, want ErrNotReady naming the pool", err)
 		}
-		s.specs.writer.Dir = dir
-		s.specs.publish(pool.Resource(), spec)
+		restore()
+		s.specs.Publish(pool.Resource(), spec)
 		if _, err := (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"}); err != nil {
 			t.Fatalf("Allocate once the spec is written: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
@@ -95,7 +96,7 @@ type reportingGPUs struct {
 // take registers every unit (whole GPU or MIG device), healthy until the
 // watcher says otherwise, so the condition can count them, and has their
 // health reported.
-func (g reportingGPUs) take(inv *nvml.Inventory, specs *gpuSpecs) (*gpuServed, error) {
+func (g reportingGPUs) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
 	served, err := g.gpuFront.take(inv, specs)
 	if err != nil {
 		return nil, err

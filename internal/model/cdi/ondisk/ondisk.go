@@ -1,4 +1,8 @@
-package daemon
+// Package ondisk keeps the plugin's CDI specs on disk: one file per
+// resource, written when its devices change, retried until a failed write
+// lands, kept in step with the control nodes in /dev and with the hook, and
+// asked before a CDI name is handed out. Both front-ends use it.
+package ondisk
 
 import (
 	"context"
@@ -34,7 +38,7 @@ const (
 // as the NVIDIA Container Toolkit's, besides cdiSpecDir.
 const staticSpecDir = "/etc/cdi"
 
-// specStore owns the plugin's CDI spec files: one per resource, rewritten
+// Store owns the plugin's CDI spec files: one per resource, rewritten
 // when that resource's devices change. Files outlive the plugin: the
 // kubelet restarts a container with the CDI names of the Allocate answer it
 // checkpointed, without asking again, so a spec removed on shutdown would
@@ -42,7 +46,7 @@ const staticSpecDir = "/etc/cdi"
 // write that fails is retried with backoff until it lands; until then
 // ready reports the error, so no name nothing defines is handed out. The
 // GPU and NIC goroutines both publish, so writes are serialised here.
-type specStore struct {
+type Store struct {
 	writer cdi.Writer
 	log    *slog.Logger
 	poke   chan struct{}
@@ -58,10 +62,10 @@ type specStore struct {
 	written map[string]string      // resource -> file
 }
 
-// newSpecStore removes this plugin's spec files of kinds it no longer
+// NewStore removes this plugin's spec files of kinds it no longer
 // serves (all of them when no strategy needs CDI: nil is returned then)
 // and warns about other specs that define our GPU kind.
-func newSpecStore(cfg config.Config, log *slog.Logger) (*specStore, error) {
+func NewStore(cfg config.Config, log *slog.Logger) (*Store, error) {
 	w := cdi.Writer{Dir: cfg.CDISpecDir, Owner: cdi.DefaultOwner}
 	if !cfg.UsesCDI() {
 		if err := w.RemoveAll(); err != nil {
@@ -92,7 +96,7 @@ func newSpecStore(cfg config.Config, log *slog.Logger) (*specStore, error) {
 		log.Warn("another CDI spec defines our GPU kind; the runtime's CDI cache will drop the names both define and GPU containers will fail to start: remove that file",
 			"kind", cdi.GPUKind, "file", f)
 	}
-	return &specStore{
+	return &Store{
 		writer:   w,
 		log:      log,
 		poke:     make(chan struct{}, 1),
@@ -105,9 +109,9 @@ func newSpecStore(cfg config.Config, log *slog.Logger) (*specStore, error) {
 	}, nil
 }
 
-// publish writes resource's spec at once, or removes its file when spec
+// Publish writes resource's spec at once, or removes its file when spec
 // is nil. A failed write is logged, kept for ready, and retried by run.
-func (s *specStore) publish(resource string, spec *specs.Spec) {
+func (s *Store) Publish(resource string, spec *specs.Spec) {
 	if s == nil {
 		return
 	}
@@ -130,7 +134,7 @@ func (s *specStore) publish(resource string, spec *specs.Spec) {
 	s.writeLocked(resource)
 }
 
-func (s *specStore) writeLocked(resource string) {
+func (s *Store) writeLocked(resource string) {
 	spec := s.wanted[resource]
 	p, err := s.writer.Write(spec)
 	if err != nil {
@@ -159,8 +163,8 @@ func (s *specStore) writeLocked(resource string) {
 }
 
 // ready is nil when resource's current spec is on disk, else why not.
-func (s *specStore) ready(resource string) error {
-	if err := s.unwritten(resource); err != nil {
+func (s *Store) Ready(resource string) error {
+	if err := s.Unwritten(resource); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -171,10 +175,10 @@ func (s *specStore) ready(resource string) error {
 	return nil
 }
 
-// unwritten is an error when resource's spec is wanted but its last write
+// Unwritten is an error when resource's spec is wanted but its last write
 // failed; a resource with no spec at all (NICs without device nodes) is
 // not its business. Nil on a nil store.
-func (s *specStore) unwritten(resource string) error {
+func (s *Store) Unwritten(resource string) error {
 	if s == nil {
 		return nil
 	}
@@ -186,9 +190,9 @@ func (s *specStore) unwritten(resource string) error {
 	return nil
 }
 
-// run retries failed writes, waiting specRetryMin doubling to
+// Run retries failed writes, waiting specRetryMin doubling to
 // specRetryMax between rounds, until ctx ends.
-func (s *specStore) run(ctx context.Context) {
+func (s *Store) Run(ctx context.Context) {
 	if s == nil {
 		return
 	}
@@ -231,11 +235,11 @@ func (s *specStore) run(ctx context.Context) {
 	}
 }
 
-// gpuSpecs keeps the GPU spec in step with the control nodes in /dev and
+// GPU keeps the GPU spec in step with the control nodes in /dev and
 // with the hook (installed after the plugin started, or removed), and
 // answers the GPU resource's question before each CDI Allocate.
-type gpuSpecs struct {
-	store  *specStore
+type GPU struct {
+	store  *Store
 	gpus   []nvml.GPU
 	driver cdi.Driver
 	opts   cdi.GPUSpecOptions // HookPath: the configured one
@@ -247,14 +251,14 @@ type gpuSpecs struct {
 	hookOK   *bool // nil until the first check
 }
 
-// newGPUSpecs writes the GPU spec. onHook, when not nil, hears whether the
+// NewGPU writes the GPU spec. onHook, when not nil, hears whether the
 // spec runs the hook, at first and at each change.
-func newGPUSpecs(cfg config.Config, store *specStore, gpus []nvml.GPU, onHook func(bool, error), log *slog.Logger) (*gpuSpecs, error) {
+func NewGPU(cfg config.Config, store *Store, gpus []nvml.GPU, onHook func(bool, error), log *slog.Logger) (*GPU, error) {
 	driver, opts, err := gpuSpecInputs(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	g := &gpuSpecs{store: store, gpus: gpus, driver: driver, opts: opts, onHook: onHook, log: log}
+	g := &GPU{store: store, gpus: gpus, driver: driver, opts: opts, onHook: onHook, log: log}
 	if err := g.refresh(true); err != nil {
 		return nil, err
 	}
@@ -263,7 +267,7 @@ func newGPUSpecs(cfg config.Config, store *specStore, gpus []nvml.GPU, onHook fu
 
 // refresh rewrites the spec when the control nodes present or the hook's
 // presence differ from the spec's, or when force is set.
-func (g *gpuSpecs) refresh(force bool) error {
+func (g *GPU) refresh(force bool) error {
 	present := cdi.PresentControlNodes(g.opts.DevRoot)
 	var hookErr error
 	if g.opts.HookPath != "" {
@@ -289,7 +293,7 @@ func (g *gpuSpecs) refresh(force bool) error {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
 	}
 	g.controls = present
-	g.store.publish(gpu.ResourceName, spec)
+	g.store.Publish(gpu.ResourceName, spec)
 	if hookChanged {
 		switch {
 		case g.opts.HookPath == "":
@@ -310,15 +314,15 @@ func (g *gpuSpecs) refresh(force bool) error {
 // Ensure is gpu.CDISpecs: a control node that appeared since the last
 // write (nvidia-uvm, created by the first CUDA call after boot) is added
 // before the name is handed out, and a spec not on disk fails Allocate.
-func (g *gpuSpecs) Ensure() error {
+func (g *GPU) Ensure() error {
 	if err := g.refresh(false); err != nil {
 		return err
 	}
-	return g.store.ready(gpu.ResourceName)
+	return g.store.Ready(gpu.ResourceName)
 }
 
-// watch rechecks the control nodes every controlNodeCheck until ctx ends.
-func (g *gpuSpecs) watch(ctx context.Context, log *slog.Logger) {
+// Watch rechecks the control nodes every controlNodeCheck until ctx ends.
+func (g *GPU) Watch(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(controlNodeCheck)
 	defer t.Stop()
 	for {
