@@ -61,9 +61,18 @@ type options struct {
 
 // WithDRA supplies the DRA front-end (dra.NewFrontEnd). It lives outside
 // this package so that the device-plugin executable links no Kubernetes
-// client code; gpu-device-plugin-dra passes it.
-func WithDRA(f NewFrontEnd) Option {
-	return func(o *options) { o.dra = f }
+// client code; gpu-device-plugin-dra passes it. F is its concrete type, so
+// the front-end needs nothing of this package.
+func WithDRA[F FrontEnd](start func(context.Context, config.Config, *ondisk.Store, *slog.Logger) (F, error)) Option {
+	return func(o *options) {
+		o.dra = func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error) {
+			fe, err := start(ctx, cfg, specs, log)
+			if err != nil {
+				return nil, err
+			}
+			return fe, nil
+		}
+	}
 }
 
 // RunWith is Run with options.
@@ -145,7 +154,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		if o.dra == nil {
 			return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
 		}
-		fe, err := o.dra(ctx, cfg, specReady{specs}, log)
+		fe, err := o.dra(ctx, cfg, specs, log)
 		if err != nil {
 			return err
 		}

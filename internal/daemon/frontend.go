@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
@@ -17,7 +18,7 @@ import (
 type FrontEnd interface {
 	// TakeGPUs takes the discovered GPUs (specs is nil without CDI) and
 	// returns where their health goes.
-	TakeGPUs(inv *nvml.Inventory, specs GPUSpecs) (health.Notifier, error)
+	TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Notifier, error)
 	// ServeGPUs serves them until ctx ends. It is called once their
 	// health was polled, so the first the kubelet hears is true.
 	ServeGPUs(ctx context.Context) error
@@ -31,30 +32,16 @@ type FrontEnd interface {
 	Run(ctx context.Context) error
 }
 
-// GPUSpecs is asked before a GPU's CDI name is handed out: nil when the
-// spec is on disk and names every control node present.
-type GPUSpecs interface {
-	Ensure() error
-}
-
-// Specs says whether the CDI spec of a resource (a NIC pool) is on disk.
-type Specs interface {
-	Ready(resource string) error
-}
-
-// NewFrontEnd builds a FrontEnd for cfg.
-type NewFrontEnd func(ctx context.Context, cfg config.Config, specs Specs, log *slog.Logger) (FrontEnd, error)
-
-type specReady struct{ s *ondisk.Store }
-
-func (r specReady) Ready(resource string) error { return r.s.Ready(resource) }
+// NewFrontEnd builds a FrontEnd for cfg; specs are the plugin's CDI specs
+// on disk, asked before a NIC pool's CDI name is handed out.
+type NewFrontEnd func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error)
 
 // externalGPUs and externalNICs put a FrontEnd where the device-plugin
 // front-end's GPU and NIC parts go.
 type externalGPUs struct{ fe FrontEnd }
 
 func (g externalGPUs) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
-	var gs GPUSpecs
+	var gs gpu.CDISpecs
 	if specs != nil {
 		gs = specs
 	}

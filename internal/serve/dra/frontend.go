@@ -17,10 +17,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -44,31 +45,32 @@ func WithKubeClient(c kubernetes.Interface) FrontEndOption {
 // sources feed a Driver, and the kubeletplugin helper carries it to the
 // kubelet (registration, Prepare/Unprepare, health) and the API server
 // (ResourceSlices).
-func NewFrontEnd(opts ...FrontEndOption) daemon.NewFrontEnd {
+func NewFrontEnd(opts ...FrontEndOption) func(context.Context, config.Config, *ondisk.Store, *slog.Logger) (*FrontEnd, error) {
 	var o frontEndOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return func(ctx context.Context, cfg config.Config, specs daemon.Specs, log *slog.Logger) (daemon.FrontEnd, error) {
+	return func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (*FrontEnd, error) {
 		return startFrontEnd(ctx, cfg, specs, o.client, log)
 	}
 }
 
-type frontEnd struct {
+// FrontEnd serves the model through DRA; daemon drives it.
+type FrontEnd struct {
 	drv    *Driver
 	helper *kubeletplugin.Helper
-	specs  daemon.Specs
+	specs  *ondisk.Store
 	ctx    context.Context
 
 	mu     sync.Mutex
-	gspecs daemon.GPUSpecs
+	gspecs gpu.CDISpecs
 	pools  map[string]*nic.Pool
 	inv    *nvml.Inventory
 }
 
 // startFrontEnd registers the driver with the kubelet. Slices are
 // published once the GPUs and every NIC pool have reported.
-func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, client kubernetes.Interface, log *slog.Logger) (*frontEnd, error) {
+func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, client kubernetes.Interface, log *slog.Logger) (*FrontEnd, error) {
 	var err error
 	if client == nil {
 		if client, err = kubeClient(cfg); err != nil {
@@ -86,7 +88,7 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs daemon.Specs, c
 	if err := makePluginDirs(cfg); err != nil {
 		return nil, err
 	}
-	f := &frontEnd{specs: specs, pools: map[string]*nic.Pool{}}
+	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}}
 	drv, err := New(Options{
 		DriverName:     config.DRADriverName,
 		NodeName:       node,
@@ -163,7 +165,7 @@ func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
 
 // Run stops the helper when ctx ends. Prepared claims stay in the
 // checkpoint, and the ResourceSlices for the next start to update.
-func (f *frontEnd) Run(ctx context.Context) error {
+func (f *FrontEnd) Run(ctx context.Context) error {
 	<-ctx.Done()
 	f.helper.Stop()
 	return nil
@@ -171,7 +173,7 @@ func (f *frontEnd) Run(ctx context.Context) error {
 
 // Ensure is CDISpecs: the GPU spec is checked against the control nodes
 // present, as before an Allocate; a NIC pool's spec must be on disk.
-func (f *frontEnd) Ensure(kind string) error {
+func (f *FrontEnd) Ensure(kind string) error {
 	if kind == cdi.GPUKind {
 		f.mu.Lock()
 		g := f.gspecs
@@ -184,7 +186,7 @@ func (f *frontEnd) Ensure(kind string) error {
 	return f.specs.Ready(kind)
 }
 
-func (f *frontEnd) nicCDIID(pool, address string) string {
+func (f *FrontEnd) nicCDIID(pool, address string) string {
 	f.mu.Lock()
 	p := f.pools[pool]
 	f.mu.Unlock()
@@ -194,7 +196,7 @@ func (f *frontEnd) nicCDIID(pool, address string) string {
 	return p.CDIName(address)
 }
 
-func (f *frontEnd) TakeNICPools(pools []*nic.Pool) {
+func (f *FrontEnd) TakeNICPools(pools []*nic.Pool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range pools {
@@ -202,11 +204,11 @@ func (f *frontEnd) TakeNICPools(pools []*nic.Pool) {
 	}
 }
 
-func (f *frontEnd) SetNICDevices(p *nic.Pool, devs []device.Device, first bool) {
+func (f *FrontEnd) SetNICDevices(p *nic.Pool, devs []device.Device, first bool) {
 	f.drv.SetNICPool(f.ctx, draslice.NICPool{Name: p.Resource(), NICs: p.NICs()}, devs, first)
 }
 
-func (f *frontEnd) TakeGPUs(inv *nvml.Inventory, specs daemon.GPUSpecs) (health.Notifier, error) {
+func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Notifier, error) {
 	f.mu.Lock()
 	f.gspecs, f.inv = specs, inv
 	f.mu.Unlock()
@@ -215,7 +217,7 @@ func (f *frontEnd) TakeGPUs(inv *nvml.Inventory, specs daemon.GPUSpecs) (health.
 
 // ServeGPUs publishes the GPUs (their health polled once already, so the
 // first slice carries their taints) and waits.
-func (f *frontEnd) ServeGPUs(ctx context.Context) error {
+func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Lock()
 	inv := f.inv
 	f.mu.Unlock()
@@ -225,4 +227,4 @@ func (f *frontEnd) ServeGPUs(ctx context.Context) error {
 }
 
 // NoGPUs publishes none, so the NIC pools need not wait for a driver.
-func (f *frontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }
+func (f *FrontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }

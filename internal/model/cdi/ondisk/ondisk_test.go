@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
