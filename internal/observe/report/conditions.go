@@ -1,0 +1,195 @@
+package report
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+)
+
+// notice is a node-wide problem with a class's devices that no one device's
+// health shows: the condition carries it.
+type notice struct{ reason, message string }
+
+// SetNotice puts a node-wide problem on class c's condition (empty reason
+// clears it): the condition's reason becomes reason while every device is
+// healthy, and its message ends with message either way. The GPU CDI hook
+// missing is one: each GPU is fine, yet CUDA may fail in containers.
+func (r *Reporter) SetNotice(c Class, reason, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := notice{reason, message}
+	if reason == "" {
+		n = notice{}
+	}
+	if r.notices[c] == n {
+		return
+	}
+	r.notices[c] = n
+	r.dirty[c] = true
+	r.signal()
+}
+
+// condState is what the Node was last told of one condition.
+type condState struct {
+	read    bool // the Node's own copy was read, for its transition time
+	sent    bool // a PATCH succeeded
+	status  string
+	since   time.Time
+	retryAt time.Time
+	backoff time.Duration
+}
+
+func (r *Reporter) syncConditions(ctx context.Context) time.Time {
+	if !r.o.NodeCondition {
+		return time.Time{}
+	}
+	var next time.Time
+	for c := range numClasses {
+		if c == NIC && !r.o.NICs {
+			continue
+		}
+		cs := &r.conds[c]
+		r.mu.Lock()
+		need := r.synced[c] && (r.dirty[c] || !cs.sent)
+		r.mu.Unlock()
+		if !need || ctx.Err() != nil {
+			continue
+		}
+		now := r.now()
+		if now.Before(cs.retryAt) {
+			next = earliest(next, cs.retryAt)
+			continue
+		}
+		typ := classes[c].condType
+		if !cs.read {
+			// Keep the transition time the Node has, so a restart is not
+			// a transition.
+			n, err := r.api.GetNode(ctx, r.o.Node)
+			var se *kubeapi.StatusError
+			switch {
+			case err == nil:
+				cs.read = true
+				r.nodeUID = n.Metadata.UID
+				if old, ok := n.Condition(typ); ok {
+					cs.status, cs.since = old.Status, old.LastTransitionTime.Time
+				}
+			case errors.As(err, &se):
+				// Answered (not allowed to read, say): patch anyway.
+				cs.read = true
+				r.warnErr(ctx, "node", "reading the Node's conditions; the first "+typ+" sets a new transition time", err, "node", r.o.Node)
+			}
+		}
+		r.mu.Lock()
+		cond := r.conditionLocked(c)
+		r.dirty[c] = false
+		r.mu.Unlock()
+		since := cs.since
+		if cond.Status != cs.status || since.IsZero() {
+			since = now
+		}
+		cond.LastHeartbeatTime, cond.LastTransitionTime = kubeapi.NewTime(now), kubeapi.NewTime(since)
+		if err := r.api.PatchNodeCondition(ctx, r.o.Node, cond); err != nil {
+			r.mu.Lock()
+			r.dirty[c] = true
+			r.mu.Unlock()
+			cs.backoff = min(max(2*cs.backoff, retryMin), retryMax)
+			cs.retryAt = now.Add(cs.backoff)
+			next = earliest(next, cs.retryAt)
+			r.warnErr(ctx, "condition", "setting the Node condition; retrying", err, "node", r.o.Node, "condition", typ, "retryIn", cs.backoff.String())
+			continue
+		}
+		if cond.Status != cs.status || !cs.sent {
+			r.log.Info("Node condition set", "node", r.o.Node, "condition", typ, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
+		}
+		cs.sent, cs.status, cs.since, cs.backoff, cs.retryAt = true, cond.Status, since, 0, time.Time{}
+	}
+	return next
+}
+
+// conditionLocked is class c's condition now, without times.
+func (r *Reporter) conditionLocked(c Class) kubeapi.NodeCondition {
+	info := classes[c]
+	type bad struct{ resource, label, reason string }
+	var bads []bad
+	n := 0
+	for k, st := range r.devs {
+		if ClassOf(k.resource) != c {
+			continue
+		}
+		n++
+		if !st.healthy {
+			bads = append(bads, bad{k.resource, st.label, st.reason})
+		}
+	}
+	note := r.notices[c]
+	withNote := func(msg string) string {
+		if note.reason == "" {
+			return msg
+		}
+		return msg + "; " + note.message
+	}
+	if len(bads) == 0 {
+		msg := fmt.Sprintf("all %d %ss are healthy", n, info.noun)
+		if n == 0 {
+			msg = "no " + info.noun + "s found"
+		}
+		reason := info.allHealthy
+		if note.reason != "" {
+			reason = note.reason
+		}
+		return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionTrue, Reason: reason, Message: withNote(msg)}
+	}
+	slices.SortFunc(bads, func(a, b bad) int { return cmp.Or(cmp.Compare(a.label, b.label), cmp.Compare(a.resource, b.resource)) })
+	items := make([]string, len(bads))
+	for i, b := range bads {
+		items[i] = describe(b.resource, b.label, b.reason)
+	}
+	limit := maxMessage
+	if note.reason != "" {
+		limit -= len(note.message) + 2
+	}
+	return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionFalse, Reason: info.unhealthy, Message: withNote(joinLimited(items, limit))}
+}
+
+// joinLimited joins items with "; ", as many as fit in limit bytes, and
+// says how many more there are.
+func joinLimited(items []string, limit int) string {
+	for n := len(items); n > 0; n-- {
+		s := strings.Join(items[:n], "; ")
+		if n < len(items) {
+			s += fmt.Sprintf("; and %d more", len(items)-n)
+		}
+		if len(s) <= limit {
+			return s
+		}
+	}
+	more := ""
+	if len(items) > 1 {
+		more = fmt.Sprintf("; and %d more", len(items)-1)
+	}
+	return truncate(items[0], limit-len(more)) + more
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	m := mark
+	if n < len(mark) {
+		m = ""
+	}
+	cut := max(n-len(m), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + m
+}
