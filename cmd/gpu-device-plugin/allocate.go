@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 )
 
 // allocateCommand is `allocate`: the devices the plugin would prefer for a
@@ -102,16 +103,17 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		return err
 	}
 	defer lib.Shutdown()
-	served, err := layOut(cfg, inv, log)
+	node, err := layout.GPUs(cfg, inv, nil, log)
 	if err != nil {
 		return err
 	}
+	served := node.Resources
 	name := c.String("resource")
-	k := slices.IndexFunc(served, func(s servedResource) bool { return s.name == name })
+	k := slices.IndexFunc(served, func(r layout.Resource) bool { return r.Name == name })
 	if k < 0 {
 		names := make([]string, len(served))
-		for i, s := range served {
-			names[i] = s.name
+		for i, r := range served {
+			names[i] = r.Name
 		}
 		have := strings.Join(names, ", ")
 		if have == "" {
@@ -119,7 +121,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		}
 		return fmt.Errorf("--resource: %q is not served on this node with migStrategy %s and this sharing configuration; served: %s", name, cfg.MIGStrategy, have)
 	}
-	res := served[k].res
+	res := served[k].Res
 	units := res.Units()
 
 	available, err := deviceIDs(res, name, "available", c.StringSlice("available"), true)

@@ -20,8 +20,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -163,22 +163,22 @@ type listedNIC struct {
 	AllocatedTo  []listedHolder  `json:"allocatedTo"`
 }
 
-func newListedGPU(g nvml.GPU, health, reason string, as servedAs, holders []podresources.Holder) listedGPU {
+func newListedGPU(g nvml.GPU, health, reason string, as layout.Served, holders []podresources.Holder) listedGPU {
 	return listedGPU{
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
 		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
-		Health: health, Reason: reason, Resource: as.resource, DeviceIDs: orEmpty(as.ids),
+		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs),
 		AllocatedTo: listedHolders(holders), MIG: []listedMIG{},
 	}
 }
 
-func newListedMIG(m nvml.MIGDevice, health, reason string, as servedAs, holders []podresources.Holder) listedMIG {
+func newListedMIG(m nvml.MIGDevice, health, reason string, as layout.Served, holders []podresources.Holder) listedMIG {
 	minors := make([]int, len(m.CapMinors))
 	copy(minors, m.CapMinors)
 	return listedMIG{
 		UUID: m.UUID, Index: m.Index, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance,
 		Profile: m.Profile, MemoryBytes: m.MemoryBytes, Multiprocessors: m.Multiprocessors, CapMinors: minors,
-		Health: health, Reason: reason, Resource: as.resource, DeviceIDs: orEmpty(as.ids),
+		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs),
 		AllocatedTo: listedHolders(holders),
 	}
 }
@@ -266,11 +266,11 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	served, err := layOut(cfg, inv, log)
+	served, err := layout.GPUs(cfg, inv, nil, log)
 	if err != nil {
 		return err
 	}
-	as := servedUnits(served)
+	as := func(uuid string) layout.Served { sv, _ := served.Of(uuid); return sv }
 	st, err := pollHealth(cfg, lib, inv, served, log)
 	if err != nil {
 		return err
@@ -300,20 +300,20 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	// held merges a unit's holders through the device-plugin API (any of
 	// its device IDs under the resource it is served as) and through DRA.
 	held := func(uuid, draName string) []podresources.Holder {
-		a := as[uuid]
-		lists := make([][]podresources.Holder, 0, len(a.ids)+1)
-		for _, id := range a.ids {
-			lists = append(lists, holders.Device(a.resource, id))
+		a := as(uuid)
+		lists := make([][]podresources.Holder, 0, len(a.IDs)+1)
+		for _, id := range a.IDs {
+			lists = append(lists, holders.Device(a.Resource, id))
 		}
 		lists = append(lists, holders.DRADevice(config.DRADriverName, node, draName))
 		return podresources.Merge(lists...)
 	}
 	for i, g := range inv.GPUs {
 		healthy, reason := st.gpu(i)
-		lg := newListedGPU(g, healthState(healthy), reason, as[g.UUID], held(g.UUID, draslice.GPUDeviceName(g)))
+		lg := newListedGPU(g, healthState(healthy), reason, as(g.UUID), held(g.UUID, draslice.GPUDeviceName(g)))
 		for _, m := range g.MIG {
 			healthy, reason := st.mig(m.UUID)
-			lg.MIG = append(lg.MIG, newListedMIG(m, healthState(healthy), reason, as[m.UUID], held(m.UUID, draslice.MIGDeviceName(g, m))))
+			lg.MIG = append(lg.MIG, newListedMIG(m, healthState(healthy), reason, as(m.UUID), held(m.UUID, draslice.MIGDeviceName(g, m))))
 		}
 		out.GPUs = append(out.GPUs, lg)
 	}
@@ -352,57 +352,6 @@ func discoverMIG(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvm
 	return lib, inv, nil
 }
 
-// servedResource is one resource the device-plugin API serves.
-type servedResource struct {
-	name string
-	res  *gpu.Resource
-}
-
-// layOut builds the resources serve would, from the MIG strategy and
-// time-slicing, in resource name order.
-func layOut(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]servedResource, error) {
-	ts := cfg.Sharing.TimeSlicing
-	var sharing gpu.Sharing
-	if ts.Enabled() {
-		sharing = ts
-	}
-	layout, err := gpu.Layout(inv.GPUs, cfg.MIGStrategy, sharing, log)
-	if err != nil {
-		return nil, err
-	}
-	opts := gpu.Options{
-		IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot,
-		Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
-	}
-	out := make([]servedResource, 0, len(layout))
-	for _, sv := range layout {
-		res, err := gpu.NewUnits(sv.Units, inv.Topology, opts)
-		if err != nil {
-			return nil, fmt.Errorf("building %s resource: %w", sv.Name, err)
-		}
-		out = append(out, servedResource{name: sv.Name, res: res})
-	}
-	return out, nil
-}
-
-// servedAs is how a unit is served: its resource and device IDs; zero
-// when it is not.
-type servedAs struct {
-	resource string
-	ids      []string
-}
-
-// servedUnits maps each served unit's UUID to how it is served.
-func servedUnits(served []servedResource) map[string]servedAs {
-	out := map[string]servedAs{}
-	for _, s := range served {
-		for _, u := range s.res.Units() {
-			out[u.UUID()] = servedAs{resource: s.name, ids: s.res.DeviceIDs(u.UUID())}
-		}
-	}
-	return out
-}
-
 // healthStates is one poll's health of the GPUs and their MIG devices.
 type healthStates struct {
 	// served watches as serve does: MIG devices the layout serves as
@@ -426,7 +375,7 @@ func (h healthStates) mig(uuid string) (bool, string) {
 
 // pollHealth polls once through the same policy serve uses; events need
 // a watch over time, so list reports what the polled state says now.
-func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served []servedResource, log *slog.Logger) (healthStates, error) {
+func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served *layout.Node, log *slog.Logger) (healthStates, error) {
 	ids := make([]string, len(inv.GPUs))
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
@@ -434,12 +383,10 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 	parts := make([][]health.Part, len(inv.GPUs))
 	all := make([][]health.Part, len(inv.GPUs))
 	nServed, nAll := 0, 0
-	for _, s := range served {
-		for _, u := range s.res.Units() {
-			if m := u.MIG; m != nil {
-				parts[u.Pos] = append(parts[u.Pos], migPart(*m))
-				nServed++
-			}
+	for _, sv := range served.Units() {
+		if u := sv.Unit; u.MIG != nil {
+			parts[u.Pos] = append(parts[u.Pos], migPart(*u.MIG))
+			nServed++
 		}
 	}
 	for i, g := range inv.GPUs {

@@ -14,6 +14,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -82,21 +83,22 @@ func (r recorderMux) Transition(id string, healthy bool, reason string) {
 	}
 }
 
-// draUnits are the units the DRA front-end publishes: the MIG devices of
-// a MIG-enabled GPU, else the GPU. DRA has no MIG strategy: a claim
-// selects by profile.
+// draUnits are the units the DRA front-end publishes (layout.DRAUnits),
+// each under its DRA device name.
 func draUnits(gpus []nvml.GPU) []servedUnit {
 	var out []servedUnit
-	for i, g := range gpus {
-		if !g.MIGEnabled {
-			out = append(out, servedUnit{unit: gpu.Unit{GPU: g, Pos: i}, resource: gpu.ResourceName, draName: draslice.GPUDeviceName(g)})
-			continue
-		}
-		for j := range g.MIG {
-			out = append(out, servedUnit{unit: gpu.Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, resource: gpu.ResourceName, draName: draslice.MIGDeviceName(g, g.MIG[j])})
-		}
+	for _, u := range layout.DRAUnits(gpus) {
+		out = append(out, servedUnit{unit: u, resource: gpu.ResourceName, draName: draName(u)})
 	}
 	return out
+}
+
+// draName is the unit's device name in this node's DRA pool.
+func draName(u gpu.Unit) string {
+	if u.MIG != nil {
+		return draslice.MIGDeviceName(u.GPU, *u.MIG)
+	}
+	return draslice.GPUDeviceName(u.GPU)
 }
 
 // gpuPlugin serves the GPUs through the device-plugin API: one server per
@@ -109,50 +111,35 @@ type gpuPlugin struct {
 }
 
 func (p *gpuPlugin) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
-	ts := p.cfg.Sharing.TimeSlicing
-	var sharing gpu.Sharing
-	if ts.Enabled() {
-		sharing = ts
+	var cs gpu.CDISpecs
+	if specs != nil {
+		cs = specs
 	}
-	layout, err := gpu.Layout(inv.GPUs, p.cfg.MIGStrategy, sharing, p.log)
+	node, err := layout.GPUs(p.cfg, inv, cs, p.log)
 	if err != nil {
 		return nil, err
 	}
-	opts := gpu.Options{
-		IDStrategy: p.cfg.DeviceIDStrategy, Strategies: p.cfg.DeviceListStrategy, DevRoot: p.cfg.DevRoot,
-		Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
-	}
-	if specs != nil {
-		opts.Specs = specs
-	}
 	router := unitRouter{}
 	served := &gpuServed{notify: router}
-	for _, sv := range layout {
-		res, err := gpu.NewUnits(sv.Units, inv.Topology, opts)
-		if err != nil {
-			return nil, fmt.Errorf("building %s resource: %w", sv.Name, err)
-		}
+	srvOf := map[string]*deviceplugin.Server{}
+	for _, r := range node.Resources {
 		srv, err := deviceplugin.New(deviceplugin.Options{
-			ResourceName: sv.Name,
+			ResourceName: r.Name,
 			SocketDir:    p.cfg.DevicePluginDir,
-			Backend:      res,
+			Backend:      r.Res,
 			Log:          p.log,
 		})
 		if err != nil {
 			return nil, err
 		}
-		srv.SetDevices(res.Devices())
+		srv.SetDevices(r.Res.Devices())
 		p.srvs = append(p.srvs, srv)
-		for _, u := range sv.Units {
-			ids := res.DeviceIDs(u.UUID())
-			router[u.UUID()] = append(router[u.UUID()], route{srv, ids})
-			name := draslice.GPUDeviceName(u.GPU)
-			if u.MIG != nil {
-				name = draslice.MIGDeviceName(u.GPU, *u.MIG)
-			}
-			served.units = append(served.units, servedUnit{unit: u, resource: sv.Name, ids: ids, draName: name})
-		}
-		p.log.Info("serving GPU resource", "resource", sv.Name, "units", len(sv.Units), "devices", len(res.Devices()))
+		srvOf[r.Name] = srv
+		p.log.Info("serving GPU resource", "resource", r.Name, "units", len(r.Res.Units()), "devices", len(r.Res.Devices()))
+	}
+	for _, sv := range node.Units() {
+		router[sv.Unit.UUID()] = append(router[sv.Unit.UUID()], route{srvOf[sv.Resource], sv.IDs})
+		served.units = append(served.units, servedUnit{unit: sv.Unit, resource: sv.Resource, ids: sv.IDs, draName: draName(sv.Unit)})
 	}
 	return served, nil
 }

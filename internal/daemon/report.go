@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
@@ -178,7 +179,7 @@ type podHolders struct {
 	// served maps a GPU unit's UUID to the resource and device IDs the
 	// kubelet knows it by (replicas of a shared GPU, a MIG profile's
 	// resource).
-	served map[string]servedAs
+	served map[string]layout.Served
 	last   podresources.Holders
 	at     time.Time
 }
@@ -187,20 +188,15 @@ type podHolders struct {
 // (every GPU at an NVML failure) asks the kubelet once.
 const holdersFresh = time.Second
 
-type servedAs struct {
-	resource string
-	ids      []string
-}
-
 // setUnit records how GPU unit uuid is served.
 func (h *podHolders) setUnit(uuid, draName, resource string, ids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.dra[gpu.ResourceName+"/"+uuid] = draName
 	if h.served == nil {
-		h.served = map[string]servedAs{}
+		h.served = map[string]layout.Served{}
 	}
-	h.served[uuid] = servedAs{resource, ids}
+	h.served[uuid] = layout.Served{Resource: resource, IDs: ids}
 }
 
 // HoldersOf implements report.Holders.
@@ -224,8 +220,8 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	}
 	list := all.Device(resource, id)
 	if isUnit && resource == gpu.ResourceName {
-		for _, d := range as.ids {
-			list = podresources.Merge(list, all.Device(as.resource, d))
+		for _, d := range as.IDs {
+			list = podresources.Merge(list, all.Device(as.Resource, d))
 		}
 	}
 	if draName != "" {
