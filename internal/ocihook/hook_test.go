@@ -402,6 +402,7 @@ const evilLdconfig = `
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -419,7 +420,10 @@ static void try_call(const char *what, long r) {
 
 int main(void) {
 	char p[8192];
+	struct rlimit rl;
 #if MODE == 1
+	getrlimit(RLIMIT_FSIZE, &rl);
+	fprintf(stderr, "evil: RLIMIT_FSIZE %llu\n", (unsigned long long)rl.rlim_max);
 	static char buf[1 << 20];
 	long total = 0;
 	int fd = open("/proc/fill", O_WRONLY | O_CREAT, 0644);
@@ -427,6 +431,8 @@ int main(void) {
 	fprintf(stderr, "evil: wrote %ld bytes: %s\n", total, strerror(errno));
 	return 0;
 #elif MODE == 2
+	getrlimit(RLIMIT_CPU, &rl);
+	fprintf(stderr, "evil: RLIMIT_CPU %llu\n", (unsigned long long)rl.rlim_max);
 	for (volatile unsigned long i = 0;; i++) ;
 #endif
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
@@ -561,10 +567,10 @@ func TestHostileLdconfigLimits(t *testing.T) {
 		want *regexp.Regexp
 	}{
 		// RLIMIT_FSIZE: SIGXFSZ kills it, or where that is ignored the write fails.
-		{"fills the disk", 1, regexp.MustCompile(`evil: wrote 67108864 bytes: File too large|/sbin/ldconfig failed: signal: file size limit exceeded`)},
+		{"fills the disk", 1, regexp.MustCompile(`(?s)evil: RLIMIT_FSIZE 67108864\n.*(evil: wrote 67108864 bytes: File too large|/sbin/ldconfig failed: signal: file size limit exceeded)`)},
 		// RLIMIT_CPU: SIGXCPU, or SIGKILL at the hard limit; not the hook's wall-clock
 		// limit ("killed after").
-		{"loops for ever", 2, regexp.MustCompile(`/sbin/ldconfig failed: signal: (CPU time limit exceeded|killed);`)},
+		{"loops for ever", 2, regexp.MustCompile(`(?s)evil: RLIMIT_CPU 5\n.*/sbin/ldconfig failed: signal: (CPU time limit exceeded|killed);`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := hostileImage(t, tc.mode)
