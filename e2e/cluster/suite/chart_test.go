@@ -103,7 +103,7 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 		if err != nil {
 			return nil, err
 		}
-		pools, err := chartutil.ReadValuesFile(filepath.Join(root, "config", "testdata", "example-nics.yaml"))
+		pools, err := chartutil.ReadValuesFile(filepath.Join(root, "internal", "config", "testdata", "example-nics.yaml"))
 		if err != nil {
 			return nil, err
 		}
