@@ -301,12 +301,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	// its device IDs under the resource it is served as) and through DRA.
 	held := func(uuid, draName string) []podresources.Holder {
 		a := as(uuid)
-		lists := make([][]podresources.Holder, 0, len(a.IDs)+1)
-		for _, id := range a.IDs {
-			lists = append(lists, holders.Device(a.Resource, id))
-		}
-		lists = append(lists, holders.DRADevice(config.DRADriverName, node, draName))
-		return podresources.Merge(lists...)
+		return holders.Of(podresources.Names{Resource: a.Resource, IDs: a.IDs, Driver: config.DRADriverName, Pool: node, DRADevice: draName})
 	}
 	for i, g := range inv.GPUs {
 		healthy, reason := st.gpu(i)
@@ -320,8 +315,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
 	heldNIC := func(pool, address string) []podresources.Holder {
-		return podresources.Merge(holders.Device(pool, address),
-			holders.DRADevice(config.DRADriverName, node, draslice.NICDeviceName(address)))
+		return holders.Of(podresources.Names{Resource: pool, IDs: []string{address}, Driver: config.DRADriverName, Pool: node, DRADevice: draslice.NICDeviceName(address)})
 	}
 	if nics, err := listNICs(cfg, &out.DRA.Devices, heldNIC, log); err != nil {
 		log.Warn("NICs not listed", "err", err)

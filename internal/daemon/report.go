@@ -218,14 +218,11 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 		h.last, h.at = all, time.Now()
 		h.mu.Unlock()
 	}
-	list := all.Device(resource, id)
+	names := podresources.Names{Resource: resource, IDs: []string{id}, Driver: config.DRADriverName, Pool: h.pool, DRADevice: draName}
+	list := all.Of(names)
 	if isUnit && resource == gpu.ResourceName {
-		for _, d := range as.IDs {
-			list = podresources.Merge(list, all.Device(as.Resource, d))
-		}
-	}
-	if draName != "" {
-		list = podresources.Merge(list, all.DRADevice(config.DRADriverName, h.pool, draName))
+		// A GPU unit is also known by its replicas' IDs under the resource it is served as.
+		list = podresources.Merge(list, all.Of(podresources.Names{Resource: as.Resource, IDs: as.IDs}))
 	}
 	var pods []report.Pod
 	for _, c := range list {

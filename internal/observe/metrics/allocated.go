@@ -79,11 +79,8 @@ func (c *AllocationCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, d := range c.m.served() {
-		var dra []podresources.Holder
-		if d.info.DRAName != "" {
-			dra = h.DRADevice(c.o.Driver, c.o.Pool, d.info.DRAName)
-		}
-		for _, who := range podresources.Merge(h.Device(d.resource, d.device), dra) {
+		names := podresources.Names{Resource: d.resource, IDs: []string{d.device}, Driver: c.o.Driver, Pool: c.o.Pool, DRADevice: d.info.DRAName}
+		for _, who := range h.Of(names) {
 			ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, 1, d.resource, d.device, who.Namespace, who.Pod, who.Container)
 		}
 	}

@@ -80,6 +80,30 @@ func Merge(lists ...[]Holder) []Holder {
 	return slices.Compact(out)
 }
 
+// Names are every name the kubelet may know one device by: device IDs
+// under a device-plugin resource (one per time-slicing replica), and a
+// device of a DRA driver's pool. Empty parts are skipped.
+type Names struct {
+	Resource string
+	IDs      []string
+	// Driver, Pool and DRADevice name it in a ResourceSlice pool.
+	Driver, Pool, DRADevice string
+}
+
+// Of is who holds the device named by n, under any of its names, each
+// container once. The plugin, list, the metrics and the Events all ask
+// this way.
+func (h Holders) Of(n Names) []Holder {
+	lists := make([][]Holder, 0, len(n.IDs)+1)
+	for _, id := range n.IDs {
+		lists = append(lists, h.Device(n.Resource, id))
+	}
+	if n.DRADevice != "" {
+		lists = append(lists, h.DRADevice(n.Driver, n.Pool, n.DRADevice))
+	}
+	return Merge(lists...)
+}
+
 // FromList indexes a List answer.
 func FromList(resp *v1.ListPodResourcesResponse) Holders {
 	h := Holders{devices: map[deviceKey][]Holder{}, dra: map[draKey][]Holder{}}

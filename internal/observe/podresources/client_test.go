@@ -73,6 +73,14 @@ func TestHolders(t *testing.T) {
 	if got := podresources.Merge(h.Device(gpuRes, "GPU-b"), h.Device(gpuRes, "GPU-a"), nil); !slices.Equal(got, []podresources.Holder{main, side}) {
 		t.Errorf("Merge = %v", got)
 	}
+	// Every name of one device at once: replica IDs and a DRA device.
+	names := podresources.Names{Resource: gpuRes, IDs: []string{"GPU-a", "GPU-b"}, Driver: driver, Pool: "node-1", DRADevice: "gpu-2"}
+	if got := h.Of(names); !slices.Equal(got, []podresources.Holder{a, b, main, side}) {
+		t.Errorf("Of(%+v) = %v", names, got)
+	}
+	if got := h.Of(podresources.Names{Resource: gpuRes, IDs: []string{"GPU-z"}, Driver: driver, Pool: "node-1"}); got != nil {
+		t.Errorf("Of without a DRA name, held by nobody = %v", got)
+	}
 }
 
 func TestZeroHoldersHoldNothing(t *testing.T) {
