@@ -1,0 +1,132 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
+)
+
+// deviceListStrategies are the values deviceListStrategy takes.
+func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
+
+// Validate checks every field and reports all problems at once.
+func (c Config) Validate() error {
+	var errs []error
+	flags := map[string]string{}
+	for _, s := range Settings() {
+		flags[s.Key] = s.Flag
+	}
+	field := func(key string) string { return fmt.Sprintf("%s (--%s)", key, flags[key]) }
+	oneOf := func(key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		errs = append(errs, fmt.Errorf("config: %s: %q is not allowed; use one of %s", field(key), v, strings.Join(allowed, ", ")))
+	}
+	absolute := func(key, v string) {
+		if !strings.HasPrefix(v, "/") {
+			errs = append(errs, fmt.Errorf("config: %s: %q must be an absolute path", field(key), v))
+		}
+	}
+	absolute("devicePluginDir", c.DevicePluginDir)
+	absolute("driverRoot", c.DriverRoot)
+	absolute("sysfsRoot", c.SysfsRoot)
+	absolute("devRoot", c.DevRoot)
+	oneOf("deviceIDStrategy", c.DeviceIDStrategy, "uuid", "index")
+	oneOf("migStrategy", c.MIGStrategy, migStrategies()...)
+	oneOf("logLevel", c.LogLevel, "debug", "info", "warn", "error")
+	oneOf("logFormat", c.LogFormat, "text", "json")
+	if c.NVMLRetryInterval.Duration < time.Second {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s", field("nvmlRetryInterval"), c.NVMLRetryInterval))
+	}
+	if c.HealthPollInterval.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("healthPollInterval"), c.HealthPollInterval))
+	}
+	if c.XIDRecoveryPeriod.Duration < 0 {
+		errs = append(errs, fmt.Errorf("config: %s: %s must not be negative; 0s keeps GPUs unhealthy after an XID", field("xidRecoveryPeriod"), c.XIDRecoveryPeriod))
+	}
+	if c.ThermalMarginC < 0 || c.ThermalMarginC > 50 {
+		errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 0 to 50 degrees C", field("thermalMarginC"), c.ThermalMarginC))
+	}
+	for _, k := range []string{"healthSlowdownSamples", "healthNVMLFailurePolls"} {
+		n := c.HealthSlowdownSamples
+		if k == "healthNVMLFailurePolls" {
+			n = c.HealthNVMLFailurePolls
+		}
+		if n < 1 || n > 1000 {
+			errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 1 to 1000 polls", field(k), n))
+		}
+	}
+	for i, check := range c.HealthChecksDisabled {
+		if !slices.Contains(policy.Checks(), check) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(policy.Checks(), ", ")))
+		}
+	}
+	if c.StateDir != "" {
+		absolute("stateDir", c.StateDir)
+	}
+	if c.HealthRecoveryPolls < 1 {
+		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
+	}
+	if c.MetricsAddress != "" {
+		host, port, err := net.SplitHostPort(c.MetricsAddress)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %q is not host:port (example: \":9400\")", field("metricsAddress"), c.MetricsAddress))
+		} else if host == "" && strings.HasPrefix(c.MetricsAddress, "[") {
+			// The chart renders "[$(HOST_IP)]:port": empty brackets mean the
+			// address did not reach us, and would listen on every interface.
+			errs = append(errs, fmt.Errorf("config: %s: %q has empty brackets, which would listen on every address; give an IP (example: \"[10.0.0.5]:9400\"), or \":9400\" for every address", field("metricsAddress"), c.MetricsAddress))
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: port %q of %q is not a number from 0 to 65535 (example: \":9400\")", field("metricsAddress"), port, c.MetricsAddress))
+		}
+	}
+	if len(c.DeviceListStrategy) == 0 {
+		errs = append(errs, fmt.Errorf("config: %s: empty; use one or more of %s", field("deviceListStrategy"), strings.Join(deviceListStrategies(), ", ")))
+	}
+	for i, st := range c.DeviceListStrategy {
+		if !slices.Contains(deviceListStrategies(), st) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not allowed; use one or more of %s", field("deviceListStrategy"), i, st, strings.Join(deviceListStrategies(), ", ")))
+		}
+	}
+	absolute("cdiSpecDir", c.CDISpecDir)
+	if c.HostDriverRoot != "" {
+		absolute("hostDriverRoot", c.HostDriverRoot)
+	}
+	if c.CDIHookPath != "" {
+		absolute("cdiHookPath", c.CDIHookPath)
+	}
+	absolute("procRoot", c.ProcRoot)
+	absolute("deviceInfoDir", c.DeviceInfoDir)
+	if c.PodResourcesSocket != "" {
+		absolute("podResourcesSocket", c.PodResourcesSocket)
+	}
+	if c.NICRescanInterval.Duration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("nicRescanInterval"), c.NICRescanInterval))
+	}
+	oneOf("kubeletAPI", c.KubeletAPI, KubeletAPIDevicePlugin, KubeletAPIDRA)
+	if c.KubeletAPI == KubeletAPIDRA {
+		absolute("draPluginDir", c.DRAPluginDir)
+		absolute("pluginRegistryDir", c.PluginRegistryDir)
+	}
+	if c.UsesAPI() && c.Kubeconfig != "" {
+		absolute("kubeconfig", c.Kubeconfig)
+	}
+	strategies := c.DeviceListStrategy
+	if c.KubeletAPI == KubeletAPIDRA {
+		// DRA names NICs by CDI ID, as cdi-cri does.
+		strategies = append(slices.Clone(strategies), "cdi-cri")
+	}
+	errs = append(errs, ValidateNICResources(c.NICResources, strategies)...)
+	for _, err := range validateSharing(c, true) {
+		errs = append(errs, fmt.Errorf("config: %w", err))
+	}
+	return errors.Join(errs...)
+}
