@@ -259,23 +259,28 @@ func NewGPU(cfg config.Config, store *Store, gpus []nvml.GPU, onHook func(bool, 
 		return nil, err
 	}
 	g := &GPU{store: store, gpus: gpus, driver: driver, opts: opts, onHook: onHook, log: log}
-	if err := g.refresh(true); err != nil {
+	if err := g.refresh(true, true); err != nil {
 		return nil, err
 	}
 	return g, nil
 }
 
 // refresh rewrites the spec when the control nodes present or the hook's
-// presence differ from the spec's, or when force is set.
-func (g *GPU) refresh(force bool) error {
+// presence differ from the spec's, or when force is set. The hook is looked
+// at only when checkHook is set (at start and on Watch's ticks), so Allocate
+// pays for the control nodes alone.
+func (g *GPU) refresh(force, checkHook bool) error {
 	present := cdi.PresentControlNodes(g.opts.DevRoot)
 	var hookErr error
-	if g.opts.HookPath != "" {
+	if checkHook && g.opts.HookPath != "" {
 		hookErr = cdi.CheckHook(g.opts.HookPath)
 	}
-	hookOK := g.opts.HookPath != "" && hookErr == nil
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	hookOK := g.opts.HookPath != "" && hookErr == nil
+	if !checkHook && g.hookOK != nil {
+		hookOK = *g.hookOK
+	}
 	hookChanged := g.hookOK == nil || *g.hookOK != hookOK
 	if !force && !hookChanged && slices.Equal(present, g.controls) {
 		return nil
@@ -315,7 +320,7 @@ func (g *GPU) refresh(force bool) error {
 // write (nvidia-uvm, created by the first CUDA call after boot) is added
 // before the name is handed out, and a spec not on disk fails Allocate.
 func (g *GPU) Ensure() error {
-	if err := g.refresh(false); err != nil {
+	if err := g.refresh(false, false); err != nil {
 		return err
 	}
 	return g.store.Ready(gpu.ResourceName)
@@ -330,7 +335,7 @@ func (g *GPU) Watch(ctx context.Context, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := g.refresh(false); err != nil {
+			if err := g.refresh(false, true); err != nil {
 				log.Error("refreshing the GPU CDI spec", "err", err)
 			}
 		}

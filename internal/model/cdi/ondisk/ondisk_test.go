@@ -251,6 +251,9 @@ func TestGPUSpecsFollowTheHook(t *testing.T) {
 	if err := os.Chmod(cfg.CDIHookPath, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := g.refresh(false, true); err != nil { // Watch's next tick
+		t.Fatal(err)
+	}
 	if err := g.Ensure(); err != nil {
 		t.Fatal(err)
 	}
