@@ -76,6 +76,17 @@ demo:
 	@cd e2e && $(GO) build -o $(abspath $(BIN))/demo ./cmd/demo
 	@$(BIN)/demo
 
+# What the plugin does on one GPU node, in a few minutes, as one report
+# (docs/gpu-check.md): on this machine's GPUs when it has the NVIDIA driver,
+# else on a mock node. gpu-check-bundle builds bin/gpu-check, the folder a
+# GPU node without Go runs it from (GPU_CHECK_BUILD=no make gpu-check).
+.PHONY: gpu-check gpu-check-bundle
+gpu-check:
+	e2e/cmd/gpucheck/run.sh
+
+gpu-check-bundle:
+	e2e/cmd/gpucheck/bundle.sh $(BIN)/gpu-check
+
 clean:
 	rm -rf $(BIN)
 

@@ -126,15 +126,26 @@ type DRAKubelet struct {
 	stop     func()
 }
 
-// StartDRAKubelet starts the kubelet's DRA manager and plugin manager
-// for node nodeName on registryDir, against a FakeAPIServer holding the
-// node and objs. It returns once the DRA manager's start-up wipe of the
-// node's ResourceSlices is done, as a kubelet has done before any plugin
-// can register. Both stop when the test ends; pods count as active (not
-// to be unprepared by the manager's reconcile loop) between Run and
-// Remove.
+// StartDRAKubelet is NewDRAKubelet for a test: it stops when the test
+// ends, and a failure to start fails the test.
 func StartDRAKubelet(t *testing.T, logger klog.Logger, registryDir, nodeName string, objs ...runtime.Object) *DRAKubelet {
 	t.Helper()
+	k, err := NewDRAKubelet(logger, registryDir, t.TempDir(), nodeName, objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// NewDRAKubelet starts the kubelet's DRA manager (its checkpoint in
+// stateDir) and plugin manager for node nodeName on registryDir, against
+// a FakeAPIServer holding the node and objs. It returns once the DRA
+// manager's start-up wipe of the node's ResourceSlices is done, as a
+// kubelet has done before any plugin can register. Pods count as active
+// (not to be unprepared by the manager's reconcile loop) between Run and
+// Remove. Stop stops both.
+func NewDRAKubelet(logger klog.Logger, registryDir, stateDir, nodeName string, objs ...runtime.Object) (*DRAKubelet, error) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: types.UID("node-uid-" + nodeName)}}
 	k := &DRAKubelet{
 		Client:  FakeAPIServer(append([]runtime.Object{node}, objs...)...),
@@ -147,9 +158,9 @@ func StartDRAKubelet(t *testing.T, logger klog.Logger, registryDir, nodeName str
 		k.update(func() { k.wipes = append(k.wipes, fmt.Sprint(sel)) })
 		return false, nil, nil // the FakeAPIServer reactor deletes
 	})
-	m, err := dra.NewManager(logger, k.Client, t.TempDir())
+	m, err := dra.NewManager(logger, k.Client, stateDir)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("creating the DRA manager: %w", err)
 	}
 	k.Manager = m
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
@@ -159,7 +170,7 @@ func StartDRAKubelet(t *testing.T, logger klog.Logger, registryDir, nodeName str
 	}
 	if err := m.Start(ctx, k.activePods, getNode, ready); err != nil {
 		cancel()
-		t.Fatalf("starting the DRA manager: %v", err)
+		return nil, fmt.Errorf("starting the DRA manager: %w", err)
 	}
 	k.plugins = m.GetWatcherHandler().(*draplugin.DRAPluginManager)
 	k.handler = m.GetWatcherHandler()
@@ -180,10 +191,15 @@ func StartDRAKubelet(t *testing.T, logger klog.Logger, registryDir, nodeName str
 		defer close(done)
 		pm.Run(ctx, ready, stopCh)
 	}()
-	t.Cleanup(k.stop)
-	k.waitFor(t, "start-up wipe of ResourceSlices", func() bool { return len(k.wipes) > 0 })
-	return k
+	if err := k.await("start-up wipe of ResourceSlices", func() bool { return len(k.wipes) > 0 }); err != nil {
+		k.Stop()
+		return nil, err
+	}
+	return k, nil
 }
+
+// Stop stops the plugin manager and the DRA manager; later calls do nothing.
+func (k *DRAKubelet) Stop() { k.stop() }
 
 func (k *DRAKubelet) activePods() []*v1.Pod {
 	k.podsMu.Lock()
@@ -221,6 +237,13 @@ func (k *DRAKubelet) update(f func()) {
 // waitFor waits until cond, called with k.mu held, is true.
 func (k *DRAKubelet) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	if err := k.await(what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// await waits up to draWaitTimeout until cond, called with k.mu held, is true.
+func (k *DRAKubelet) await(what string, cond func() bool) error {
 	deadline := time.NewTimer(draWaitTimeout)
 	defer deadline.Stop()
 	for {
@@ -228,12 +251,12 @@ func (k *DRAKubelet) waitFor(t *testing.T, what string, cond func() bool) {
 		ok, changed := cond(), k.changed
 		k.mu.Unlock()
 		if ok {
-			return
+			return nil
 		}
 		select {
 		case <-changed:
 		case <-deadline.C:
-			t.Fatalf("DRA kubelet: no %s within %v; registrations %+v", what, draWaitTimeout, k.Registrations())
+			return fmt.Errorf("DRA kubelet: no %s within %v; registrations %+v", what, draWaitTimeout, k.Registrations())
 		}
 	}
 }
@@ -249,8 +272,17 @@ func (k *DRAKubelet) Registrations() []Registration {
 // driver and returns it; the kubelet has it in its plugin store then.
 func (k *DRAKubelet) WaitRegistered(t *testing.T, driver string, n int) Registration {
 	t.Helper()
+	r, err := k.AwaitRegistered(driver, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// AwaitRegistered is WaitRegistered outside a test.
+func (k *DRAKubelet) AwaitRegistered(driver string, n int) (Registration, error) {
 	var r Registration
-	k.waitFor(t, fmt.Sprintf("registration %d of %s", n, driver), func() bool {
+	err := k.await(fmt.Sprintf("registration %d of %s", n, driver), func() bool {
 		seen := 0
 		for _, reg := range k.regs {
 			if reg.Driver == driver && reg.Err == nil {
@@ -262,10 +294,13 @@ func (k *DRAKubelet) WaitRegistered(t *testing.T, driver string, n int) Registra
 		}
 		return false
 	})
-	if _, err := k.plugins.GetPlugin(driver); err != nil {
-		t.Fatalf("registered, but the DRA manager has no plugin: %v", err)
+	if err != nil {
+		return r, err
 	}
-	return r
+	if _, err := k.plugins.GetPlugin(driver); err != nil {
+		return r, fmt.Errorf("registered, but the DRA manager has no plugin: %w", err)
+	}
+	return r, nil
 }
 
 // WaitDeregistered waits until every accepted registration of driver

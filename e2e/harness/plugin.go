@@ -37,13 +37,44 @@ type PluginOptions struct {
 	Args []string
 	// Log, when set, also gets the plugin's stderr as it is written.
 	Log io.Writer
+	// Node, when set, is a node whose files already exist: a real GPU
+	// node's, or a fixture's (cluster/fixture). The plugin reads them
+	// instead of a profile's, so Library and Profile are not used and
+	// there is no fault FIFO.
+	Node *Node
+}
+
+// Node is where a GPU node keeps what the plugin reads. Empty fields keep
+// the plugin's defaults (the machine's own /, /sys, /dev, /proc).
+type Node struct {
+	DriverRoot, SysfsRoot, DevRoot, ProcRoot string
+	// Library is --nvml-library; empty lets the plugin find NVML under
+	// the driver root.
+	Library string
+	// Env is more environment for the plugin (a fixture's MOCK_NVML_*).
+	Env []string
+}
+
+// Args are the plugin's flags for the node.
+func (n Node) Args() []string {
+	var args []string
+	for _, f := range []struct{ flag, v string }{
+		{"--driver-root", n.DriverRoot}, {"--sysfs-root", n.SysfsRoot},
+		{"--dev-root", n.DevRoot}, {"--proc-root", n.ProcRoot}, {"--nvml-library", n.Library},
+	} {
+		if f.v != "" {
+			args = append(args, f.flag, f.v)
+		}
+	}
+	return args
 }
 
 // Plugin is a running gpu-device-plugin process on a mock machine. Its
 // sysfs and /dev roots and the mock's control FIFO live in a private
 // temporary directory that Stop removes.
 type Plugin struct {
-	// Profile is the machine the mock NVML library pretends to be.
+	// Profile is the machine the mock NVML library pretends to be; nil
+	// on a Node.
 	Profile *mocknvml.Profile
 	// Started is just before the process was started.
 	Started time.Time
@@ -65,6 +96,9 @@ type Plugin struct {
 // through --nvml-library, JSON logs on stderr. It returns once the process
 // is started, not once it serves; wait on a Kubelet for that.
 func StartPlugin(o PluginOptions) (p *Plugin, err error) {
+	if o.Node != nil {
+		return startOnNode(o)
+	}
 	for name, v := range map[string]string{"Binary": o.Binary, "Library": o.Library, "Profile": o.Profile, "PluginDir": o.PluginDir} {
 		if v == "" {
 			return nil, fmt.Errorf("starting plugin: PluginOptions.%s is empty", name)
@@ -107,26 +141,54 @@ func StartPlugin(o PluginOptions) (p *Plugin, err error) {
 		}
 	}()
 
-	args := []string{"serve",
-		"--device-plugin-dir", o.PluginDir,
+	args := []string{
 		"--nvml-library", o.Library,
 		"--sysfs-root", p.SysfsRoot,
 		"--dev-root", p.DevRoot,
+	}
+	env := []string{
+		"MOCK_NVML_PROFILE=" + o.Profile,
+		"MOCK_NVML_CONTROL=" + control,
+		"MOCK_NVML_LOG=" + filepath.Join(work, "mock.log"),
+	}
+	if err := p.start(o, args, env); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// startOnNode starts the plugin on o.Node's files.
+func startOnNode(o PluginOptions) (*Plugin, error) {
+	if o.Binary == "" || o.PluginDir == "" {
+		return nil, errors.New("starting plugin: PluginOptions.Binary and PluginDir are needed")
+	}
+	work, err := ShortTempDir("gdpp")
+	if err != nil {
+		return nil, fmt.Errorf("starting plugin: %w", err)
+	}
+	p := &Plugin{WorkDir: work, SysfsRoot: o.Node.SysfsRoot, DevRoot: o.Node.DevRoot, log: &syncBuffer{}, done: make(chan struct{})}
+	if err := p.start(o, o.Node.Args(), o.Node.Env); err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	return p, nil
+}
+
+// start runs `serve` with the harness's flags, then args, then o.Args.
+func (p *Plugin) start(o PluginOptions, args, env []string) error {
+	args = append([]string{"serve",
+		"--device-plugin-dir", o.PluginDir,
 		"--log-format", "json",
 		// Never the machine's own; a test may pass another after these.
-		"--state-dir", filepath.Join(work, "state"),
-		"--device-info-dir", filepath.Join(work, "devinfo"),
-	}
+		"--state-dir", filepath.Join(p.WorkDir, "state"),
+		"--device-info-dir", filepath.Join(p.WorkDir, "devinfo"),
+	}, args...)
 	if o.HealthPollInterval > 0 {
 		args = append(args, "--health-poll-interval", o.HealthPollInterval.String())
 	}
 	args = append(args, o.Args...)
 	cmd := exec.Command(o.Binary, args...)
-	cmd.Env = append(pluginEnv(os.Environ()),
-		"MOCK_NVML_PROFILE="+o.Profile,
-		"MOCK_NVML_CONTROL="+control,
-		"MOCK_NVML_LOG="+filepath.Join(work, "mock.log"),
-	)
+	cmd.Env = append(pluginEnv(os.Environ()), env...)
 	var out io.Writer = p.log
 	if o.Log != nil {
 		out = io.MultiWriter(p.log, o.Log)
@@ -137,13 +199,13 @@ func StartPlugin(o PluginOptions) (p *Plugin, err error) {
 	p.cmd = cmd
 	p.Started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting plugin: %w", err)
+		return fmt.Errorf("starting plugin: %w", err)
 	}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	return p, nil
+	return nil
 }
 
 // pluginEnv is the parent's environment without settings that would
@@ -167,7 +229,12 @@ func (p *Plugin) Exited() <-chan struct{} { return p.done }
 
 // Inject sends a fault to the mock library ("xid 3 79", "temp 2 95"; see
 // mocknvml.Control) and returns once the library has applied it.
-func (p *Plugin) Inject(command string) error { return p.ctl.Inject(command) }
+func (p *Plugin) Inject(command string) error {
+	if p.ctl == nil {
+		return errors.New("inject: the plugin runs on a node's own files, without a fault FIFO")
+	}
+	return p.ctl.Inject(command)
+}
 
 // Log returns what the plugin wrote to stderr and stdout so far.
 func (p *Plugin) Log() string { return p.log.String() }
@@ -197,7 +264,7 @@ func (p *Plugin) Stop() error {
 				errs = append(errs, fmt.Errorf("plugin still running %v after SIGTERM; killed", stopTimeout))
 			}
 		}
-		errs = append(errs, p.ctl.Close(), os.RemoveAll(p.WorkDir))
+		errs = append(errs, p.closeControl(), os.RemoveAll(p.WorkDir))
 		p.stopErr = errors.Join(errs...)
 	})
 	return p.stopErr
@@ -220,13 +287,20 @@ func (p *Plugin) Kill() error {
 			}
 			<-p.done
 		}
-		errs = append(errs, p.ctl.Close(), os.RemoveAll(p.WorkDir))
+		errs = append(errs, p.closeControl(), os.RemoveAll(p.WorkDir))
 		p.stopErr = errors.Join(errs...)
 	})
 	if !killed {
 		return errors.New("killing plugin: already stopped")
 	}
 	return p.stopErr
+}
+
+func (p *Plugin) closeControl() error {
+	if p.ctl == nil {
+		return nil
+	}
+	return p.ctl.Close()
 }
 
 // Usage is what a process cost.

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -88,21 +87,11 @@ type Report struct {
 		RegisteredMs float64 `json:"registeredMs"`
 		FirstListMs  float64 `json:"firstListAndWatchMs"`
 	} `json:"startup"`
-	Allocate            []Latency       `json:"allocate"`
-	PreferredAllocation []Latency       `json:"preferredAllocation"`
-	HealthDetection     HealthDetection `json:"healthDetection"`
-	Reregistration      Reregistration  `json:"reregistration"`
-	Process             Process         `json:"process"`
-}
-
-// Latency is one call's latency over many calls, through the kubelet's
-// client over the plugin's unix socket.
-type Latency struct {
-	Size  int     `json:"size"`
-	Calls int     `json:"calls"`
-	P50Us float64 `json:"p50Us"`
-	P99Us float64 `json:"p99Us"`
-	MaxUs float64 `json:"maxUs"`
+	Allocate            []harness.Latency `json:"allocate"`
+	PreferredAllocation []harness.Latency `json:"preferredAllocation"`
+	HealthDetection     HealthDetection   `json:"healthDetection"`
+	Reregistration      Reregistration    `json:"reregistration"`
+	Process             Process           `json:"process"`
 }
 
 // HealthDetection is from writing an XID to the mock's control FIFO to the
@@ -210,7 +199,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 		if size > rep.GPUs {
 			continue
 		}
-		l, err := latency(ctx, o.calls, size, func(ctx context.Context) error {
+		l, err := harness.Measure(ctx, o.calls, size, waitTimeout, func(ctx context.Context) error {
 			_, err := e.Allocate(ctx, ids[:size]...)
 			return err
 		})
@@ -218,7 +207,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 			return failed(fmt.Errorf("Allocate of %d: %w", size, err))
 		}
 		rep.Allocate = append(rep.Allocate, l)
-		l, err = latency(ctx, o.calls, size, func(ctx context.Context) error {
+		l, err = harness.Measure(ctx, o.calls, size, waitTimeout, func(ctx context.Context) error {
 			got, err := e.GetPreferredAllocation(ctx, ids, nil, size)
 			if err == nil && len(got) != size {
 				err = fmt.Errorf("%d devices for size %d", len(got), size)
@@ -250,7 +239,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 		took = append(took, e.ConnectedAt.Sub(k.Started()))
 	}
 	rep.Reregistration.SamplesMs = msAll(took)
-	rep.Reregistration.MedianMs = ms(percentile(took, 50))
+	rep.Reregistration.MedianMs = ms(harness.Percentile(took, 50))
 	rep.Reregistration.MaxMs = ms(slices.Max(took))
 
 	gpus := spread(rep.GPUs, o.healthGPUs)
@@ -295,9 +284,9 @@ func run(ctx context.Context, o options) (*Report, error) {
 	rep.Process = Process{
 		IdleSeconds:    o.idle.Seconds(),
 		PeakRSSBytes:   after.PeakRSS,
-		PeakRSSMiB:     round(float64(after.PeakRSS)/(1<<20), 1),
-		CPUSeconds:     round(after.CPU().Seconds(), 2),
-		IdleCPUSeconds: round((after.CPU() - before.CPU()).Seconds(), 2),
+		PeakRSSMiB:     harness.Round(float64(after.PeakRSS)/(1<<20), 1),
+		CPUSeconds:     harness.Round(after.CPU().Seconds(), 2),
+		IdleCPUSeconds: harness.Round((after.CPU() - before.CPU()).Seconds(), 2),
 	}
 	if o.poll > 0 {
 		rep.Process.PollInterval = o.poll.String()
@@ -306,28 +295,6 @@ func run(ctx context.Context, o options) (*Report, error) {
 		return failed(err)
 	}
 	return rep, nil
-}
-
-// latency times calls sequential calls of f.
-func latency(ctx context.Context, calls, size int, f func(context.Context) error) (Latency, error) {
-	samples := make([]time.Duration, 0, calls)
-	for range calls {
-		c, cancel := context.WithTimeout(ctx, waitTimeout)
-		start := time.Now()
-		err := f(c)
-		samples = append(samples, time.Since(start))
-		cancel()
-		if err != nil {
-			return Latency{}, err
-		}
-	}
-	return Latency{
-		Size:  size,
-		Calls: calls,
-		P50Us: us(percentile(samples, 50)),
-		P99Us: us(percentile(samples, 99)),
-		MaxUs: us(slices.Max(samples)),
-	}, nil
 }
 
 // byIndex orders device IDs as the profile lists the GPUs, so Allocate of
@@ -353,13 +320,6 @@ func spread(count, n int) []int {
 	return out
 }
 
-// percentile is the nearest-rank percentile of samples.
-func percentile(samples []time.Duration, pct int) time.Duration {
-	s := slices.Sorted(slices.Values(samples))
-	rank := (pct*len(s) + 99) / 100 // ceil(pct/100 * n)
-	return s[max(rank, 1)-1]
-}
-
 func mean(samples []time.Duration) time.Duration {
 	var sum time.Duration
 	for _, d := range samples {
@@ -368,8 +328,7 @@ func mean(samples []time.Duration) time.Duration {
 	return sum / time.Duration(len(samples))
 }
 
-func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
-func us(d time.Duration) float64 { return round(float64(d)/float64(time.Microsecond), 1) }
+func ms(d time.Duration) float64 { return harness.Millis(d) }
 
 func msAll(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
@@ -377,11 +336,6 @@ func msAll(ds []time.Duration) []float64 {
 		out[i] = ms(d)
 	}
 	return out
-}
-
-func round(v float64, places int) float64 {
-	scale := math.Pow10(places)
-	return math.Round(v*scale) / scale
 }
 
 func progress(format string, args ...any) {

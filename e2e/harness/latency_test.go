@@ -1,7 +1,6 @@
-package main
+package harness
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -9,7 +8,7 @@ import (
 func TestPercentile(t *testing.T) {
 	hundred := make([]time.Duration, 100)
 	for i := range hundred {
-		hundred[i] = time.Duration(100-i) * time.Millisecond // reversed: percentile sorts
+		hundred[i] = time.Duration(100-i) * time.Millisecond // reversed: Percentile sorts
 	}
 	tests := []struct {
 		name    string
@@ -24,25 +23,9 @@ func TestPercentile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.samples, tt.pct); got != tt.want {
-				t.Errorf("percentile(%d) = %v, want %v", tt.pct, got, tt.want)
+			if got := Percentile(tt.samples, tt.pct); got != tt.want {
+				t.Errorf("Percentile(%d) = %v, want %v", tt.pct, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestSpread(t *testing.T) {
-	tests := []struct {
-		count, n int
-		want     []int
-	}{
-		{count: 8, n: 4, want: []int{0, 2, 4, 6}},
-		{count: 16, n: 4, want: []int{0, 4, 8, 12}},
-		{count: 4, n: 8, want: []int{0, 1, 2, 3}},
-	}
-	for _, tt := range tests {
-		if got := spread(tt.count, tt.n); !slices.Equal(got, tt.want) {
-			t.Errorf("spread(%d, %d) = %v, want %v", tt.count, tt.n, got, tt.want)
-		}
 	}
 }

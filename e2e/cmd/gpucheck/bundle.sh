@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds what gpu-check runs from into one folder that can be copied to a
+# GPU node with nothing installed: gpu-check itself, the plugin and its CDI
+# hook, the container probe, the C library the probe's image is made of
+# (with a static ldconfig), and runc with the libraries it needs, for a
+# node without one. Run from the repository root (make gpu-check-bundle).
+set -euo pipefail
+out=${1:?usage: bundle.sh DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+rm -rf "$out/image" "$out/lib" "$out/gpu-device-plugin-dra"
+mkdir -p "$out/image" "$out/lib"
+
+make -s BIN="$out" "$out/gpu-device-plugin" "$out/gpu-device-plugin-cdi-hook"
+(cd e2e && go build -trimpath -ldflags '-s -w' -o "$out/gpu-check" ./cmd/gpucheck)
+${CC:-gcc} -O2 -Wall -Wextra -o "$out/cudaprobe" e2e/cmd/gpucheck/cudaprobe/cudaprobe.c -ldl
+
+# The image's C library: what the probe links, and what libcuda links
+# (libm, libdl, libpthread, librt, libgcc_s), by soname.
+copy_lib() { # soname path
+	cp -L "$2" "$out/image/$1"
+}
+ldd "$out/cudaprobe" | awk '/=>/ {print $1, $3} /ld-linux/ && !/=>/ {print $1, $1}' | while read -r soname path; do
+	copy_lib "$(basename "$soname")" "$path"
+done
+for soname in libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libgcc_s.so.1; do
+	path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
+	[ -n "$path" ] && copy_lib "$soname" "$path"
+done
+ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+if ! ldd "$ldconfig" 2>&1 | grep -Eq 'statically linked|not a dynamic executable'; then
+	echo "bundle: $ldconfig is not static; the image needs a static ldconfig" >&2
+	exit 1
+fi
+cp -L "$ldconfig" "$out/image/ldconfig"
+
+# runc for nodes without one, with its libraries but not the C library.
+if runc=$(command -v runc); then
+	cp -L "$runc" "$out/runc"
+	ldd "$runc" | awk '/=>/ && $1 !~ /^(libc|ld-linux)/ {print $3}' | while read -r path; do
+		cp -L "$path" "$out/lib/"
+	done
+fi
+du -sh "$out" | awk '{print "bundle: " $2 " (" $1 ")"}'

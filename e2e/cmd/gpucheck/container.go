@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+// containerTimeout bounds one container's run, hook included.
+const containerTimeout = 2 * time.Minute
+
+// layout is a distribution's library directory.
+type layout struct {
+	name   string
+	libDir string
+}
+
+var (
+	debian = layout{"debian", "/usr/lib/x86_64-linux-gnu"}
+	rhel   = layout{"rhel", "/usr/lib64"}
+)
+
+// probeReport is what cudaprobe prints.
+type probeReport struct {
+	VisibleDevices string   `json:"visibleDevices"`
+	DevNodes       []string `json:"devNodes"`
+	LDConfig       []string `json:"ldconfig"`
+	LDConfigError  string   `json:"ldconfigError,omitempty"`
+	DlopenError    string   `json:"dlopenError,omitempty"`
+	SymbolError    string   `json:"symbolError,omitempty"`
+	Library        string   `json:"library,omitempty"`
+	MockLibrary    bool     `json:"mockLibrary"`
+	CuInit         *int     `json:"cuInit,omitempty"`
+	DriverVersion  int      `json:"driverVersion,omitempty"`
+	CuCount        *int     `json:"cuDeviceGetCount,omitempty"`
+	Count          int      `json:"count"`
+	Devices        []struct {
+		Name string `json:"name"`
+		UUID string `json:"uuid"`
+	} `json:"devices"`
+}
+
+// containerRun is one container in the report.
+type containerRun struct {
+	Image   string       `json:"image"`
+	GPUs    []string     `json:"gpus"`
+	CDI     []string     `json:"cdiDevices"`
+	Probe   *probeReport `json:"probe,omitempty"`
+	Stderr  string       `json:"stderr,omitempty"`
+	Seconds float64      `json:"seconds"`
+}
+
+// containers runs the probe in a container of each image layout given one
+// GPU through Allocate's CDI devices, and one given all of them.
+func (c *checker) containers(ctx context.Context, s *Step) {
+	if c.served == nil || len(c.served.allocations) == 0 {
+		s.fail("allocations to run", fmt.Errorf("the serve step made no allocation"))
+		return
+	}
+	var runs []*containerRun
+	s.Data = &runs
+	for _, l := range []layout{debian, rhel} {
+		a, ok := c.served.allocations["one"]
+		if !ok {
+			continue
+		}
+		runs = append(runs, c.runProbe(ctx, s, l, c.served.cdiDir, a.ids, cdiNames(a)))
+	}
+	if a, ok := c.served.allocations["all"]; ok {
+		runs = append(runs, c.runProbe(ctx, s, debian, c.served.cdiDir, a.ids, cdiNames(a)))
+	}
+}
+
+func cdiNames(a allocation) []string { return answerOf(a.resp).CDIDevices }
+
+// runProbe runs cudaprobe in an image of layout l with the CDI devices
+// names, from the specs in specDir, injected, and checks that it sees gpus.
+func (c *checker) runProbe(ctx context.Context, s *Step, l layout, specDir string, gpus, names []string) *containerRun {
+	began := time.Now()
+	run := &containerRun{Image: l.name, GPUs: gpus, CDI: names}
+	defer func() { run.Seconds = roundSeconds(time.Since(began)) }()
+	what := fmt.Sprintf("%s image, %d GPU(s)", l.name, len(gpus))
+	rootfs, err := c.image(l)
+	if !s.check(what+": image builds", err == nil, "%s", errText(err)) {
+		return run
+	}
+	out, stderr, err := c.runContainer(ctx, rootfs, specDir, names, fmt.Sprintf("%s-%d-%d", l.name, len(gpus), time.Now().UnixNano()))
+	run.Stderr = oneLine(stderr, 2000)
+	if !s.check(what+": runc runs it", err == nil, "%s", errText(err)) {
+		return run
+	}
+	p, err := parseProbe(out)
+	if !s.check(what+": probe answers", err == nil, "%s", errText(err)) {
+		return run
+	}
+	run.Probe = p
+	c.judgeProbe(s, what, p, gpus)
+	return run
+}
+
+// judgeProbe checks what the probe saw against the GPUs given.
+func (c *checker) judgeProbe(s *Step, what string, p *probeReport, gpus []string) {
+	s.check(what+": NVIDIA_VISIBLE_DEVICES is void", p.VisibleDevices == "void", "%q (the image said all)", p.VisibleDevices)
+	s.check(what+": ld cache lists libcuda.so.1", slices.ContainsFunc(p.LDConfig, func(l string) bool { return strings.HasPrefix(l, "libcuda.so.1 ") }),
+		"%s %s", strings.Join(p.LDConfig, "; "), p.LDConfigError)
+	var nodes []string
+	for _, id := range gpus {
+		if g := c.gpuByID(id); g != nil {
+			nodes = append(nodes, fmt.Sprintf("/dev/nvidia%d", g.Minor))
+		}
+	}
+	s.check(what+": its GPUs' device nodes", subset(nodes, p.DevNodes), "sees %v, want %v", p.DevNodes, nodes)
+	if !s.check(what+": dlopen libcuda.so.1", p.DlopenError == "" && p.SymbolError == "", "%s%s", p.DlopenError, p.SymbolError) {
+		return
+	}
+	if c.mock {
+		s.check(what+": the mock node's stand-in libcuda (not CUDA)", p.MockLibrary, "%s", p.Library)
+	} else {
+		s.check(what+": the driver's libcuda", !p.MockLibrary, "%s", p.Library)
+	}
+	if !s.check(what+": cuInit", p.CuInit != nil && *p.CuInit == 0, "CUresult %v", deref(p.CuInit)) {
+		return
+	}
+	s.check(what+": cuDeviceGetCount equals the GPUs allocated", p.CuCount != nil && *p.CuCount == 0 && p.Count == len(gpus),
+		"count %d (CUresult %v), allocated %d", p.Count, deref(p.CuCount), len(gpus))
+	if c.mock {
+		return
+	}
+	var seen []string
+	for _, d := range p.Devices {
+		seen = append(seen, d.UUID)
+	}
+	s.check(what+": CUDA sees the allocated GPUs' UUIDs", sameSet(seen, gpus), "CUDA %v, allocated %v", seen, gpus)
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && subset(a, b) && subset(b, a)
+}
+
+// gpuByID finds a listed GPU by its device ID (its UUID).
+func (c *checker) gpuByID(id string) *listedGPU {
+	if c.listed == nil {
+		return nil
+	}
+	for i, g := range c.listed.GPUs {
+		if g.UUID == id || slices.Contains(g.DeviceIDs, id) {
+			return &c.listed.GPUs[i]
+		}
+	}
+	return nil
+}
+
+func parseProbe(stdout string) (*probeReport, error) {
+	for _, line := range strings.Split(stdout, "\n") {
+		if js, ok := strings.CutPrefix(line, "cudaprobe: "); ok {
+			var p probeReport
+			if err := json.Unmarshal([]byte(js), &p); err != nil {
+				return nil, fmt.Errorf("probe report %q: %w", js, err)
+			}
+			return &p, nil
+		}
+	}
+	return nil, fmt.Errorf("no probe report in %q", oneLine(stdout, 500))
+}
+
+// image builds a root file system of distribution l, once: its library
+// directory holding the bundle's C library, the loader where the probe
+// looks for it, /etc/ld.so.conf including ld.so.conf.d, a static
+// ldconfig, the probe, and the image's own ld cache made without the
+// driver.
+func (c *checker) image(l layout) (string, error) {
+	root := filepath.Join(c.work, "images", l.name)
+	if _, err := os.Stat(root); err == nil {
+		return root, nil
+	}
+	src := filepath.Join(c.o.bundle, imageDir)
+	libs, err := os.ReadDir(src)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []string{l.libDir, "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "sbin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	for _, f := range libs {
+		to := filepath.Join(root, l.libDir, f.Name())
+		if f.Name() == "ldconfig" {
+			to = filepath.Join(root, "sbin/ldconfig")
+		}
+		if err := copyFile(filepath.Join(src, f.Name()), to); err != nil {
+			return "", err
+		}
+	}
+	// The loader's path in every x86-64 program: /lib64 is a directory
+	// with a link on Debian, a link to usr/lib64 on RHEL.
+	if l.libDir == "/usr/lib64" {
+		err = os.Symlink("usr/lib64", filepath.Join(root, "lib64"))
+	} else if err = os.MkdirAll(filepath.Join(root, "lib64"), 0o755); err == nil {
+		err = os.Symlink(filepath.Join(l.libDir, "ld-linux-x86-64.so.2"), filepath.Join(root, "lib64/ld-linux-x86-64.so.2"))
+	}
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{
+		"etc/ld.so.conf":             "include /etc/ld.so.conf.d/*.conf\n",
+		"etc/ld.so.conf.d/libc.conf": l.libDir + "\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	if err := copyFile(filepath.Join(c.o.bundle, probeFile), filepath.Join(root, "cudaprobe")); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(filepath.Join(root, "sbin/ldconfig"), "-r", root).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("ldconfig -r %s: %w: %s", root, err, out)
+	}
+	return root, nil
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}
+
+// runContainer injects names from the CDI specs in specDir into an OCI
+// spec for rootfs, as containerd does, and runs /cudaprobe in it with
+// runc. stderr holds runc's and the hook's words.
+func (c *checker) runContainer(ctx context.Context, rootfs, specDir string, names []string, id string) (stdout, stderr string, err error) {
+	runc, env, err := c.runc()
+	if err != nil {
+		return "", "", err
+	}
+	bundle := filepath.Join(c.work, "bundles", id)
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return "", "", err
+	}
+	runcCmd := func(ctx context.Context, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, runc, args...)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd
+	}
+	if out, err := runcCmd(ctx, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("runc spec: %w: %s", err, out)
+	}
+	var spec oci.Spec
+	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return "", "", err
+	}
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return "", "", err
+	}
+	spec.Root = &oci.Root{Path: rootfs, Readonly: true}
+	spec.Hostname = "gpu-check"
+	spec.Process.Terminal = false
+	// What an nvidia/cuda image sets.
+	spec.Process.Env = append(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES=all")
+	spec.Process.Args = []string{"/cudaprobe"}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(specDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return "", "", fmt.Errorf("reading the CDI specs in %s: %w", specDir, err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		return "", "", fmt.Errorf("the CDI cache refused specs: %v", errs)
+	}
+	if unresolved, err := cache.InjectDevices(&spec, names...); err != nil {
+		return "", "", fmt.Errorf("injecting %v: unresolved %v: %w", names, unresolved, err)
+	}
+	if raw, err = json.MarshalIndent(&spec, "", "  "); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o644); err != nil {
+		return "", "", err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, containerTimeout)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := runcCmd(runCtx, "--root", filepath.Join(c.work, "runc"), "run", "--bundle", bundle, "gpu-check-"+id)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), errb.String(), fmt.Errorf("runc run: %w: %s", err, oneLine(errb.String(), 1500))
+	}
+	return out.String(), errb.String(), nil
+}
