@@ -16,9 +16,10 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 )
 
-// GPUs and NIC pools from one process, with CDI specs written while it
-// serves and removed when it stops.
-func TestServesNICPoolsAndCDISpecs(t *testing.T) {
+// nicConfig serves docs/nic-pools.md's pools from a DGX-H100-like tree
+// (returned), with CDI specs in a temporary directory.
+func nicConfig(t *testing.T) (string, config.Config) {
+	t.Helper()
 	root := sysfstest.Load(t, "dgx-h100")
 	example, err := config.Load("../config/testdata/example-nics.yaml")
 	if err != nil {
@@ -29,6 +30,13 @@ func TestServesNICPoolsAndCDISpecs(t *testing.T) {
 	cfg.NICResources = example.NICResources
 	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
 	cfg.CDISpecDir = t.TempDir()
+	return root, cfg
+}
+
+// GPUs and NIC pools from one process, with CDI specs written while it
+// serves and removed when it stops.
+func TestServesNICPoolsAndCDISpecs(t *testing.T) {
+	_, cfg := nicConfig(t)
 	stale := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_example.com-old.json")
 	other := filepath.Join(cfg.CDISpecDir, "other-vendor.yaml")
 	for _, p := range []string{stale, other} {
