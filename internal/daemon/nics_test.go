@@ -11,26 +11,16 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/configtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 )
 
 // nicConfig serves docs/nic-pools.md's pools from a DGX-H100-like tree
 // (returned), with CDI specs in a temporary directory.
 func nicConfig(t *testing.T) (string, config.Config) {
 	t.Helper()
-	root := sysfstest.Load(t, "dgx-h100")
-	example, err := config.Load("../config/testdata/example-nics.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t)
-	cfg.SysfsRoot, cfg.ProcRoot, cfg.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "proc"), filepath.Join(root, "dev")
-	cfg.NICResources = example.NICResources
-	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
-	cfg.CDISpecDir = t.TempDir()
-	return root, cfg
+	return configtest.NICPools(t, testConfig(t))
 }
 
 // GPUs and NIC pools from one process, with CDI specs written while it

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/configtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
@@ -30,16 +30,7 @@ type nicFixture struct {
 
 func newNICFixture(t *testing.T) *nicFixture {
 	t.Helper()
-	root := sysfstest.Load(t, "dgx-h100")
-	example, err := config.Load("../../config/testdata/example-nics.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.SysfsRoot, cfg.ProcRoot, cfg.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "proc"), filepath.Join(root, "dev")
-	cfg.NICResources = example.NICResources
-	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
-	cfg.CDISpecDir = t.TempDir()
+	root, cfg := configtest.NICPools(t, config.Default())
 	specs, err := ondisk.NewStore(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
