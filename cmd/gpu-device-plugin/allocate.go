@@ -12,7 +12,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
@@ -34,10 +33,7 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 			&cli.StringFlag{Name: "resource", Value: gpu.ResourceName, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
 			&cli.StringSliceFlag{Name: "available", Usage: "the devices the kubelet offers, comma-separated IDs (default: every device of the resource)"},
 			&cli.StringSliceFlag{Name: "must-include", Usage: "devices the answer must contain, comma-separated IDs"},
-			&cli.StringFlag{
-				Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
-				EnvVars: []string{config.EnvName("output")},
-			},
+			outputFlag(),
 		),
 		Action: noArgs(func(c *cli.Context) error { return allocate(c, open, stdout, stderr) }),
 	}
@@ -85,24 +81,21 @@ type allocatedPair struct {
 	Weight  int    `json:"weight"`
 }
 
-func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	output := c.String("output")
-	if output != "table" && output != "json" {
-		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
-	}
+// checkSize refuses an allocate without --size.
+func checkSize(c *cli.Context) error {
 	if !c.IsSet("size") {
 		return fmt.Errorf("--size is required: how many GPUs to choose")
 	}
-	log := newLogger(cfg, stderr)
-	lib, inv, err := discoverMIG(cfg, open, log)
+	return nil
+}
+
+func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
+	n, err := lookAtNode(c, open, stderr, checkOutput, checkSize)
 	if err != nil {
 		return err
 	}
-	defer lib.Shutdown()
+	defer n.lib.Shutdown()
+	cfg, log, inv, output := n.cfg, n.log, n.inv, c.String("output")
 	node, err := layout.GPUs(cfg, inv, nil, log)
 	if err != nil {
 		return err

@@ -8,11 +8,9 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
 
 func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
@@ -33,31 +31,23 @@ func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
 }
 
 func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(c)
+	n, err := lookAtNode(c, open, stderr)
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
-	lib, inv, err := discoverMIG(cfg, open, log)
-	if err != nil {
-		return err
-	}
-	defer lib.Shutdown()
+	defer n.lib.Shutdown()
+	cfg, log, inv := n.cfg, n.log, n.inv
 	gpuSpec, err := ondisk.GPUSpec(cfg, inv.GPUs, log)
 	if err != nil {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
 	}
 	all := []*specs.Spec{gpuSpec}
 	if len(cfg.NICResources) > 0 {
-		scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
-		if err != nil {
-			return fmt.Errorf("scanning NICs: %w", err)
-		}
-		pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Log: log})
+		_, updates, err := scanPools(cfg, log)
 		if err != nil {
 			return err
 		}
-		for _, u := range pools.Rescan(scan) {
+		for _, u := range updates {
 			spec, err := u.Pool.CDISpec()
 			if err != nil {
 				return fmt.Errorf("building the %s CDI spec: %w", u.Pool.Resource(), err)

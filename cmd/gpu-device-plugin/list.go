@@ -16,13 +16,11 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
@@ -208,17 +206,13 @@ func orEmpty(s []string) []string {
 // listNICs scans the NICs once and judges them as serve would, and passes
 // each pool to the DRA preview. held says who holds a pooled NIC.
 func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, address string) []podresources.Holder, log *slog.Logger) ([]listedNIC, error) {
-	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
-	if err != nil {
-		return nil, fmt.Errorf("scanning NICs: %w", err)
-	}
-	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Log: log})
+	scan, updates, err := scanPools(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	type member struct{ pool, health, reason string }
 	members := map[string]member{}
-	for _, u := range pools.Rescan(scan) {
+	for _, u := range updates {
 		devs := draslice.NICDevices(draslice.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, cfg.SysfsRoot, noCDIName, log)
 		reasons := map[string]string{}
 		for _, d := range u.Devices {
@@ -248,20 +242,12 @@ func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, add
 }
 
 func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(c)
+	n, err := lookAtNode(c, open, stderr, checkOutput)
 	if err != nil {
 		return err
 	}
-	output := c.String("output")
-	if output != "table" && output != "json" {
-		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
-	}
-	log := newLogger(cfg, stderr)
-	lib, inv, err := discoverMIG(cfg, open, log)
-	if err != nil {
-		return err
-	}
-	defer lib.Shutdown()
+	defer n.lib.Shutdown()
+	cfg, log, lib, inv, output := n.cfg, n.log, n.lib, n.inv, c.String("output")
 	node, err := cfg.Node()
 	if err != nil {
 		return err
@@ -333,17 +319,6 @@ func healthState(healthy bool) string {
 		return "Healthy"
 	}
 	return "Unhealthy"
-}
-
-// discoverMIG (list, allocate, cdi generate) is discover with each MIG device's capability minors read
-// from procfs, as serve does: a MIG device without them is left out.
-func discoverMIG(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
-	lib, inv, err := discover(cfg, open, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
-	return lib, inv, nil
 }
 
 // healthStates is one poll's health of the GPUs and their MIG devices.

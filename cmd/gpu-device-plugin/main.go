@@ -16,7 +16,10 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -57,6 +60,23 @@ var (
 	cdiKeys      = slices.Concat(driverKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"}, loggingKeys)
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
 )
+
+// outputFlag is -o of list and allocate: a table for people, JSON for
+// scripts.
+func outputFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
+		EnvVars: []string{config.EnvName("output")},
+	}
+}
+
+// checkOutput refuses an outputFlag other than table or json.
+func checkOutput(c *cli.Context) error {
+	if output := c.String("output"); output != "table" && output != "json" {
+		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
+	}
+	return nil
+}
 
 // settingFlags builds the flags for the settings named by keys (all when
 // none are named), grouped by category in help. Each command gets its own
@@ -138,10 +158,7 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 				Name:  "list",
 				Usage: "list the node's GPUs, their MIG devices and its NICs, with health, how each is served and who holds it",
 				Flags: append(settingFlags(listKeys...),
-					&cli.StringFlag{
-						Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
-						EnvVars: []string{config.EnvName("output")},
-					},
+					outputFlag(),
 					&cli.BoolFlag{Name: "dra", Usage: "also show the devices DRA mode would publish (shown anyway with --kubelet-api=dra; always in -o json)"},
 				),
 				Action: noArgs(func(c *cli.Context) error { return list(c, open, stdout, stderr) }),
@@ -223,4 +240,49 @@ func discover(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.L
 		return nil, nil, fmt.Errorf("discovering GPUs: %w", err)
 	}
 	return lib, inv, nil
+}
+
+// scanPools scans the NICs once and folds them into cfg's pools, for the
+// commands that look at the node once.
+func scanPools(cfg config.Config, log *slog.Logger) ([]sysfs.NIC, []nic.Update, error) {
+	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
+	if err != nil {
+		return nil, nil, fmt.Errorf("scanning NICs: %w", err)
+	}
+	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return scan, pools.Rescan(scan), nil
+}
+
+// nodeLook is the node as list, allocate and cdi generate look at it once.
+type nodeLook struct {
+	cfg config.Config
+	log *slog.Logger
+	lib nvml.Library // the caller shuts it down
+	inv *nvml.Inventory
+}
+
+// lookAtNode loads the config, runs the command's checks of its own flags
+// before anything is read, and discovers the GPUs with each MIG device's
+// capability minors read from procfs, as serve does: a MIG device without
+// them is left out.
+func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks ...func(*cli.Context) error) (nodeLook, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return nodeLook{}, err
+	}
+	for _, check := range checks {
+		if err := check(c); err != nil {
+			return nodeLook{}, err
+		}
+	}
+	log := newLogger(cfg, stderr)
+	lib, inv, err := discover(cfg, open, log)
+	if err != nil {
+		return nodeLook{}, err
+	}
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv}, nil
 }

@@ -119,45 +119,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// Default is the configuration with nothing set.
+// Default is the configuration with nothing set: every setting at its
+// Settings default, and the file-only keys' own.
 func Default() Config {
-	p := policy.Default()
-	return Config{
-		DevicePluginDir:   "/var/lib/kubelet/device-plugins",
-		DriverRoot:        "/",
-		SysfsRoot:         "/sys",
-		DevRoot:           "/dev",
-		DeviceIDStrategy:  "uuid",
-		MIGStrategy:       MIGStrategyNone,
-		NVMLRetryInterval: Duration{30 * time.Second},
-		LogLevel:          "info",
-		LogFormat:         "text",
-
-		HealthPollInterval:  Duration{p.PollInterval},
-		XIDIgnore:           p.IgnoredXIDs,
-		XIDFatal:            p.FatalXIDs,
-		XIDRecoveryPeriod:   Duration{p.XIDRecovery},
-		ThermalMarginC:      p.ThermalMarginC,
-		HealthRecoveryPolls: p.RecoveryPolls,
-
-		HealthSlowdownSamples:  policy.DefaultSlowdownSamples,
-		HealthNVMLFailurePolls: policy.DefaultNVMLFailurePolls,
-		StateDir:               DefaultStateDir,
-
-		DeviceListStrategy: []string{"envvar"},
-		CDISpecDir:         "/var/run/cdi",
-		CDIHookPath:        DefaultCDIHookPath,
-		ProcRoot:           "/proc",
-		DeviceInfoDir:      DefaultDeviceInfoDir,
-		NICRescanInterval:  Duration{10 * time.Second},
-		PodResourcesSocket: DefaultPodResourcesSocket,
-
-		KubeletAPI:        KubeletAPIDevicePlugin,
-		DRAPluginDir:      "/var/lib/kubelet/plugins/" + DRADriverName,
-		PluginRegistryDir: "/var/lib/kubelet/plugins_registry",
-
-		Sharing: Sharing{TimeSlicing: TimeSlicing{Placement: PlacementDistributed}},
+	c := Config{Sharing: Sharing{TimeSlicing: TimeSlicing{Placement: PlacementDistributed}}}
+	for _, s := range Settings() {
+		if err := s.set(&c, s.Key, s.Default); err != nil {
+			panic(fmt.Sprintf("config: the default of %s: %v", s.Key, err)) // a bad table entry; TestEverySettingCanBeSet
+		}
 	}
+	return c
 }
 
 // The kubelet APIs the plugin serves through (kubeletAPI).

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -309,5 +310,40 @@ func TestEmptyPodResourcesSocket(t *testing.T) {
 	}
 	if err != nil || c.PodResourcesSocket != "" {
 		t.Errorf("podResourcesSocket \"\": %v, %q", err, c.PodResourcesSocket)
+	}
+}
+
+// Each setting's field is the one its key names in the file: the table
+// and the Config's JSON tags cannot drift apart.
+func TestSettingsSetTheFieldOfTheirKey(t *testing.T) {
+	asMap := func(c Config) map[string]any {
+		t.Helper()
+		data, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	zero := asMap(Config{})
+	for _, s := range Settings() {
+		var c Config
+		for _, v := range []string{"7s", "7", "true"} {
+			if c.Set(s.Key, v) == nil {
+				break
+			}
+		}
+		var changed []string
+		for k, v := range asMap(c) {
+			if !reflect.DeepEqual(v, zero[k]) {
+				changed = append(changed, k)
+			}
+		}
+		if !slices.Equal(changed, []string{s.Key}) {
+			t.Errorf("setting %s changed %v", s.Key, changed)
+		}
 	}
 }

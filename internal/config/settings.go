@@ -9,15 +9,23 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
-// Setting names one config key and its flag and environment twins.
+// Setting is one config key: its flag and environment twins, its help,
+// its default and the Config field it sets. Settings is the one place a
+// key is declared: Default, Set, the flags, the environment and the
+// reference are all made from it.
 type Setting struct {
 	Key      string
 	Flag     string
 	Env      string
 	Usage    string
-	Default  string
+	Default  string // as a flag or variable would give it
 	Category string // the group help and the settings reference list it under
+	set      setter
 }
+
+// setter puts a key's string form (a flag's, a variable's, its default)
+// into its field of c.
+type setter func(c *Config, key, value string) error
 
 // Categories lists the setting categories in order.
 func Categories() []string {
@@ -29,45 +37,82 @@ const EnvPrefix = "GPU_DEVICE_PLUGIN_"
 
 // Settings lists every key with its flag and environment variable.
 func Settings() []Setting {
-	d := Default()
+	p := policy.Default()
 	s := []Setting{
-		{Key: "devicePluginDir", Category: CategoryKubelet, Flag: "device-plugin-dir", Default: d.DevicePluginDir, Usage: "the kubelet's device-plugin directory (sockets)"},
-		{Key: "driverRoot", Category: CategoryDriver, Flag: "driver-root", Default: d.DriverRoot, Usage: "root of the NVIDIA driver installation, where libnvidia-ml.so.1 is searched"},
-		{Key: "nvmlLibrary", Category: CategoryDriver, Flag: "nvml-library", Default: d.NVMLLibrary, Usage: "path of libnvidia-ml.so.1 (overrides the search under --driver-root)"},
-		{Key: "sysfsRoot", Category: CategoryDriver, Flag: "sysfs-root", Default: d.SysfsRoot, Usage: "where sysfs is mounted"},
-		{Key: "devRoot", Category: CategoryDriver, Flag: "dev-root", Default: d.DevRoot, Usage: "the host's /dev, as this process and the container runtime both see it"},
-		{Key: "deviceIDStrategy", Category: CategoryKubelet, Flag: "device-id-strategy", Default: d.DeviceIDStrategy, Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index"},
-		{Key: "migStrategy", Category: CategoryKubelet, Flag: "mig-strategy", Default: d.MIGStrategy, Usage: "how the device-plugin API serves MIG devices: " + MIGStrategyNone + " (no MIG device is served), " + MIGStrategySingle + " (MIG devices of one profile, as nvidia.com/gpu) or " + MIGStrategyMixed + " (nvidia.com/mig-<profile> per profile, nvidia.com/gpu for GPUs without MIG); DRA mode publishes MIG devices whatever it says"},
-		{Key: "nvmlRetryInterval", Category: CategoryDriver, Flag: "nvml-retry-interval", Default: d.NVMLRetryInterval.String(), Usage: "how often to retry loading NVML when the driver is missing"},
-		{Key: "logLevel", Category: CategoryLogging, Flag: "log-level", Default: d.LogLevel, Usage: "debug, info, warn or error"},
-		{Key: "logFormat", Category: CategoryLogging, Flag: "log-format", Default: d.LogFormat, Usage: "text or json"},
-		{Key: "healthPollInterval", Category: CategoryHealth, Flag: "health-poll-interval", Default: d.HealthPollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read"},
-		{Key: "xidIgnore", Category: CategoryHealth, Flag: "xid-ignore", Default: formatList(d.XIDIgnore), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy"},
-		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(d.XIDFatal), Usage: "comma-separated XIDs that keep a GPU unhealthy until the driver says it was reset (its recovery action, R550 and later; on older drivers until the GPU is reset and health.json in --state-dir removed); wins over --xid-ignore"},
-		{Key: "xidRecoveryPeriod", Category: CategoryHealth, Flag: "xid-recovery-period", Default: d.XIDRecoveryPeriod.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy"},
-		{Key: "thermalMarginC", Category: CategoryHealth, Flag: "thermal-margin", Default: strconv.Itoa(d.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again"},
-		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(d.HealthRecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition"},
-		{Key: "metricsAddress", Category: CategoryReporting, Flag: "metrics-address", Default: d.MetricsAddress, Usage: "host:port to serve Prometheus metrics on; empty turns them off"},
-		{Key: "deviceListStrategy", Category: CategoryKubelet, Flag: "device-list-strategy", Default: strings.Join(d.DeviceListStrategy, ","), Usage: "comma-separated: envvar, cdi-cri, cdi-annotations"},
-		{Key: "cdiSpecDir", Category: CategoryCDI, Flag: "cdi-spec-dir", Default: d.CDISpecDir, Usage: "where CDI specs are written when a cdi-* strategy is on"},
-		{Key: "hostDriverRoot", Category: CategoryCDI, Flag: "host-driver-root", Default: d.HostDriverRoot, Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same"},
-		{Key: "cdiHookPath", Category: CategoryCDI, Flag: "cdi-hook-path", Default: d.CDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out"},
-		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(d.HealthSlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)"},
-		{Key: "healthNVMLFailurePolls", Category: CategoryHealth, Flag: "health-nvml-failure-polls", Default: strconv.Itoa(d.HealthNVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy"},
-		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: strings.Join(d.HealthChecksDisabled, ","), Usage: "comma-separated checks to turn off: " + strings.Join(policy.Checks(), ", ")},
-		{Key: "stateDir", Category: CategoryHealth, Flag: "state-dir", Default: d.StateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none"},
-		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: d.ProcRoot, Usage: "the host's /proc, to find the NIC with the default route"},
-		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: d.DeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)"},
-		{Key: "nicRescanInterval", Category: CategoryNICs, Flag: "nic-rescan-interval", Default: d.NICRescanInterval.String(), Usage: "how often NICs are rescanned for hot-plug and health"},
-		{Key: "podResourcesSocket", Category: CategoryReporting, Flag: "pod-resources-socket", Default: d.PodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated, Events on pods); empty reads none"},
-		{Key: "kubeletAPI", Category: CategoryKubelet, Flag: "kubelet-api", Default: d.KubeletAPI, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)"},
-		{Key: "kubeconfig", Category: CategoryReporting, Flag: "kubeconfig", Default: d.Kubeconfig, Usage: "DRA mode, events and nodeCondition: kubeconfig file for API access; empty uses the pod's service account"},
-		{Key: "nodeName", Category: CategoryReporting, Flag: "node-name", Default: d.NodeName, Usage: "DRA mode, events and nodeCondition: this node's name (the chart sets it from the downward API); empty uses the host name"},
-		{Key: "podUID", Category: CategoryDRA, Flag: "pod-uid", Default: d.PodUID, Usage: "DRA mode: this pod's UID (the chart sets it); lets two plugin pods hand over during a rolling update"},
-		{Key: "draPluginDir", Category: CategoryDRA, Flag: "dra-plugin-dir", Default: d.DRAPluginDir, Usage: "DRA mode: the kubelet's directory for this driver's socket and checkpoint"},
-		{Key: "pluginRegistryDir", Category: CategoryDRA, Flag: "plugin-registry-dir", Default: d.PluginRegistryDir, Usage: "DRA mode: the kubelet's plugin registration directory"},
-		{Key: "events", Category: CategoryReporting, Flag: "events", Default: strconv.FormatBool(d.Events), Usage: "true: a Kubernetes Event on the Node and on every pod holding a device at each device health change (needs API access)"},
-		{Key: "nodeCondition", Category: CategoryReporting, Flag: "node-condition", Default: strconv.FormatBool(d.NodeCondition), Usage: "true: keep the Node conditions GPUHealthy (and NICHealthy with NIC pools) False while a device is unhealthy (needs API access)"},
+		{Key: "devicePluginDir", Category: CategoryKubelet, Flag: "device-plugin-dir", Default: "/var/lib/kubelet/device-plugins", Usage: "the kubelet's device-plugin directory (sockets)",
+			set: str(func(c *Config) *string { return &c.DevicePluginDir })},
+		{Key: "driverRoot", Category: CategoryDriver, Flag: "driver-root", Default: "/", Usage: "root of the NVIDIA driver installation, where libnvidia-ml.so.1 is searched",
+			set: str(func(c *Config) *string { return &c.DriverRoot })},
+		{Key: "nvmlLibrary", Category: CategoryDriver, Flag: "nvml-library", Default: "", Usage: "path of libnvidia-ml.so.1 (overrides the search under --driver-root)",
+			set: str(func(c *Config) *string { return &c.NVMLLibrary })},
+		{Key: "sysfsRoot", Category: CategoryDriver, Flag: "sysfs-root", Default: "/sys", Usage: "where sysfs is mounted",
+			set: str(func(c *Config) *string { return &c.SysfsRoot })},
+		{Key: "devRoot", Category: CategoryDriver, Flag: "dev-root", Default: "/dev", Usage: "the host's /dev, as this process and the container runtime both see it",
+			set: str(func(c *Config) *string { return &c.DevRoot })},
+		{Key: "deviceIDStrategy", Category: CategoryKubelet, Flag: "device-id-strategy", Default: "uuid", Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index",
+			set: str(func(c *Config) *string { return &c.DeviceIDStrategy })},
+		{Key: "migStrategy", Category: CategoryKubelet, Flag: "mig-strategy", Default: MIGStrategyNone, Usage: "how the device-plugin API serves MIG devices: " + MIGStrategyNone + " (no MIG device is served), " + MIGStrategySingle + " (MIG devices of one profile, as nvidia.com/gpu) or " + MIGStrategyMixed + " (nvidia.com/mig-<profile> per profile, nvidia.com/gpu for GPUs without MIG); DRA mode publishes MIG devices whatever it says",
+			set: str(func(c *Config) *string { return &c.MIGStrategy })},
+		{Key: "nvmlRetryInterval", Category: CategoryDriver, Flag: "nvml-retry-interval", Default: "30s", Usage: "how often to retry loading NVML when the driver is missing",
+			set: duration(func(c *Config) *Duration { return &c.NVMLRetryInterval }, "30s")},
+		{Key: "logLevel", Category: CategoryLogging, Flag: "log-level", Default: "info", Usage: "debug, info, warn or error",
+			set: str(func(c *Config) *string { return &c.LogLevel })},
+		{Key: "logFormat", Category: CategoryLogging, Flag: "log-format", Default: "text", Usage: "text or json",
+			set: str(func(c *Config) *string { return &c.LogFormat })},
+		{Key: "healthPollInterval", Category: CategoryHealth, Flag: "health-poll-interval", Default: p.PollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read",
+			set: duration(func(c *Config) *Duration { return &c.HealthPollInterval }, "5s")},
+		{Key: "xidIgnore", Category: CategoryHealth, Flag: "xid-ignore", Default: formatList(p.IgnoredXIDs), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy",
+			set: xids(func(c *Config) *[]uint64 { return &c.XIDIgnore })},
+		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(p.FatalXIDs), Usage: "comma-separated XIDs that keep a GPU unhealthy until the driver says it was reset (its recovery action, R550 and later; on older drivers until the GPU is reset and health.json in --state-dir removed); wins over --xid-ignore",
+			set: xids(func(c *Config) *[]uint64 { return &c.XIDFatal })},
+		{Key: "xidRecoveryPeriod", Category: CategoryHealth, Flag: "xid-recovery-period", Default: p.XIDRecovery.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy",
+			set: duration(func(c *Config) *Duration { return &c.XIDRecoveryPeriod }, "5s")},
+		{Key: "thermalMarginC", Category: CategoryHealth, Flag: "thermal-margin", Default: strconv.Itoa(p.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again",
+			set: number(func(c *Config) *int { return &c.ThermalMarginC })},
+		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(p.RecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition",
+			set: number(func(c *Config) *int { return &c.HealthRecoveryPolls })},
+		{Key: "metricsAddress", Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
+			set: str(func(c *Config) *string { return &c.MetricsAddress })},
+		{Key: "deviceListStrategy", Category: CategoryKubelet, Flag: "device-list-strategy", Default: "envvar", Usage: "comma-separated: envvar, cdi-cri, cdi-annotations",
+			set: words(func(c *Config) *[]string { return &c.DeviceListStrategy })},
+		{Key: "cdiSpecDir", Category: CategoryCDI, Flag: "cdi-spec-dir", Default: "/var/run/cdi", Usage: "where CDI specs are written when a cdi-* strategy is on",
+			set: str(func(c *Config) *string { return &c.CDISpecDir })},
+		{Key: "hostDriverRoot", Category: CategoryCDI, Flag: "host-driver-root", Default: "", Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same",
+			set: str(func(c *Config) *string { return &c.HostDriverRoot })},
+		{Key: "cdiHookPath", Category: CategoryCDI, Flag: "cdi-hook-path", Default: DefaultCDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out",
+			set: str(func(c *Config) *string { return &c.CDIHookPath })},
+		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(p.SlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)",
+			set: number(func(c *Config) *int { return &c.HealthSlowdownSamples })},
+		{Key: "healthNVMLFailurePolls", Category: CategoryHealth, Flag: "health-nvml-failure-polls", Default: strconv.Itoa(p.NVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy",
+			set: number(func(c *Config) *int { return &c.HealthNVMLFailurePolls })},
+		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: "", Usage: "comma-separated checks to turn off: " + strings.Join(policy.Checks(), ", "),
+			set: words(func(c *Config) *[]string { return &c.HealthChecksDisabled })},
+		{Key: "stateDir", Category: CategoryHealth, Flag: "state-dir", Default: DefaultStateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none",
+			set: str(func(c *Config) *string { return &c.StateDir })},
+		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: "/proc", Usage: "the host's /proc, to find the NIC with the default route",
+			set: str(func(c *Config) *string { return &c.ProcRoot })},
+		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: DefaultDeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)",
+			set: str(func(c *Config) *string { return &c.DeviceInfoDir })},
+		{Key: "nicRescanInterval", Category: CategoryNICs, Flag: "nic-rescan-interval", Default: "10s", Usage: "how often NICs are rescanned for hot-plug and health",
+			set: duration(func(c *Config) *Duration { return &c.NICRescanInterval }, "10s")},
+		{Key: "podResourcesSocket", Category: CategoryReporting, Flag: "pod-resources-socket", Default: DefaultPodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated, Events on pods); empty reads none",
+			set: str(func(c *Config) *string { return &c.PodResourcesSocket })},
+		{Key: "kubeletAPI", Category: CategoryKubelet, Flag: "kubelet-api", Default: KubeletAPIDevicePlugin, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)",
+			set: str(func(c *Config) *string { return &c.KubeletAPI })},
+		{Key: "kubeconfig", Category: CategoryReporting, Flag: "kubeconfig", Default: "", Usage: "DRA mode, events and nodeCondition: kubeconfig file for API access; empty uses the pod's service account",
+			set: str(func(c *Config) *string { return &c.Kubeconfig })},
+		{Key: "nodeName", Category: CategoryReporting, Flag: "node-name", Default: "", Usage: "DRA mode, events and nodeCondition: this node's name (the chart sets it from the downward API); empty uses the host name",
+			set: str(func(c *Config) *string { return &c.NodeName })},
+		{Key: "podUID", Category: CategoryDRA, Flag: "pod-uid", Default: "", Usage: "DRA mode: this pod's UID (the chart sets it); lets two plugin pods hand over during a rolling update",
+			set: str(func(c *Config) *string { return &c.PodUID })},
+		{Key: "draPluginDir", Category: CategoryDRA, Flag: "dra-plugin-dir", Default: "/var/lib/kubelet/plugins/" + DRADriverName, Usage: "DRA mode: the kubelet's directory for this driver's socket and checkpoint",
+			set: str(func(c *Config) *string { return &c.DRAPluginDir })},
+		{Key: "pluginRegistryDir", Category: CategoryDRA, Flag: "plugin-registry-dir", Default: "/var/lib/kubelet/plugins_registry", Usage: "DRA mode: the kubelet's plugin registration directory",
+			set: str(func(c *Config) *string { return &c.PluginRegistryDir })},
+		{Key: "events", Category: CategoryReporting, Flag: "events", Default: "false", Usage: "true: a Kubernetes Event on the Node and on every pod holding a device at each device health change (needs API access)",
+			set: boolean(func(c *Config) *bool { return &c.Events })},
+		{Key: "nodeCondition", Category: CategoryReporting, Flag: "node-condition", Default: "false", Usage: "true: keep the Node conditions GPUHealthy (and NICHealthy with NIC pools) False while a device is unhealthy (needs API access)",
+			set: boolean(func(c *Config) *bool { return &c.NodeCondition })},
 	}
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
@@ -118,124 +163,78 @@ func keys() []string {
 // Set assigns one key from its string form, as flags and environment
 // variables give it.
 func (c *Config) Set(key, value string) error {
-	switch key {
-	case "devicePluginDir":
-		c.DevicePluginDir = value
-	case "driverRoot":
-		c.DriverRoot = value
-	case "nvmlLibrary":
-		c.NVMLLibrary = value
-	case "sysfsRoot":
-		c.SysfsRoot = value
-	case "devRoot":
-		c.DevRoot = value
-	case "deviceIDStrategy":
-		c.DeviceIDStrategy = value
-	case "migStrategy":
-		c.MIGStrategy = value
-	case "nvmlRetryInterval":
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return fmt.Errorf("config: nvmlRetryInterval: %q is not a duration (example: \"30s\")", value)
+	for _, s := range Settings() {
+		if s.Key == key {
+			return s.set(c, key, value)
 		}
-		c.NVMLRetryInterval = Duration{d}
-	case "logLevel":
-		c.LogLevel = value
-	case "logFormat":
-		c.LogFormat = value
-	case "healthPollInterval", "xidRecoveryPeriod":
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return fmt.Errorf("config: %s: %q is not a duration (example: \"5s\")", key, value)
+	}
+	return fmt.Errorf("config: unknown key %q", key)
+}
+
+func str(field func(*Config) *string) setter {
+	return func(c *Config, _, value string) error {
+		*field(c) = value
+		return nil
+	}
+}
+
+// words is a comma-separated list; blank items are dropped.
+func words(field func(*Config) *[]string) setter {
+	return func(c *Config, _, value string) error {
+		var out []string
+		for _, f := range strings.Split(value, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
 		}
-		if key == "healthPollInterval" {
-			c.HealthPollInterval = Duration{d}
-		} else {
-			c.XIDRecoveryPeriod = Duration{d}
-		}
-	case "xidIgnore", "xidFatal":
+		*field(c) = out
+		return nil
+	}
+}
+
+func xids(field func(*Config) *[]uint64) setter {
+	return func(c *Config, key, value string) error {
 		xs, err := parseList(key, value)
 		if err != nil {
 			return err
 		}
-		if key == "xidIgnore" {
-			c.XIDIgnore = xs
-		} else {
-			c.XIDFatal = xs
+		*field(c) = xs
+		return nil
+	}
+}
+
+// duration's example is the one its error shows.
+func duration(field func(*Config) *Duration, example string) setter {
+	return func(c *Config, key, value string) error {
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return fmt.Errorf("config: %s: %q is not a duration (example: %q)", key, value, example)
 		}
-	case "thermalMarginC", "healthRecoveryPolls", "healthSlowdownSamples", "healthNVMLFailurePolls":
+		*field(c) = Duration{d}
+		return nil
+	}
+}
+
+func number(field func(*Config) *int) setter {
+	return func(c *Config, key, value string) error {
 		n, err := strconv.Atoi(value)
 		if err != nil {
 			return fmt.Errorf("config: %s: %q is not a whole number", key, value)
 		}
-		*map[string]*int{
-			"thermalMarginC":         &c.ThermalMarginC,
-			"healthRecoveryPolls":    &c.HealthRecoveryPolls,
-			"healthSlowdownSamples":  &c.HealthSlowdownSamples,
-			"healthNVMLFailurePolls": &c.HealthNVMLFailurePolls,
-		}[key] = n
-	case "healthChecksDisabled":
-		c.HealthChecksDisabled = nil
-		for _, f := range strings.Split(value, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				c.HealthChecksDisabled = append(c.HealthChecksDisabled, f)
-			}
-		}
-	case "stateDir":
-		c.StateDir = value
-	case "metricsAddress":
-		c.MetricsAddress = value
-	case "deviceListStrategy":
-		c.DeviceListStrategy = nil
-		for _, f := range strings.Split(value, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				c.DeviceListStrategy = append(c.DeviceListStrategy, f)
-			}
-		}
-	case "cdiSpecDir":
-		c.CDISpecDir = value
-	case "hostDriverRoot":
-		c.HostDriverRoot = value
-	case "cdiHookPath":
-		c.CDIHookPath = value
-	case "procRoot":
-		c.ProcRoot = value
-	case "deviceInfoDir":
-		c.DeviceInfoDir = value
-	case "podResourcesSocket":
-		c.PodResourcesSocket = value
-	case "kubeletAPI":
-		c.KubeletAPI = value
-	case "kubeconfig":
-		c.Kubeconfig = value
-	case "nodeName":
-		c.NodeName = value
-	case "podUID":
-		c.PodUID = value
-	case "draPluginDir":
-		c.DRAPluginDir = value
-	case "pluginRegistryDir":
-		c.PluginRegistryDir = value
-	case "events", "nodeCondition":
+		*field(c) = n
+		return nil
+	}
+}
+
+func boolean(field func(*Config) *bool) setter {
+	return func(c *Config, key, value string) error {
 		b, err := strconv.ParseBool(value)
 		if err != nil {
 			return fmt.Errorf("config: %s: %q is not true or false", key, value)
 		}
-		if key == "events" {
-			c.Events = b
-		} else {
-			c.NodeCondition = b
-		}
-	case "nicRescanInterval":
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			return fmt.Errorf("config: %s: %q is not a duration (example: \"10s\")", key, value)
-		}
-		c.NICRescanInterval = Duration{d}
-	default:
-		return fmt.Errorf("config: unknown key %q", key)
+		*field(c) = b
+		return nil
 	}
-	return nil
 }
 
 // Setting categories, in the order help and docs show them.

@@ -2,9 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -28,16 +25,5 @@ func TestUnwritableStateDirReportedAtStart(t *testing.T) {
 	keptHealth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if !strings.Contains(logs.String(), "cannot be kept") || !strings.Contains(logs.String(), "--state-dir") {
 		t.Errorf("no warning at start naming the setting:\n%s", logs.String())
-	}
-}
-
-func TestSocketAdvice(t *testing.T) {
-	err := socketAdvice(fmt.Errorf("listening on /x/nvidia-gpu.sock: %w", fs.ErrPermission))
-	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "run as root, or set devicePluginDir (--device-plugin-dir)") {
-		t.Errorf("err = %v", err)
-	}
-	other := errors.New("other")
-	if socketAdvice(other) != other {
-		t.Error("advice added to an unrelated error")
 	}
 }

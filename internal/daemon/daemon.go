@@ -21,10 +21,14 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
 )
 
@@ -148,25 +152,21 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	}
 	// The one place the kubelet API is chosen: everything above and in
 	// serveGPUs and serveNICs is shared by both front-ends.
-	var gpus gpuFront = &gpuPlugin{cfg: cfg, log: log}
-	nics := newNICPlugins
-	if cfg.KubeletAPI == config.KubeletAPIDRA {
-		if o.dra == nil {
-			return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
-		}
-		fe, err := o.dra(ctx, cfg, specs, log)
-		if err != nil {
+	info := devinfo.NewLocked(cfg.DeviceInfoDir)
+	var fe FrontEnd
+	switch {
+	case cfg.KubeletAPI != config.KubeletAPIDRA:
+		fe = dpnode.New(cfg, specs, info, log)
+	case o.dra == nil:
+		return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
+	default:
+		if fe, err = o.dra(ctx, cfg, specs, log); err != nil {
 			return err
 		}
-		gpus, nics = externalGPUs{fe}, func(s *nicServer) (nicFront, error) {
-			fe.TakeNICPools(s.pools.All())
-			return externalNICs{fe}, nil
-		}
-		wg.Go(func() { fail(fe.Run(ctx)) })
 	}
+	wg.Go(func() { fail(fe.Run(ctx)) })
 	if rep != nil {
 		// Health also goes to the API server, behind either front-end.
-		gpus, nics = rep.gpus(gpus), rep.nics(nics)
 		wg.Go(func() { rep.run(ctx) })
 	}
 	// Whether GPU containers get the hook: a metric and the Node condition.
@@ -182,9 +182,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, gpus, log)) })
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, log)) })
 	if len(cfg.NICResources) > 0 {
-		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, nics, log)) })
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, log)) })
 	}
 	<-ctx.Done()
 	select {
@@ -195,20 +195,17 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	}
 }
 
-// gpuFront is what serves the discovered GPUs to the kubelet: the
-// device-plugin server of nvidia.com/gpu, or the DRA driver.
-type gpuFront interface {
-	// take builds what serves inv's GPUs (specs is nil without CDI) and
-	// returns what it serves and where their health goes.
-	take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error)
-	// run serves until ctx ends.
-	run(ctx context.Context) error
-	// absent is told once that NVML did not load at the first try.
-	absent(ctx context.Context)
-}
-
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), front gpuFront, log *slog.Logger) error {
-	lib, err := waitForNVML(ctx, cfg, open, func() { front.absent(ctx) }, log)
+// serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
+// watches their health until ctx ends. rep is nil without reporting.
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, log *slog.Logger) error {
+	absent := func() {
+		if rep != nil {
+			// No GPUs for now, which the condition may say.
+			rep.rep.Synced(report.GPU)
+		}
+		fe.NoGPUs(ctx)
+	}
+	lib, err := waitForNVML(ctx, cfg, open, absent, log)
 	if err != nil || lib == nil {
 		return err
 	}
@@ -230,9 +227,17 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 			return err
 		}
 	}
-	served, err := front.take(inv, gspecs)
+	var cs gpu.CDISpecs
+	if gspecs != nil {
+		cs = gspecs
+	}
+	notify, err := fe.TakeGPUs(inv, cs)
 	if err != nil {
 		return err
+	}
+	units := servedUnits(fe, inv.GPUs)
+	if rep != nil {
+		notify = rep.takeGPUs(units, notify)
 	}
 
 	// Health reaches the front-end, which tells the kubelet at once.
@@ -242,11 +247,11 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 	var rec health.Recorder
 	if mets != nil {
-		rec = served.recorder(mets)
+		rec = recorder(units, mets)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	opts := append(keptHealth(cfg, log), health.WithParts(served.parts(len(inv.GPUs))))
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, served.notify, rec, log, opts...)
+	opts := append(keptHealth(cfg, log), health.WithParts(healthParts(units, len(inv.GPUs))))
+	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err
 	}
@@ -269,7 +274,28 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}
-	return front.run(ctx)
+	if rep != nil {
+		// The GPUs' health was first polled: the condition may be sent.
+		rep.rep.Synced(report.GPU)
+	}
+	return fe.ServeGPUs(ctx)
+}
+
+// serveNICs serves the NIC pools through fe, rescanning them until ctx
+// ends. rep is nil without reporting.
+func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, info *devinfo.Locked, fe FrontEnd, rep *reporting, log *slog.Logger) error {
+	o := nicscan.Options{Front: fe, Specs: specs, Metrics: mets, Info: info, Log: log}
+	if rep != nil {
+		o.Scanned = rep.nicScan
+	}
+	s, err := nicscan.New(cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := fe.TakeNICPools(s.Pools()); err != nil {
+		return err
+	}
+	return s.Run(ctx)
 }
 
 // waitForNVML opens NVML, retrying while the driver is missing. It logs

@@ -1,5 +1,6 @@
-// Package daemon is the serve command's long-running process: it discovers
-// devices, builds each resource from what was found, and runs one
-// kubelet-facing server per resource until its context ends. Data flows one
-// way: discovery → resource model → server.
+// Package daemon is the serve command's long-running process, and wiring
+// only: it discovers devices, hands them to one front-end (dpnode for the
+// device-plugin API, or DRA's through WithDRA), has their health watched
+// and the NIC pools rescanned (nicscan), and runs reporting. Data flows one
+// way: discovery → model → front-end.
 package daemon

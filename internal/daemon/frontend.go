@@ -10,11 +10,14 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
 )
 
-// FrontEnd serves the model to the kubelet through an API built outside
-// this package: DRA (package dra). The device-plugin front-end is built in.
+// FrontEnd serves the model to the kubelet through one API: the
+// device-plugin API (package dpnode) or DRA (package dra, passed in with
+// WithDRA).
 type FrontEnd interface {
 	// TakeGPUs takes the discovered GPUs (specs is nil without CDI) and
 	// returns where their health goes.
@@ -25,43 +28,24 @@ type FrontEnd interface {
 	// NoGPUs is told once that NVML did not load at the first try.
 	NoGPUs(ctx context.Context)
 	// TakeNICPools gets the NIC pools before their first scan.
-	TakeNICPools(pools []*nic.Pool)
+	TakeNICPools(pools []*nic.Pool) error
 	// SetNICDevices passes on a pool's devices; first is the scan at start.
 	SetNICDevices(p *nic.Pool, devs []device.Device, first bool)
+	// ServeNICs serves the pools until ctx ends; it is called after their
+	// first scan.
+	ServeNICs(ctx context.Context) error
 	// Run lasts until ctx ends.
 	Run(ctx context.Context) error
 }
+
+var _ FrontEnd = (*dpnode.FrontEnd)(nil)
 
 // NewFrontEnd builds a FrontEnd for cfg; specs are the plugin's CDI specs
 // on disk, asked before a NIC pool's CDI name is handed out.
 type NewFrontEnd func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error)
 
-// externalGPUs and externalNICs put a FrontEnd where the device-plugin
-// front-end's GPU and NIC parts go.
-type externalGPUs struct{ fe FrontEnd }
-
-func (g externalGPUs) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
-	var gs gpu.CDISpecs
-	if specs != nil {
-		gs = specs
-	}
-	n, err := g.fe.TakeGPUs(inv, gs)
-	if err != nil {
-		return nil, err
-	}
-	return &gpuServed{notify: n, units: draUnits(inv.GPUs)}, nil
-}
-
-func (g externalGPUs) run(ctx context.Context) error { return g.fe.ServeGPUs(ctx) }
-func (g externalGPUs) absent(ctx context.Context)    { g.fe.NoGPUs(ctx) }
-
-type externalNICs struct{ fe FrontEnd }
-
-func (n externalNICs) setDevices(p *nic.Pool, devs []device.Device, first bool) {
-	n.fe.SetNICDevices(p, devs, first)
-}
-
-func (n externalNICs) run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+// laidOut is a front-end that serves the GPUs as layout.GPUs lays them
+// out (the device-plugin API). The others serve layout.DRAUnits.
+type laidOut interface {
+	Served() []layout.Served
 }

@@ -11,24 +11,22 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/configtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 )
+
+// nicConfig serves docs/nic-pools.md's pools from a DGX-H100-like tree
+// (returned), with CDI specs in a temporary directory.
+func nicConfig(t *testing.T) (string, config.Config) {
+	t.Helper()
+	return configtest.NICPools(t, testConfig(t))
+}
 
 // GPUs and NIC pools from one process, with CDI specs written while it
 // serves and removed when it stops.
 func TestServesNICPoolsAndCDISpecs(t *testing.T) {
-	root := sysfstest.Load(t, "dgx-h100")
-	example, err := config.Load("../config/testdata/example-nics.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t)
-	cfg.SysfsRoot, cfg.ProcRoot, cfg.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "proc"), filepath.Join(root, "dev")
-	cfg.NICResources = example.NICResources
-	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
-	cfg.CDISpecDir = t.TempDir()
+	_, cfg := nicConfig(t)
 	stale := filepath.Join(cfg.CDISpecDir, "gpu-device-plugin_example.com-old.json")
 	other := filepath.Join(cfg.CDISpecDir, "other-vendor.yaml")
 	for _, p := range []string{stale, other} {

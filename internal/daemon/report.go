@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
@@ -78,55 +76,22 @@ func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
 
 func (r *reporting) run(ctx context.Context) { _ = r.rep.Run(ctx) }
 
-// gpus puts the reporter behind a GPU front-end.
-func (r *reporting) gpus(f gpuFront) gpuFront { return reportingGPUs{f, r} }
-
-// nics has every NIC scan reported.
-func (r *reporting) nics(f func(*nicServer) (nicFront, error)) func(*nicServer) (nicFront, error) {
-	return func(s *nicServer) (nicFront, error) {
-		s.scanned = r.nicScan
-		return f(s)
-	}
-}
-
-type reportingGPUs struct {
-	gpuFront
-	r *reporting
-}
-
-// take registers every unit (whole GPU or MIG device), healthy until the
-// watcher says otherwise, so the condition can count them, and has their
-// health reported.
-func (g reportingGPUs) take(inv *nvml.Inventory, specs *ondisk.GPU) (*gpuServed, error) {
-	served, err := g.gpuFront.take(inv, specs)
-	if err != nil {
-		return nil, err
-	}
-	labels := make(map[string]string, len(served.units))
-	for _, su := range served.units {
+// takeGPUs registers every unit (whole GPU or MIG device), healthy until
+// the watcher says otherwise, so the condition can count them, and has
+// their health reported after next, the front-end's notifier.
+func (r *reporting) takeGPUs(units []servedUnit, next health.Notifier) health.Notifier {
+	labels := make(map[string]string, len(units))
+	for _, su := range units {
 		u := su.unit
 		id := u.UUID()
 		labels[id] = fmt.Sprintf("%s (index %d)", id, u.GPU.Index)
 		if u.MIG != nil {
 			labels[id] = fmt.Sprintf("%s (%s)", id, u.Describe())
 		}
-		g.r.holders.setUnit(id, su.draName, su.resource, su.ids)
-		g.r.rep.Transition(gpu.ResourceName, id, labels[id], true, "")
+		r.holders.setUnit(id, su.draName, su.resource, su.ids)
+		r.rep.Transition(gpu.ResourceName, id, labels[id], true, "")
 	}
-	return &gpuServed{notify: reportingNotifier{served.notify, labels, g.r.rep}, units: served.units}, nil
-}
-
-// run is called once the GPUs' health was first polled: the condition
-// may be sent.
-func (g reportingGPUs) run(ctx context.Context) error {
-	g.r.rep.Synced(report.GPU)
-	return g.gpuFront.run(ctx)
-}
-
-// absent: no GPUs for now, which the condition may say.
-func (g reportingGPUs) absent(ctx context.Context) {
-	g.r.rep.Synced(report.GPU)
-	g.gpuFront.absent(ctx)
+	return reportingNotifier{next, labels, r.rep}
 }
 
 // reportingNotifier tells the front-end first (the kubelet must hear at

@@ -18,11 +18,14 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/nicscan"
 )
 
 type apiCall struct {
@@ -202,20 +205,22 @@ func (a chanAPI) PatchNodeCondition(_ context.Context, _ string, c kubeapi.NodeC
 
 // A NIC gone from sysfs is an Event and makes NICHealthy False.
 func TestNICHealthIsReported(t *testing.T) {
-	f := newNICFixture(t)
-	s := f.server(t, nil)
+	root, cfg := nicConfig(t)
 	api := chanAPI{events: make(chan kubeapi.Event, 64), conds: make(chan kubeapi.NodeCondition, 64)}
 	rep, err := report.New(api, report.Options{Node: "n1", Events: true, NodeCondition: true, NICs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &reporting{rep: rep, nicIDs: map[*nic.Pool]map[string]bool{}}
-	s.scanned = r.nicScan
+	s, err := nicscan.New(cfg, nicscan.Options{Front: noFront{}, Info: devinfo.NewLocked(cfg.DeviceInfoDir), Scanned: r.nicScan})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go rep.Run(ctx)
 
-	s.rescan(true)
+	s.Rescan(true)
 	waitCond := func(status string) kubeapi.NodeCondition {
 		t.Helper()
 		limit := time.After(20 * time.Second)
@@ -234,11 +239,11 @@ func TestNICHealthIsReported(t *testing.T) {
 		t.Fatalf("start-up condition %+v", c)
 	}
 	for _, dir := range []string{filepath.Join("bus", "pci", "devices"), filepath.Join("devices", "pci0000:00")} {
-		if err := os.RemoveAll(filepath.Join(f.root, "sys", dir, "0000:40:00.0")); err != nil {
+		if err := os.RemoveAll(filepath.Join(root, "sys", dir, "0000:40:00.0")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.rescan(false)
+	s.Rescan(false)
 	const msg = "0000:40:00.0 (example.com/rdma_numa0): removed: gone from sysfs"
 	if c := waitCond("False"); c.Reason != report.ReasonNICUnhealthy || c.Message != msg {
 		t.Fatalf("condition %+v", c)
@@ -252,3 +257,9 @@ func TestNICHealthIsReported(t *testing.T) {
 		t.Fatal("no Event")
 	}
 }
+
+// noFront serves nothing: the test looks at what reporting is told.
+type noFront struct{}
+
+func (noFront) SetNICDevices(*nic.Pool, []device.Device, bool) {}
+func (noFront) ServeNICs(context.Context) error                { return nil }

@@ -21,12 +21,12 @@ const rtfUp = 0x1
 // an error; a missing or unreadable route file is.
 func DefaultRouteInterfaces(procRoot string) ([]string, error) {
 	var out []string
-	v4, err := defaultRoutesV4(filepath.Join(procRoot, "net", "route"))
+	v4, err := defaultRoutes(filepath.Join(procRoot, "net", "route"), true, defaultRouteV4)
 	if err != nil {
 		return nil, err
 	}
 	out = append(out, v4...)
-	v6, err := defaultRoutesV6(filepath.Join(procRoot, "net", "ipv6_route"))
+	v6, err := defaultRoutes(filepath.Join(procRoot, "net", "ipv6_route"), false, defaultRouteV6)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
@@ -35,9 +35,10 @@ func DefaultRouteInterfaces(procRoot string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// defaultRoutesV4 parses /proc/net/route: a header line, then
-// "Iface Destination Gateway Flags RefCnt Use Metric Mask …" in hex.
-func defaultRoutesV4(path string) ([]string, error) {
+// defaultRoutes reads a route table of procfs, line by line (the first is
+// skipped when it is a header), and lists the interfaces iface finds a
+// default route on.
+func defaultRoutes(path string, header bool, iface func(fields []string) (string, bool)) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading default route: %w", err)
@@ -46,16 +47,11 @@ func defaultRoutesV4(path string) ([]string, error) {
 	var out []string
 	sc := bufio.NewScanner(f)
 	for first := true; sc.Scan(); first = false {
-		fields := strings.Fields(sc.Text())
-		if first || len(fields) < 8 {
+		if first && header {
 			continue
 		}
-		flags, err := strconv.ParseUint(fields[3], 16, 32)
-		if err != nil {
-			continue
-		}
-		if fields[1] == "00000000" && fields[7] == "00000000" && flags&rtfUp != 0 {
-			out = append(out, fields[0])
+		if name, ok := iface(strings.Fields(sc.Text())); ok {
+			out = append(out, name)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -64,34 +60,32 @@ func defaultRoutesV4(path string) ([]string, error) {
 	return out, nil
 }
 
-// defaultRoutesV6 parses /proc/net/ipv6_route: "dest destlen src srclen
-// nexthop metric refcnt use flags iface". The kernel lists the lo-bound
-// unreachable route ::/0 too; it never names a NIC, so it is dropped.
-func defaultRoutesV6(path string) ([]string, error) {
-	f, err := os.Open(path)
+// defaultRouteV4 is a line of /proc/net/route, after its header:
+// "Iface Destination Gateway Flags RefCnt Use Metric Mask …" in hex.
+func defaultRouteV4(fields []string) (string, bool) {
+	if len(fields) < 8 {
+		return "", false
+	}
+	flags, err := strconv.ParseUint(fields[3], 16, 32)
 	if err != nil {
-		return nil, fmt.Errorf("reading default route: %w", err)
+		return "", false
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 {
-			continue
-		}
-		flags, err := strconv.ParseUint(fields[8], 16, 32)
-		if err != nil {
-			continue
-		}
-		if strings.Trim(fields[0], "0") == "" && fields[1] == "00" && flags&rtfUp != 0 && fields[9] != "lo" {
-			out = append(out, fields[9])
-		}
+	return fields[0], fields[1] == "00000000" && fields[7] == "00000000" && flags&rtfUp != 0
+}
+
+// defaultRouteV6 is a line of /proc/net/ipv6_route: "dest destlen src
+// srclen nexthop metric refcnt use flags iface". The kernel lists the
+// lo-bound unreachable route ::/0 too; it never names a NIC, so it is
+// dropped.
+func defaultRouteV6(fields []string) (string, bool) {
+	if len(fields) < 10 {
+		return "", false
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+	flags, err := strconv.ParseUint(fields[8], 16, 32)
+	if err != nil {
+		return "", false
 	}
-	return out, nil
+	return fields[9], strings.Trim(fields[0], "0") == "" && fields[1] == "00" && flags&rtfUp != 0 && fields[9] != "lo"
 }
 
 // lowerNetdevs follows a netdev down through bonds, VLANs and bridges

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 
@@ -164,4 +165,21 @@ func parse(name string, keep map[string][]string) (resource, id string, temp, ok
 		}
 	}
 	return "", "", false, false
+}
+
+// Locked is a Dir written from two goroutines, Allocate's and the NIC
+// rescan's: holding it makes the last file written the latest scan's.
+type Locked struct {
+	mu  sync.Mutex
+	dir Dir
+}
+
+// NewLocked is the directory at path, held while written.
+func NewLocked(path string) *Locked { return &Locked{dir: Dir{Path: path}} }
+
+// With runs fn while the directory is held.
+func (l *Locked) With(fn func(Dir) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fn(l.dir)
 }

@@ -196,16 +196,23 @@ func (f *FrontEnd) nicCDIID(pool, address string) string {
 	return p.CDIName(address)
 }
 
-func (f *FrontEnd) TakeNICPools(pools []*nic.Pool) {
+func (f *FrontEnd) TakeNICPools(pools []*nic.Pool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range pools {
 		f.pools[p.Resource()] = p
 	}
+	return nil
 }
 
 func (f *FrontEnd) SetNICDevices(p *nic.Pool, devs []device.Device, first bool) {
 	f.drv.SetNICPool(f.ctx, draslice.NICPool{Name: p.Resource(), NICs: p.NICs()}, devs, first)
+}
+
+// ServeNICs waits: SetNICDevices publishes each pool.
+func (f *FrontEnd) ServeNICs(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Notifier, error) {

@@ -1,8 +1,7 @@
-package daemon
+package nicscan
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/configtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
@@ -31,16 +30,7 @@ type nicFixture struct {
 
 func newNICFixture(t *testing.T) *nicFixture {
 	t.Helper()
-	root := sysfstest.Load(t, "dgx-h100")
-	example, err := config.Load("../config/testdata/example-nics.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t)
-	cfg.SysfsRoot, cfg.ProcRoot, cfg.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "proc"), filepath.Join(root, "dev")
-	cfg.NICResources = example.NICResources
-	cfg.DeviceListStrategy = []string{"envvar", "cdi-cri"}
-	cfg.CDISpecDir = t.TempDir()
+	root, cfg := configtest.NICPools(t, config.Default())
 	specs, err := ondisk.NewStore(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -49,99 +39,21 @@ func newNICFixture(t *testing.T) *nicFixture {
 	return &nicFixture{root: root, cfg: cfg, infoDir: cfg.DeviceInfoDir, specs: specs}
 }
 
-func (f *nicFixture) server(t *testing.T, mets *metrics.Metrics) *nicServer {
+func (f *nicFixture) server(t *testing.T, mets *metrics.Metrics) *Scanner {
 	t.Helper()
-	s, err := newNICServer(f.cfg, f.specs, mets, newNICPlugins, slog.New(slog.DiscardHandler))
+	s, err := New(f.cfg, Options{Front: noFront{}, Specs: f.specs, Metrics: mets, Info: devinfo.NewLocked(f.infoDir), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func (s *nicServer) pool(t *testing.T, resource string) *nic.Pool {
-	t.Helper()
-	for _, p := range s.pools.All() {
-		if p.Resource() == resource {
-			return p
-		}
-	}
-	t.Fatalf("no pool %s", resource)
-	return nil
-}
+// noFront serves nothing: these tests look at what a scan leaves on disk
+// and in metrics.
+type noFront struct{}
 
-// Allocate of a NIC writes the file Multus reads for it: the spec's name
-// and content, with the NIC's PCI address and RDMA device.
-func TestNICAllocateWritesDeviceInfo(t *testing.T) {
-	f := newNICFixture(t)
-	s := f.server(t, nil)
-	s.rescan(true)
-	if entries, _ := os.ReadDir(f.infoDir); len(entries) != 0 {
-		t.Fatalf("files before any Allocate: %v", entries)
-	}
-	pool := s.pool(t, "example.com/rdma_numa0")
-	resp, err := (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:18:00.0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Env["PCIDEVICE_EXAMPLE_COM_RDMA_NUMA0"] != "0000:18:00.0" {
-		t.Errorf("the pool's own answer is lost: %v", resp.Env)
-	}
-	p := filepath.Join(f.infoDir, "example.com-rdma_numa0-0000:18:00.0-device.json")
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("no device-information file after Allocate: %v", err)
-	}
-	var got map[string]any
-	if err := json.Unmarshal(data, &got); err != nil {
-		t.Fatal(err)
-	}
-	pci, _ := got["pci"].(map[string]any)
-	if got["type"] != "pci" || got["version"] != devinfo.Version || pci["pci-address"] != "0000:18:00.0" || pci["rdma-device"] != "mlx5_0" {
-		t.Errorf("%s holds %s", p, data)
-	}
-
-	t.Run("refuses while the pool's CDI spec cannot be written", func(t *testing.T) {
-		// A file where the spec directory was: every write fails.
-		dir := s.cfg.CDISpecDir
-		if err := os.Rename(dir, dir+".away"); err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, dir, "")
-		restore := func() {
-			if err := os.Remove(dir); err == nil {
-				if err := os.Rename(dir+".away", dir); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		defer restore()
-		spec, err := pool.CDISpec()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.specs.Publish(pool.Resource(), spec)
-		_, err = (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"})
-		if !errors.Is(err, device.ErrNotReady) || !strings.Contains(err.Error(), pool.Resource()) {
-			t.Fatalf("Allocate with the spec unwritten: %v, want ErrNotReady naming the pool", err)
-		}
-		restore()
-		s.specs.Publish(pool.Resource(), spec)
-		if _, err := (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"}); err != nil {
-			t.Fatalf("Allocate once the spec is written: %v", err)
-		}
-	})
-
-	t.Run("fails Allocate when the file cannot be written", func(t *testing.T) {
-		blocker := filepath.Join(t.TempDir(), "file")
-		if err := os.WriteFile(blocker, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s.info = devinfo.Dir{Path: filepath.Join(blocker, "dp")}
-		if _, err := (nicBackend{pool: pool, s: s}).Allocate([]string{"0000:40:00.0"}); err == nil || !strings.Contains(err.Error(), "0000:40:00.0") {
-			t.Errorf("Allocate with an unwritable directory: %v, want an error naming the NIC", err)
-		}
-	})
-}
+func (noFront) SetNICDevices(*nic.Pool, []device.Device, bool) {}
+func (noFront) ServeNICs(context.Context) error                { return nil }
 
 // A driver rebind that renumbers uverbsN changes no device ID, health or
 // NUMA node; the CDI spec must follow it anyway, or cdi-cri hands a pod
@@ -149,7 +61,10 @@ func TestNICAllocateWritesDeviceInfo(t *testing.T) {
 func TestNICRescanRewritesCDISpecAfterRenumber(t *testing.T) {
 	f := newNICFixture(t)
 	s := f.server(t, nil)
-	s.rescan(true)
+	s.Rescan(true)
+	if entries, _ := os.ReadDir(f.infoDir); len(entries) != 0 {
+		t.Fatalf("a scan wrote device-information files before any Allocate: %v", entries)
+	}
 	spec := filepath.Join(f.cfg.CDISpecDir, "gpu-device-plugin_example.com-rdma_numa0.json")
 	before, err := os.ReadFile(spec)
 	if err != nil {
@@ -165,7 +80,7 @@ func TestNICRescanRewritesCDISpecAfterRenumber(t *testing.T) {
 	if err := os.Rename(filepath.Join(f.root, "dev", "infiniband", "uverbs0"), filepath.Join(f.root, "dev", "infiniband", "uverbs8")); err != nil {
 		t.Fatal(err)
 	}
-	s.rescan(false)
+	s.Rescan(false)
 	after, err := os.ReadFile(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +110,7 @@ func TestNICStaleDeviceInfoRemoved(t *testing.T) {
 		}
 	}
 	s := f.server(t, nil)
-	s.rescan(true)
+	s.Rescan(true)
 	for name, kept := range files {
 		_, err := os.Stat(filepath.Join(f.infoDir, name))
 		if (err == nil) != kept {
@@ -214,7 +129,7 @@ func TestNICStaleDeviceInfoRemoved(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.root, "sys", "devices", "pci0000:00", "0000:18:00.0")); err != nil {
 		t.Fatal(err)
 	}
-	s.rescan(false)
+	s.Rescan(false)
 	if _, err := os.Stat(filepath.Join(f.infoDir, "example.com-rdma_numa0-0000:18:00.0-device.json")); err != nil {
 		t.Errorf("a removed member's file went while it is still listed: %v", err)
 	}
@@ -223,7 +138,7 @@ func TestNICStaleDeviceInfoRemoved(t *testing.T) {
 	if err := os.WriteFile(stray, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.rescan(false)
+	s.Rescan(false)
 	if _, err := os.Stat(stray); err == nil {
 		t.Error("a file of a NIC outside its pool survived a rescan")
 	}
@@ -239,8 +154,8 @@ func TestNICHealthMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.server(t, m)
-	s.rescan(true)
-	s.rescan(false) // no change: nothing counted
+	s.Rescan(true)
+	s.Rescan(false) // no change: nothing counted
 	gather := func() map[string]float64 {
 		t.Helper()
 		families, err := reg.Gather()
@@ -283,8 +198,8 @@ func TestNICHealthMetrics(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.root, "sys", "devices", "pci0000:00", "0000:40:00.0")); err != nil {
 		t.Fatal(err)
 	}
-	s.rescan(false)
-	s.rescan(false)
+	s.Rescan(false)
+	s.Rescan(false)
 	got = gather()
 	if _, ok := got[healthy40]; ok {
 		t.Errorf("the healthy series of the gone NIC is still there: %v", got)
