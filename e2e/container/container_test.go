@@ -32,15 +32,11 @@ import (
 
 const driverVersion = "550.54.15"
 
-// layout is a distribution's library directory.
-type layout struct {
-	name   string
-	libDir string
-}
+type layout = harness.Layout
 
 var (
-	debian = layout{"debian", "/usr/lib/x86_64-linux-gnu"}
-	rhel   = layout{"rhel", "/usr/lib64"}
+	debian = harness.Debian
+	rhel   = harness.RHEL
 )
 
 // tools are what every case needs, built once.
@@ -150,7 +146,7 @@ func mkdirs(t *testing.T, root string, dirs ...string) {
 func host(t *testing.T, tl tools, l layout) (driverRoot, devRoot string) {
 	t.Helper()
 	driverRoot = t.TempDir()
-	libDir := filepath.Join(driverRoot, l.libDir)
+	libDir := filepath.Join(driverRoot, l.LibDir)
 	for soname, built := range tl.libs {
 		base := strings.TrimSuffix(soname, ".1")
 		copyFile(t, built, filepath.Join(libDir, base+"."+driverVersion), 0o755)
@@ -173,7 +169,7 @@ func host(t *testing.T, tl tools, l layout) (driverRoot, devRoot string) {
 func image(t *testing.T, tl tools, l layout) string {
 	t.Helper()
 	root := t.TempDir()
-	mkdirs(t, root, l.libDir, "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "sbin")
+	mkdirs(t, root, l.LibDir, "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "sbin")
 	if err := os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -300,12 +296,12 @@ func TestCUDAInContainer(t *testing.T) {
 	tl := need(t)
 	for _, hostLayout := range []layout{debian, rhel} {
 		for _, imageLayout := range []layout{debian, rhel} {
-			t.Run("host "+hostLayout.name+", image "+imageLayout.name, func(t *testing.T) {
+			t.Run("host "+hostLayout.Name+", image "+imageLayout.Name, func(t *testing.T) {
 				driverRoot, devRoot := host(t, tl, hostLayout)
 				specs := specDir(t, tl, driverRoot, devRoot)
 				rootfs := image(t, tl, imageLayout)
 				names := []string{cdi.QualifiedName(cdi.GPUKind, gpus[1].UUID)}
-				libDir := hostLayout.libDir
+				libDir := hostLayout.LibDir
 				for attempt := range 2 { // the second is a container restart
 					rep, hookLog := run(t, rootfs, specs, names, libDir)
 					checkCUDA(t, rep, libDir, hookLog)
@@ -376,12 +372,12 @@ func TestHookConfinedToRootfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, hookLog := run(t, rootfs, specs, []string{cdi.QualifiedName(cdi.GPUKind, gpus[0].UUID)}, rhel.libDir)
+	rep, hookLog := run(t, rootfs, specs, []string{cdi.QualifiedName(cdi.GPUKind, gpus[0].UUID)}, rhel.LibDir)
 	if after := snapshot(t, sentinel); !sameFiles(before, after) {
 		t.Fatalf("the hook changed the host outside the rootfs:\n before %v\n after  %v\nhook said: %s", before, after, hookLog)
 	}
 	// The planted link is left alone rather than followed.
-	if got := rep.Links[rhel.libDir+"/libcuda.so"]; got != victim {
+	if got := rep.Links[rhel.LibDir+"/libcuda.so"]; got != victim {
 		t.Errorf("the planted libcuda.so link now points at %q", got)
 	}
 	if rep.Env["NVIDIA_VISIBLE_DEVICES"] != "void" {
@@ -484,7 +480,7 @@ int main(void) {
 			rootfs := image(t, tl, debian)
 			tc.plant(t, rootfs, sentinel)
 			before := snapshot(t, sentinel)
-			rep, hookLog := run(t, rootfs, specs, names, rhel.libDir)
+			rep, hookLog := run(t, rootfs, specs, names, rhel.LibDir)
 			if after := snapshot(t, sentinel); !sameFiles(before, after) {
 				t.Fatalf("the host changed outside the rootfs:\n before %v\n after  %v\nhook said: %s", before, after, hookLog)
 			}

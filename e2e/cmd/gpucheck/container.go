@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -19,16 +20,9 @@ import (
 // containerTimeout bounds one container's run, hook included.
 const containerTimeout = 2 * time.Minute
 
-// layout is a distribution's library directory.
-type layout struct {
-	name   string
-	libDir string
-}
+type layout = harness.Layout
 
-var (
-	debian = layout{"debian", "/usr/lib/x86_64-linux-gnu"}
-	rhel   = layout{"rhel", "/usr/lib64"}
-)
+var debian, rhel = harness.Debian, harness.RHEL
 
 // probeReport is what cudaprobe prints.
 type probeReport struct {
@@ -87,14 +81,14 @@ func cdiNames(a allocation) []string { return answerOf(a.resp).CDIDevices }
 // names, from the specs in specDir, injected, and checks that it sees gpus.
 func (c *checker) runProbe(ctx context.Context, s *Step, l layout, specDir string, gpus, names []string) *containerRun {
 	began := time.Now()
-	run := &containerRun{Image: l.name, GPUs: gpus, CDI: names}
+	run := &containerRun{Image: l.Name, GPUs: gpus, CDI: names}
 	defer func() { run.Seconds = roundSeconds(time.Since(began)) }()
-	what := fmt.Sprintf("%s image, %d GPU(s)", l.name, len(gpus))
+	what := fmt.Sprintf("%s image, %d GPU(s)", l.Name, len(gpus))
 	rootfs, err := c.image(l)
 	if !s.check(what+": image builds", err == nil, "%s", errText(err)) {
 		return run
 	}
-	out, stderr, err := c.runContainer(ctx, rootfs, specDir, names, fmt.Sprintf("%s-%d-%d", l.name, len(gpus), time.Now().UnixNano()))
+	out, stderr, err := c.runContainer(ctx, rootfs, specDir, names, fmt.Sprintf("%s-%d-%d", l.Name, len(gpus), time.Now().UnixNano()))
 	run.Stderr = oneLine(stderr, 2000)
 	if !s.check(what+": runc runs it", err == nil, "%s", errText(err)) {
 		return run
@@ -186,7 +180,7 @@ func parseProbe(stdout string) (*probeReport, error) {
 // ldconfig, the probe, and the image's own ld cache made without the
 // driver.
 func (c *checker) image(l layout) (string, error) {
-	root := filepath.Join(c.work, "images", l.name)
+	root := filepath.Join(c.work, "images", l.Name)
 	if _, err := os.Stat(root); err == nil {
 		return root, nil
 	}
@@ -195,13 +189,13 @@ func (c *checker) image(l layout) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, d := range []string{l.libDir, "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "sbin"} {
+	for _, d := range []string{l.LibDir, "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "sbin"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return "", err
 		}
 	}
 	for _, f := range libs {
-		to := filepath.Join(root, l.libDir, f.Name())
+		to := filepath.Join(root, l.LibDir, f.Name())
 		if f.Name() == "ldconfig" {
 			to = filepath.Join(root, "sbin/ldconfig")
 		}
@@ -211,17 +205,17 @@ func (c *checker) image(l layout) (string, error) {
 	}
 	// The loader's path in every x86-64 program: /lib64 is a directory
 	// with a link on Debian, a link to usr/lib64 on RHEL.
-	if l.libDir == "/usr/lib64" {
+	if l.LibDir == "/usr/lib64" {
 		err = os.Symlink("usr/lib64", filepath.Join(root, "lib64"))
 	} else if err = os.MkdirAll(filepath.Join(root, "lib64"), 0o755); err == nil {
-		err = os.Symlink(filepath.Join(l.libDir, "ld-linux-x86-64.so.2"), filepath.Join(root, "lib64/ld-linux-x86-64.so.2"))
+		err = os.Symlink(filepath.Join(l.LibDir, "ld-linux-x86-64.so.2"), filepath.Join(root, "lib64/ld-linux-x86-64.so.2"))
 	}
 	if err != nil {
 		return "", err
 	}
 	files := map[string]string{
 		"etc/ld.so.conf":             "include /etc/ld.so.conf.d/*.conf\n",
-		"etc/ld.so.conf.d/libc.conf": l.libDir + "\n",
+		"etc/ld.so.conf.d/libc.conf": l.LibDir + "\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
