@@ -78,7 +78,7 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 			continue
 		}
 		gpu.NUMANode = numaNode(h, inv.syms, sysfsRoot, gpu.PCIBusID, log)
-		gpu.MIGEnabled = migEnabled(h, inv.syms, gpu.UUID, log)
+		gpu.MIGEnabled, gpu.MIGCapable = migMode(h, inv.syms, gpu.UUID, log)
 		if gpu.MIGEnabled {
 			gpu.MIG = migs.list(h, &gpu)
 		}
@@ -199,25 +199,23 @@ func numaNode(h gonvml.Device, syms Symbols, sysfsRoot, addr string, log *slog.L
 	return n
 }
 
-// migEnabled reads whether the GPU is in MIG mode now (a pending mode
-// takes effect only at the next reset). NOT_SUPPORTED means
-// a GPU that cannot do MIG; any other failure is logged and taken as MIG
-// off, so an NVML error never takes a GPU away.
-func migEnabled(h gonvml.Device, syms Symbols, uuid string, log *slog.Logger) bool {
+// migMode reads whether the GPU is in MIG mode now (a pending mode takes
+// effect only at the next reset) and whether it can be. NOT_SUPPORTED
+// means a GPU that cannot do MIG; any other failure is logged and taken
+// as MIG off, so an NVML error never takes a GPU away.
+func migMode(h gonvml.Device, syms Symbols, uuid string, log *slog.Logger) (enabled, capable bool) {
 	if !syms.Has(symMigMode) {
-		return false
+		return false, false
 	}
 	cur, _, ret := h.GetMigMode()
 	switch {
 	case ret == gonvml.ERROR_NOT_SUPPORTED:
-		return false
+		return false, false
 	case ret != gonvml.SUCCESS:
 		log.Warn("reading MIG mode; taking MIG as off", "device", uuid, "reason", ret.Error())
-		return false
-	case cur == gonvml.DEVICE_MIG_ENABLE:
-		return true
+		return false, false
 	}
-	return false
+	return cur == gonvml.DEVICE_MIG_ENABLE, true
 }
 
 // cString converts a NUL-terminated C char array, as NVML structs hold them.

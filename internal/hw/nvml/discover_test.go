@@ -109,6 +109,8 @@ func TestDiscoverDGXA100(t *testing.T) {
 			MemoryBytes: 42949672960,
 			PCIBusID:    nvmltest.GPUAddress(i),
 			NUMANode:    i / 4,
+			// A100s can do MIG; the mock's is off.
+			MIGCapable: true,
 
 			Brand:                 "nvidia",
 			Architecture:          "ampere",

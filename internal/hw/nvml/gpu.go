@@ -15,6 +15,8 @@ type GPU struct {
 	// handed out whole: CUDA in the container would see no device. Its
 	// MIG devices are, when the MIG strategy (or DRA) serves them.
 	MIGEnabled bool `json:"migEnabled,omitempty"`
+	// MIGCapable is true when the GPU can do MIG, on or off.
+	MIGCapable bool `json:"migCapable,omitempty"`
 	// MIG lists the MIG devices of a MIG-enabled GPU, by MIG device index;
 	// empty when MIG is off or no instance is created.
 	MIG []MIGDevice `json:"mig,omitempty"`
@@ -43,11 +45,31 @@ type MIGDevice struct {
 	Profile         string `json:"profile"`
 	MemoryBytes     uint64 `json:"memoryBytes"`
 	Multiprocessors int    `json:"multiprocessors"`
+	// Slices and Engines are the instance's share of the GPU, as NVML's
+	// device attributes give them.
+	Slices  Slices  `json:"slices"`
+	Engines Engines `json:"engines"`
 	// CapMinors are the minors of the /dev/nvidia-caps/nvidia-cap<N>
 	// nodes a container needs for this device: the GPU instance's access
 	// capability, then the compute instance's. Discovery leaves them
 	// empty; nvcaps.AddMIG fills them from the driver's procfs.
 	CapMinors []int `json:"capMinors,omitempty"`
+}
+
+// Slices is how many of the GPU's slices a MIG device's GPU instance and
+// compute instance take.
+type Slices struct {
+	GPUInstance     int `json:"gpuInstance"`
+	ComputeInstance int `json:"computeInstance"`
+}
+
+// Engines are the engines a MIG device shares with none other.
+type Engines struct {
+	Copy    int `json:"copy"`
+	Decoder int `json:"decoder"`
+	Encoder int `json:"encoder"`
+	JPEG    int `json:"jpeg"`
+	OFA     int `json:"ofa"`
 }
 
 // LinkLevel is the PCIe relation of two GPUs, nearest first. The values

@@ -113,6 +113,11 @@ func (l *migLister) read(parent, mh gonvml.Device, g *GPU, idx int, profiles *gp
 		Profile:         profile,
 		MemoryBytes:     attrs.MemorySizeMB << 20,
 		Multiprocessors: int(attrs.MultiprocessorCount),
+		Slices:          Slices{GPUInstance: int(attrs.GpuInstanceSliceCount), ComputeInstance: int(attrs.ComputeInstanceSliceCount)},
+		Engines: Engines{
+			Copy: int(attrs.SharedCopyEngineCount), Decoder: int(attrs.SharedDecoderCount),
+			Encoder: int(attrs.SharedEncoderCount), JPEG: int(attrs.SharedJpegCount), OFA: int(attrs.SharedOfaCount),
+		},
 	}
 	if mem, ret := mh.GetMemoryInfo(); ret == gonvml.SUCCESS && mem.Total > 0 {
 		m.MemoryBytes = mem.Total

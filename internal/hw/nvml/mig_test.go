@@ -148,10 +148,10 @@ func TestDiscoverMIGDevices(t *testing.T) {
 		t.Errorf("GPU 2 = %+v, want it in MIG mode", g)
 	}
 	want := []MIGDevice{
-		{UUID: "MIG-a", Index: 0, GPUInstance: 2, ComputeInstance: 0, Profile: "3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 60},
-		{UUID: "MIG-b", Index: 2, GPUInstance: 9, ComputeInstance: 0, Profile: "1g.10gb+me", MemoryBytes: h100MiB1g << 20, Multiprocessors: 16},
-		{UUID: "MIG-c", Index: 3, GPUInstance: 1, ComputeInstance: 0, Profile: "1c.3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 20},
-		{UUID: "MIG-d", Index: 4, GPUInstance: 1, ComputeInstance: 1, Profile: "2c.3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 40},
+		{UUID: "MIG-a", Index: 0, GPUInstance: 2, ComputeInstance: 0, Profile: "3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 60, Slices: Slices{3, 3}},
+		{UUID: "MIG-b", Index: 2, GPUInstance: 9, ComputeInstance: 0, Profile: "1g.10gb+me", MemoryBytes: h100MiB1g << 20, Multiprocessors: 16, Slices: Slices{1, 1}},
+		{UUID: "MIG-c", Index: 3, GPUInstance: 1, ComputeInstance: 0, Profile: "1c.3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 20, Slices: Slices{3, 1}},
+		{UUID: "MIG-d", Index: 4, GPUInstance: 1, ComputeInstance: 1, Profile: "2c.3g.40gb", MemoryBytes: h100MiB3g << 20, Multiprocessors: 40, Slices: Slices{3, 2}},
 	}
 	if !reflect.DeepEqual(g.MIG, want) {
 		t.Errorf("MIG =\n%+v\nwant\n%+v", g.MIG, want)

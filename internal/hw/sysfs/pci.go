@@ -87,3 +87,29 @@ func PCIeRoot(sysfsRoot, addr string) (string, error) {
 	}
 	return root, nil
 }
+
+// ReadPCIClass reads a PCI device's class code (0x030200 for a 3D
+// controller, 0x030000 for a VGA one) under root.
+func ReadPCIClass(root, addr string) (uint32, error) {
+	if root == "" || addr == "" || strings.ContainsRune(addr, '/') {
+		return 0, fmt.Errorf("reading PCI class: sysfs root %q, address %q: %w", root, addr, ErrMalformed)
+	}
+	v, err := readHex(filepath.Join(root, "bus", "pci", "devices", addr), "class", 6)
+	if err != nil {
+		return 0, fmt.Errorf("reading PCI class of %s: %w", addr, err)
+	}
+	return uint32(v), nil
+}
+
+// ReadMachineType reads the machine's product name from DMI under root,
+// as the firmware gives it ("DGX H100", "PowerEdge XE9680").
+func ReadMachineType(root string) (string, error) {
+	if root == "" {
+		return "", errors.New("reading the machine type: empty sysfs root")
+	}
+	b, err := os.ReadFile(filepath.Join(root, "class", "dmi", "id", "product_name"))
+	if err != nil {
+		return "", fmt.Errorf("reading the machine type: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -91,3 +91,35 @@ func TestPCIeRoot(t *testing.T) {
 		}
 	}
 }
+
+func TestReadPCIClassAndMachineType(t *testing.T) {
+	root := t.TempDir()
+	dev := filepath.Join(root, "bus/pci/devices/0000:18:00.0")
+	dmi := filepath.Join(root, "class/dmi/id")
+	for _, d := range []string{dev, dmi} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dev, "class"), []byte("0x030200\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dmi, "product_name"), []byte("DGX H100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ReadPCIClass(root, "0000:18:00.0"); err != nil || c != 0x030200 {
+		t.Errorf("class = %#x, %v; want 0x030200", c, err)
+	}
+	if _, err := ReadPCIClass(root, "0000:19:00.0"); err == nil {
+		t.Error("a missing device's class was read")
+	}
+	if _, err := ReadPCIClass(root, "../x"); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a path as address: %v", err)
+	}
+	if m, err := ReadMachineType(root); err != nil || m != "DGX H100" {
+		t.Errorf("machine = %q, %v", m, err)
+	}
+	if _, err := ReadMachineType(t.TempDir()); err == nil {
+		t.Error("a machine without DMI was read")
+	}
+}

@@ -1,0 +1,366 @@
+package labels
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+)
+
+// Prefix is the label domain GFD uses, which the labels keep.
+const Prefix = "nvidia.com/"
+
+// Values of the gpu.sharing-strategy label.
+const (
+	SharingNone        = "none"
+	SharingTimeSlicing = "time-slicing"
+)
+
+// PCI class codes that tell the GPU's mode (gpu.mode).
+const (
+	classVGA = 0x030000 // a display controller: "graphics"
+	class3D  = 0x030200 // a 3D controller: "compute"
+)
+
+// Facts are what the labels are made of.
+type Facts struct {
+	Inventory   *nvml.Inventory
+	MIGStrategy string
+	TimeSlicing config.TimeSlicing
+	// Machine is the DMI product name; empty when unknown.
+	Machine string
+	// PCIClass is each GPU's PCI class code by bus ID; a GPU missing
+	// here makes gpu.mode "unknown".
+	PCIClass map[string]uint32
+}
+
+// Labels are node labels, key to value.
+type Labels map[string]string
+
+// Keys returns the keys in order.
+func (l Labels) Keys() []string { return slices.Sorted(maps.Keys(l)) }
+
+// Compute returns the labels for the node's GPUs; none without GPUs.
+//
+// A node with several GPU models is labelled for one of them: the model
+// with the most GPUs, a tie going to the model of the lowest-indexed GPU.
+// gpu.product, gpu.count, gpu.memory and the architecture labels all
+// describe that model (GFD picks one at random on every run, so its labels
+// flap on such nodes).
+func Compute(f Facts) Labels {
+	if f.Inventory == nil || len(f.Inventory.GPUs) == 0 {
+		return nil
+	}
+	gpus := f.Inventory.GPUs
+	l := Labels{}
+	l.set("gpu.machine", orUnknown(truncate(sanitise(f.Machine))))
+	l.set("gpu.mode", mode(gpus, f.PCIClass))
+	l.addVersions(f.Inventory)
+	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
+	l.set("mps.capable", "false") // MPS is not served
+
+	model, count := majorityModel(gpus)
+	first := gpus[slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.Name == model })]
+	l.addGPU(first, count, f.TimeSlicing)
+
+	switch f.MIGStrategy {
+	case config.MIGStrategySingle:
+		l.set("mig.strategy", f.MIGStrategy)
+		l.addMIGSingle(gpus, model, f.TimeSlicing)
+	case config.MIGStrategyMixed:
+		l.set("mig.strategy", f.MIGStrategy)
+		l.addMIGMixed(gpus, f.TimeSlicing)
+	}
+	return l
+}
+
+func (l Labels) set(key string, value any) { l[Prefix+key] = fmt.Sprint(value) }
+
+// majorityModel is the model with the most GPUs, a tie going to the
+// model of the lowest-indexed GPU, and its count.
+func majorityModel(gpus []nvml.GPU) (string, int) {
+	counts := map[string]int{}
+	for _, g := range gpus {
+		counts[g.Name]++
+	}
+	best := gpus[0].Name
+	for _, g := range gpus { // in index order, so the first of equals wins
+		if counts[g.Name] > counts[best] {
+			best = g.Name
+		}
+	}
+	return best, counts[best]
+}
+
+// addGPU sets the whole-GPU labels for model g, count of them. A GPU in
+// MIG mode is not shared, as GFD has it: replicas 0.
+func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing) {
+	replicas, shared, renamed := 1, false, false
+	if g.MIGEnabled {
+		replicas = 0
+	} else if ts.Enabled() {
+		r, name := ts.Replicas(device.GPUResource, g.UUID, g.Name)
+		replicas, shared, renamed = r, r > 1, name != device.GPUResource
+	}
+	l.addResource("gpu", count, replicas, shared, renamed, g.Name)
+	if g.MemoryBytes > 0 {
+		l.set("gpu.memory", g.MemoryBytes>>20)
+	}
+	if major, minor, ok := computeCapability(g.CUDAComputeCapability); ok && major > 0 {
+		l.set("gpu.family", family(major, minor))
+		l.set("gpu.compute.major", major)
+		l.set("gpu.compute.minor", minor)
+	}
+}
+
+// addResource sets a resource's product, count, replicas and sharing
+// strategy under its prefix ("gpu", "mig-1g.10gb").
+func (l Labels) addResource(prefix string, count, replicas int, shared, renamed bool, product ...string) {
+	name := productName(product...)
+	if shared && !renamed {
+		name += "-SHARED"
+	}
+	strategy := SharingNone
+	if shared {
+		strategy = SharingTimeSlicing
+	}
+	l.set(prefix+".product", name)
+	l.set(prefix+".count", count)
+	l.set(prefix+".replicas", replicas)
+	l.set(prefix+".sharing-strategy", strategy)
+}
+
+// addMIGAttributes sets a MIG device's share of its GPU under prefix.
+func (l Labels) addMIGAttributes(prefix string, m nvml.MIGDevice) {
+	l.set(prefix+".memory", m.MemoryBytes>>20)
+	l.set(prefix+".multiprocessors", m.Multiprocessors)
+	l.set(prefix+".slices.gi", m.Slices.GPUInstance)
+	l.set(prefix+".slices.ci", m.Slices.ComputeInstance)
+	l.set(prefix+".engines.copy", m.Engines.Copy)
+	l.set(prefix+".engines.decoder", m.Engines.Decoder)
+	l.set(prefix+".engines.encoder", m.Engines.Encoder)
+	l.set(prefix+".engines.jpeg", m.Engines.JPEG)
+	l.set(prefix+".engines.ofa", m.Engines.OFA)
+}
+
+// migDevice is a MIG device with its GPU's model.
+type migDevice struct {
+	nvml.MIGDevice
+	model string
+}
+
+// migDevices are the MIG devices of every GPU, by profile, in GPU order.
+func migDevices(gpus []nvml.GPU) (profiles []string, byProfile map[string][]migDevice) {
+	byProfile = map[string][]migDevice{}
+	for _, g := range gpus {
+		for _, m := range g.MIG {
+			if _, ok := byProfile[m.Profile]; !ok {
+				profiles = append(profiles, m.Profile)
+			}
+			byProfile[m.Profile] = append(byProfile[m.Profile], migDevice{m, g.Name})
+		}
+	}
+	slices.Sort(profiles)
+	return profiles, byProfile
+}
+
+// addMIGSingle overrides the gpu.* labels with the MIG devices', as the
+// single strategy serves them as nvidia.com/gpu; a node the strategy does
+// not fit is labelled <model>-MIG-INVALID with no count.
+func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicing) {
+	var on []nvml.GPU
+	for _, g := range gpus {
+		if g.MIGEnabled {
+			on = append(on, g)
+		}
+	}
+	if len(on) == 0 {
+		return
+	}
+	profiles, byProfile := migDevices(gpus)
+	invalid := len(on) != len(gpus) || len(profiles) != 1 ||
+		slices.ContainsFunc(on, func(g nvml.GPU) bool { return len(g.MIG) == 0 })
+	if invalid {
+		l.set("gpu.product", productName(on[0].Name, "MIG", "INVALID"))
+		l.set("gpu.count", 0)
+		l.set("gpu.replicas", 0)
+		l.set("gpu.sharing-strategy", "")
+		l.set("gpu.memory", 0)
+		return
+	}
+	devs := byProfile[profiles[0]]
+	l.addMIGResource("gpu", profiles[0], devs, ts, device.GPUResource)
+}
+
+// addMIGMixed sets nvidia.com/mig-<profile>.* for each profile.
+func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
+	profiles, byProfile := migDevices(gpus)
+	for _, p := range profiles {
+		l.addMIGResource("mig-"+p, p, byProfile[p], ts, "nvidia.com/mig-"+p)
+	}
+}
+
+func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts config.TimeSlicing, resource string) {
+	first := devs[0]
+	replicas, shared, renamed := 1, false, false
+	if ts.Enabled() {
+		r, name := ts.Replicas(resource, first.UUID, first.model)
+		replicas, shared, renamed = r, r > 1, name != resource
+	}
+	l.addResource(prefix, len(devs), replicas, shared, renamed, first.model, "MIG", profile)
+	l.addMIGAttributes(prefix, first.MIGDevice)
+}
+
+// addVersions sets the driver's and CUDA's versions, under both the names
+// GFD uses now and the older ones it keeps.
+func (l Labels) addVersions(inv *nvml.Inventory) {
+	parts := strings.Split(inv.DriverVersion, ".")
+	if len(parts) == 2 || len(parts) == 3 {
+		rev := ""
+		if len(parts) == 3 {
+			rev = parts[2]
+		}
+		l.set("cuda.driver.major", parts[0])
+		l.set("cuda.driver.minor", parts[1])
+		l.set("cuda.driver.rev", rev)
+		l.set("cuda.driver-version.major", parts[0])
+		l.set("cuda.driver-version.minor", parts[1])
+		l.set("cuda.driver-version.revision", rev)
+		l.set("cuda.driver-version.full", inv.DriverVersion)
+	}
+	if v := inv.CUDADriverVersion; v > 0 {
+		major, minor := v/1000, v%1000/10
+		l.set("cuda.runtime.major", major)
+		l.set("cuda.runtime.minor", minor)
+		l.set("cuda.runtime-version.major", major)
+		l.set("cuda.runtime-version.minor", minor)
+		l.set("cuda.runtime-version.full", fmt.Sprintf("%d.%d", major, minor))
+	}
+}
+
+// mode is "compute" or "graphics" when every GPU's PCI class says so.
+func mode(gpus []nvml.GPU, classes map[string]uint32) string {
+	var seen []uint32
+	for _, g := range gpus {
+		c, ok := classes[g.PCIBusID]
+		if !ok {
+			return "unknown"
+		}
+		if !slices.Contains(seen, c) {
+			seen = append(seen, c)
+		}
+	}
+	if len(seen) != 1 {
+		return "unknown"
+	}
+	switch seen[0] {
+	case class3D:
+		return "compute"
+	case classVGA:
+		return "graphics"
+	}
+	return "unknown"
+}
+
+func computeCapability(cc string) (major, minor int, ok bool) {
+	a, b, found := strings.Cut(cc, ".")
+	if !found {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(a)
+	minor, err2 := strconv.Atoi(b)
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// family names the architecture by compute capability, as GFD does
+// (NVML's own architecture names differ: "ada" for GFD's "ada-lovelace").
+func family(major, minor int) string {
+	switch major {
+	case 1:
+		return "tesla"
+	case 2:
+		return "fermi"
+	case 3:
+		return "kepler"
+	case 5:
+		return "maxwell"
+	case 6:
+		return "pascal"
+	case 7:
+		if minor < 5 {
+			return "volta"
+		}
+		return "turing"
+	case 8:
+		if minor < 9 {
+			return "ampere"
+		}
+		return "ada-lovelace"
+	case 9:
+		return "hopper"
+	case 10, 12:
+		return "blackwell"
+	case 13:
+		return "rubin"
+	}
+	return "undefined"
+}
+
+// productName joins the non-empty parts, each cleaned for a label value.
+func productName(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if s := sanitise(p); s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, "-")
+}
+
+// sanitise keeps letters, digits, '-', '_' and '.', and turns runs of
+// blanks into one '-': "NVIDIA H100 80GB HBM3" is "NVIDIA-H100-80GB-HBM3".
+func sanitise(s string) string {
+	kept := strings.Map(func(r rune) rune {
+		if r < 128 && (r == '-' || r == '_' || r == '.' || r == ' ' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return r
+		}
+		if r == '\t' || r == '\n' {
+			return ' '
+		}
+		return -1
+	}, s)
+	return strings.Join(strings.Fields(kept), "-")
+}
+
+func orUnknown(s string) string { return cmp.Or(s, "unknown") }
+
+// truncate fits a value into a label's 63 characters, ending with a
+// letter or digit: a DMI product name is whatever its vendor wrote.
+func truncate(s string) string {
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.TrimRight(s, "-_.")
+}
+
+// validValue is a Kubernetes label value: at most 63 characters, letters,
+// digits, '-', '_' and '.', beginning and ending with a letter or digit.
+var validValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+
+// Invalid returns the keys whose values Kubernetes would refuse.
+func (l Labels) Invalid() []string {
+	var bad []string
+	for _, k := range l.Keys() {
+		if !validValue.MatchString(l[k]) {
+			bad = append(bad, k)
+		}
+	}
+	return bad
+}

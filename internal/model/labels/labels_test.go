@@ -1,0 +1,289 @@
+package labels
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+)
+
+const h100Bytes = 85520809984 // 81559 MiB
+
+func h100s(n int) []nvml.GPU {
+	var gpus []nvml.GPU
+	for i := range n {
+		gpus = append(gpus, nvml.GPU{
+			Index: i, UUID: "GPU-h100-" + string(rune('a'+i)), Name: "NVIDIA H100 80GB HBM3", MemoryBytes: h100Bytes,
+			PCIBusID: "0000:1" + string(rune('0'+i)) + ":00.0", MIGCapable: true, CUDAComputeCapability: "9.0",
+		})
+	}
+	return gpus
+}
+
+func compute3D(gpus []nvml.GPU) map[string]uint32 {
+	m := map[string]uint32{}
+	for _, g := range gpus {
+		m[g.PCIBusID] = class3D
+	}
+	return m
+}
+
+func facts(gpus []nvml.GPU) Facts {
+	return Facts{
+		Inventory:   &nvml.Inventory{GPUs: gpus, DriverVersion: "550.54.15", CUDADriverVersion: 12040},
+		MIGStrategy: config.MIGStrategyNone,
+		Machine:     "DGX H100",
+		PCIClass:    compute3D(gpus),
+	}
+}
+
+// A DGX H100: the labels GFD sets there, key for key.
+func TestDGXH100(t *testing.T) {
+	got := Compute(facts(h100s(8)))
+	want := Labels{
+		"nvidia.com/cuda.driver-version.full":     "550.54.15",
+		"nvidia.com/cuda.driver-version.major":    "550",
+		"nvidia.com/cuda.driver-version.minor":    "54",
+		"nvidia.com/cuda.driver-version.revision": "15",
+		"nvidia.com/cuda.driver.major":            "550",
+		"nvidia.com/cuda.driver.minor":            "54",
+		"nvidia.com/cuda.driver.rev":              "15",
+		"nvidia.com/cuda.runtime-version.full":    "12.4",
+		"nvidia.com/cuda.runtime-version.major":   "12",
+		"nvidia.com/cuda.runtime-version.minor":   "4",
+		"nvidia.com/cuda.runtime.major":           "12",
+		"nvidia.com/cuda.runtime.minor":           "4",
+		"nvidia.com/gpu.compute.major":            "9",
+		"nvidia.com/gpu.compute.minor":            "0",
+		"nvidia.com/gpu.count":                    "8",
+		"nvidia.com/gpu.family":                   "hopper",
+		"nvidia.com/gpu.machine":                  "DGX-H100",
+		"nvidia.com/gpu.memory":                   "81559",
+		"nvidia.com/gpu.mode":                     "compute",
+		"nvidia.com/gpu.product":                  "NVIDIA-H100-80GB-HBM3",
+		"nvidia.com/gpu.replicas":                 "1",
+		"nvidia.com/gpu.sharing-strategy":         "none",
+		"nvidia.com/mig.capable":                  "true",
+		"nvidia.com/mps.capable":                  "false",
+	}
+	diff(t, got, want)
+	if bad := got.Invalid(); len(bad) > 0 {
+		t.Errorf("invalid label values: %v", bad)
+	}
+}
+
+func diff(t *testing.T, got, want Labels) {
+	t.Helper()
+	for _, k := range want.Keys() {
+		if got[k] != want[k] {
+			t.Errorf("%s = %q, want %q", k, got[k], want[k])
+		}
+	}
+	for _, k := range got.Keys() {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected %s=%q", k, got[k])
+		}
+	}
+}
+
+func TestNoGPUsNoLabels(t *testing.T) {
+	if l := Compute(facts(nil)); len(l) != 0 {
+		t.Errorf("labels without GPUs: %v", l)
+	}
+	if l := Compute(Facts{}); len(l) != 0 {
+		t.Errorf("labels without an inventory: %v", l)
+	}
+}
+
+// Mixed models: the model with the most GPUs, whatever the order; a tie
+// goes to the lowest-indexed GPU's model; the same answer every time.
+func TestMixedModels(t *testing.T) {
+	a100 := nvml.GPU{Name: "NVIDIA A100-SXM4-40GB", MemoryBytes: 40 << 30, CUDAComputeCapability: "8.0"}
+	mk := func(models ...string) []nvml.GPU {
+		var gpus []nvml.GPU
+		for i, m := range models {
+			g := h100s(1)[0]
+			if m == "a" {
+				g = a100
+			}
+			g.Index, g.PCIBusID, g.UUID = i, "0000:2"+string(rune('0'+i))+":00.0", "GPU-"+string(rune('0'+i))
+			gpus = append(gpus, g)
+		}
+		return gpus
+	}
+	for _, tt := range []struct {
+		models       []string
+		product      string
+		count, memMi string
+	}{
+		{[]string{"a", "h", "h"}, "NVIDIA-H100-80GB-HBM3", "2", "81559"},
+		{[]string{"h", "a", "a"}, "NVIDIA-A100-SXM4-40GB", "2", "40960"},
+		{[]string{"a", "h"}, "NVIDIA-A100-SXM4-40GB", "1", "40960"},
+		{[]string{"h", "a"}, "NVIDIA-H100-80GB-HBM3", "1", "81559"},
+	} {
+		f := facts(mk(tt.models...))
+		first := Compute(f)
+		for range 20 {
+			if again := Compute(f); !maps.Equal(first, again) {
+				t.Fatalf("%v: labels changed between runs", tt.models)
+			}
+		}
+		if first["nvidia.com/gpu.product"] != tt.product || first["nvidia.com/gpu.count"] != tt.count || first["nvidia.com/gpu.memory"] != tt.memMi {
+			t.Errorf("%v: product %s count %s memory %s; want %s %s %s", tt.models,
+				first["nvidia.com/gpu.product"], first["nvidia.com/gpu.count"], first["nvidia.com/gpu.memory"], tt.product, tt.count, tt.memMi)
+		}
+	}
+}
+
+func TestTimeSlicing(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		ts       config.TimeSlicing
+		product  string
+		replicas string
+		strategy string
+	}{
+		{"shared, not renamed", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}},
+			"NVIDIA-H100-80GB-HBM3-SHARED", "4", "time-slicing"},
+		{"renamed", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.small"}}},
+			"NVIDIA-H100-80GB-HBM3", "4", "time-slicing"},
+		{"renamed by default", config.TimeSlicing{RenameByDefault: true, Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 2}}},
+			"NVIDIA-H100-80GB-HBM3", "2", "time-slicing"},
+		{"another model shared", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}},
+			"NVIDIA-H100-80GB-HBM3", "1", "none"},
+	} {
+		f := facts(h100s(2))
+		f.TimeSlicing = tt.ts
+		l := Compute(f)
+		if l["nvidia.com/gpu.product"] != tt.product || l["nvidia.com/gpu.replicas"] != tt.replicas || l["nvidia.com/gpu.sharing-strategy"] != tt.strategy {
+			t.Errorf("%s: product %s replicas %s strategy %s", tt.name, l["nvidia.com/gpu.product"], l["nvidia.com/gpu.replicas"], l["nvidia.com/gpu.sharing-strategy"])
+		}
+	}
+}
+
+func migGPU(g nvml.GPU, profiles ...string) nvml.GPU {
+	g.MIGEnabled = true
+	for i, p := range profiles {
+		slices := int(p[0] - '0')
+		g.MIG = append(g.MIG, nvml.MIGDevice{
+			UUID: g.UUID + "-mig-" + string(rune('0'+i)), Index: i, Profile: p, MemoryBytes: uint64(slices) * 10 << 30,
+			Multiprocessors: 16 * slices, Slices: nvml.Slices{GPUInstance: slices, ComputeInstance: slices},
+			Engines: nvml.Engines{Copy: slices, Decoder: slices, JPEG: 1, OFA: 1},
+		})
+	}
+	return g
+}
+
+func TestMIGMixed(t *testing.T) {
+	gpus := h100s(3)
+	gpus[0] = migGPU(gpus[0], "1g.10gb", "1g.10gb", "3g.40gb")
+	gpus[1] = migGPU(gpus[1], "1g.10gb")
+	f := facts(gpus)
+	f.MIGStrategy = config.MIGStrategyMixed
+	l := Compute(f)
+	want := map[string]string{
+		"nvidia.com/mig.strategy":                 "mixed",
+		"nvidia.com/mig-1g.10gb.product":          "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+		"nvidia.com/mig-1g.10gb.count":            "3",
+		"nvidia.com/mig-1g.10gb.replicas":         "1",
+		"nvidia.com/mig-1g.10gb.sharing-strategy": "none",
+		"nvidia.com/mig-1g.10gb.memory":           "10240",
+		"nvidia.com/mig-1g.10gb.multiprocessors":  "16",
+		"nvidia.com/mig-1g.10gb.slices.gi":        "1",
+		"nvidia.com/mig-1g.10gb.slices.ci":        "1",
+		"nvidia.com/mig-1g.10gb.engines.copy":     "1",
+		"nvidia.com/mig-1g.10gb.engines.decoder":  "1",
+		"nvidia.com/mig-1g.10gb.engines.encoder":  "0",
+		"nvidia.com/mig-1g.10gb.engines.jpeg":     "1",
+		"nvidia.com/mig-1g.10gb.engines.ofa":      "1",
+		"nvidia.com/mig-3g.40gb.count":            "1",
+		"nvidia.com/mig-3g.40gb.product":          "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+		"nvidia.com/mig-3g.40gb.multiprocessors":  "48",
+		"nvidia.com/gpu.count":                    "3", // GFD counts MIG-mode GPUs too
+		"nvidia.com/gpu.product":                  "NVIDIA-H100-80GB-HBM3",
+	}
+	for k, v := range want {
+		if l[k] != v {
+			t.Errorf("%s = %q, want %q", k, l[k], v)
+		}
+	}
+}
+
+func TestMIGSingle(t *testing.T) {
+	all := func(profiles ...[]string) Facts {
+		gpus := h100s(len(profiles))
+		for i, p := range profiles {
+			if p != nil {
+				gpus[i] = migGPU(gpus[i], p...)
+			}
+		}
+		f := facts(gpus)
+		f.MIGStrategy = config.MIGStrategySingle
+		return f
+	}
+	l := Compute(all([]string{"1g.10gb", "1g.10gb"}, []string{"1g.10gb"}))
+	for k, v := range map[string]string{
+		"nvidia.com/mig.strategy":         "single",
+		"nvidia.com/gpu.product":          "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+		"nvidia.com/gpu.count":            "3",
+		"nvidia.com/gpu.memory":           "10240",
+		"nvidia.com/gpu.multiprocessors":  "16",
+		"nvidia.com/gpu.slices.gi":        "1",
+		"nvidia.com/gpu.replicas":         "1",
+		"nvidia.com/gpu.sharing-strategy": "none",
+		"nvidia.com/gpu.family":           "hopper",
+	} {
+		if l[k] != v {
+			t.Errorf("valid single: %s = %q, want %q", k, l[k], v)
+		}
+	}
+	for name, f := range map[string]Facts{
+		"two profiles":          all([]string{"1g.10gb"}, []string{"3g.40gb"}),
+		"a GPU with MIG off":    all([]string{"1g.10gb"}, nil),
+		"a MIG GPU without any": all([]string{"1g.10gb"}, []string{}),
+	} {
+		l := Compute(f)
+		if l["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3-MIG-INVALID" || l["nvidia.com/gpu.count"] != "0" || l["nvidia.com/gpu.memory"] != "0" {
+			t.Errorf("%s: product %s count %s memory %s, want the INVALID labels", name, l["nvidia.com/gpu.product"], l["nvidia.com/gpu.count"], l["nvidia.com/gpu.memory"])
+		}
+	}
+	// No GPU in MIG mode: single changes nothing but says so.
+	l = Compute(all(nil, nil))
+	if l["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3" || l["nvidia.com/mig.strategy"] != "single" {
+		t.Errorf("single without MIG: %s, %s", l["nvidia.com/gpu.product"], l["nvidia.com/mig.strategy"])
+	}
+}
+
+func TestModeAndMachine(t *testing.T) {
+	gpus := h100s(2)
+	f := facts(gpus)
+	f.PCIClass = map[string]uint32{gpus[0].PCIBusID: class3D, gpus[1].PCIBusID: classVGA}
+	f.Machine = "  Super Server (r) X12 / " + strings.Repeat("long-name ", 10)
+	l := Compute(f)
+	if l["nvidia.com/gpu.mode"] != "unknown" {
+		t.Errorf("mixed classes: mode %q", l["nvidia.com/gpu.mode"])
+	}
+	if bad := l.Invalid(); len(bad) > 0 {
+		t.Errorf("invalid values %v: machine %q", bad, l["nvidia.com/gpu.machine"])
+	}
+	f.PCIClass = map[string]uint32{gpus[0].PCIBusID: classVGA, gpus[1].PCIBusID: classVGA}
+	f.Machine = ""
+	l = Compute(f)
+	if l["nvidia.com/gpu.mode"] != "graphics" || l["nvidia.com/gpu.machine"] != "unknown" {
+		t.Errorf("mode %q machine %q", l["nvidia.com/gpu.mode"], l["nvidia.com/gpu.machine"])
+	}
+	f.PCIClass = nil
+	if l := Compute(f); l["nvidia.com/gpu.mode"] != "unknown" {
+		t.Errorf("no classes: mode %q", l["nvidia.com/gpu.mode"])
+	}
+}
+
+func TestFamily(t *testing.T) {
+	for cc, want := range map[[2]int]string{{7, 0}: "volta", {7, 5}: "turing", {8, 0}: "ampere", {8, 9}: "ada-lovelace", {9, 0}: "hopper", {10, 0}: "blackwell", {12, 0}: "blackwell", {4, 0}: "undefined"} {
+		if got := family(cc[0], cc[1]); got != want {
+			t.Errorf("family(%d.%d) = %q, want %q", cc[0], cc[1], got, want)
+		}
+	}
+}
