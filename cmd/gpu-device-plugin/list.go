@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
@@ -39,6 +40,8 @@ type listing struct {
 	NICs          []listedNIC `json:"nics"`
 	DRA           listedDRA   `json:"dra"`
 	CDIHook       listedHook  `json:"cdiHook"`
+	// Labels are the node labels nodeLabels delivers (GFD's names).
+	Labels map[string]string `json:"labels"`
 }
 
 // listedHook is the CDI hook as the GPU CDI spec would run it: path is
@@ -263,7 +266,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	}
 	holders := listHolders(c.Context, cfg, log)
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{},
-		CDIHook: newListedHook(cfg)}
+		CDIHook: newListedHook(cfg), Labels: map[string]string{}}
+	maps.Copy(out.Labels, nodelabels.Of(cfg, inv))
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
 	// running plugin's to say). DRA publishes a MIG GPU's MIG devices,

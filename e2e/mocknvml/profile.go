@@ -854,7 +854,7 @@ func parseBus(s string) (string, error) {
 
 // WriteSysfs writes what the plugin reads from sysfs for each GPU under root
 // (normally a test's temporary directory standing in for /sys):
-// devices/pci<domain>:<bus>/<bus id>/numa_node, and vendor and device when
+// devices/pci<domain>:<bus>/<bus id>/numa_node and class, and vendor and device when
 // the profile gives a pciid, with bus/pci/devices/<bus id> linking there.
 func (p *Profile) WriteSysfs(root string) error {
 	for _, g := range p.GPUs {
@@ -878,7 +878,8 @@ func (p *Profile) WriteSysfs(root string) error {
 		if err != nil {
 			return fmt.Errorf("writing sysfs for GPU %d: %w", g.Index, err)
 		}
-		files := map[string]string{"numa_node": fmt.Sprintf("%d\n", g.NUMANode)}
+		// class: a 3D controller, as data-center GPUs are (GFD's gpu.mode).
+		files := map[string]string{"numa_node": fmt.Sprintf("%d\n", g.NUMANode), "class": "0x030200\n"}
 		if g.PCIDeviceID != 0 {
 			files["vendor"] = fmt.Sprintf("0x%04x\n", g.PCIDeviceID&0xffff)
 			files["device"] = fmt.Sprintf("0x%04x\n", g.PCIDeviceID>>16)

@@ -69,8 +69,12 @@ type Config struct {
 	// an Event on the Node and the pods holding a device at each health
 	// change, and the Node conditions GPUHealthy and NICHealthy (package
 	// report). Off by default: they need API access.
-	Events        bool `json:"events"`
-	NodeCondition bool `json:"nodeCondition"`
+	Events bool `json:"events"`
+	// NodeLabels is how the GPUs' labels reach the Node (NodeLabels*);
+	// NFDFeaturesDir is NFD's features.d for NodeLabelsNFD.
+	NodeLabels     string `json:"nodeLabels"`
+	NFDFeaturesDir string `json:"nfdFeaturesDir"`
+	NodeCondition  bool   `json:"nodeCondition"`
 
 	// NICResources are the NIC pools, file-only (no flag): see nics.go.
 	NICResources []NICResource `json:"nicResources,omitempty"`
@@ -135,6 +139,14 @@ func Default() Config {
 const (
 	KubeletAPIDevicePlugin = "device-plugin"
 	KubeletAPIDRA          = "dra"
+)
+
+// How the GPUs' labels reach the Node (nodeLabels).
+const (
+	NodeLabelsNFD  = "nfd"
+	NodeLabelsNone = "none"
+	// DefaultNFDFeaturesDir is where nfd-worker reads local feature files.
+	DefaultNFDFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
 )
 
 // DRADriverName is the DRA driver name: the ResourceSlices' driver, the

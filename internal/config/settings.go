@@ -111,6 +111,10 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.PluginRegistryDir })},
 		{Key: "events", Category: CategoryReporting, Flag: "events", Default: "false", Usage: "true: a Kubernetes Event on the Node and on every pod holding a device at each device health change (needs API access)",
 			set: boolean(func(c *Config) *bool { return &c.Events })},
+		{Key: "nodeLabels", Category: CategoryReporting, Flag: "node-labels", Default: NodeLabelsNFD, Usage: "how the GPUs' labels (GPU Feature Discovery's names: nvidia.com/gpu.product, gpu.memory, mig.capable, ...) reach the Node: " + NodeLabelsNFD + " (NFD's local feature file in --nfd-features-dir, when that folder exists; no API access) or " + NodeLabelsNone,
+			set: str(func(c *Config) *string { return &c.NodeLabels })},
+		{Key: "nfdFeaturesDir", Category: CategoryReporting, Flag: "nfd-features-dir", Default: DefaultNFDFeaturesDir, Usage: "Node Feature Discovery's local feature folder (nfd-worker's features.d), where nodeLabels: nfd writes",
+			set: str(func(c *Config) *string { return &c.NFDFeaturesDir })},
 		{Key: "nodeCondition", Category: CategoryReporting, Flag: "node-condition", Default: "false", Usage: "true: keep the Node conditions GPUHealthy (and NICHealthy with NIC pools) False while a device is unhealthy (needs API access)",
 			set: boolean(func(c *Config) *bool { return &c.NodeCondition })},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
@@ -235,6 +236,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if err != nil {
 		return err
 	}
+	nodeLabels := nodelabels.Of(cfg, inv)
 	units := servedUnits(fe, inv.GPUs)
 	if rep != nil {
 		notify = rep.takeGPUs(units, notify)
@@ -271,6 +273,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		}
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
+	wg.Go(func() { nodelabels.Keep(ctx, cfg, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}

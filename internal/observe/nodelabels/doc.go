@@ -1,0 +1,4 @@
+// Package nodelabels delivers the node labels (package labels) to the
+// Node: through Node Feature Discovery's local feature file, which needs no
+// API access.
+package nodelabels
