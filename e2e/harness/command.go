@@ -12,8 +12,9 @@ import (
 )
 
 // RunCommand runs the plugin binary once, for a command that looks at the
-// node and exits (list, version), on a mock machine: sysfs and /dev are
-// written from the profile into a temporary directory, and the mock
+// node and exits (list, version), on a mock machine: sysfs, /dev and the
+// driver's MIG capability files in /proc are written from the profile
+// into a temporary directory, and the mock
 // library is loaded through --nvml-library. args follow the command name
 // and the harness's flags. It returns stdout and stderr; err is set when
 // the process fails or exits non-zero.
@@ -27,15 +28,14 @@ func RunCommand(ctx context.Context, binary, library, profile, command string, a
 		return "", "", fmt.Errorf("running %s: %w", command, err)
 	}
 	defer os.RemoveAll(work)
-	sys, dev := filepath.Join(work, "sys"), filepath.Join(work, "dev")
-	if err := prof.WriteSysfs(sys); err != nil {
-		return "", "", fmt.Errorf("running %s: %w", command, err)
-	}
-	if err := prof.WriteDev(dev); err != nil {
-		return "", "", fmt.Errorf("running %s: %w", command, err)
+	sys, dev, proc := filepath.Join(work, "sys"), filepath.Join(work, "dev"), filepath.Join(work, "proc")
+	for root, write := range map[string]func(string) error{sys: prof.WriteSysfs, dev: prof.WriteDev, proc: prof.WriteProc} {
+		if err := write(root); err != nil {
+			return "", "", fmt.Errorf("running %s: %w", command, err)
+		}
 	}
 	// The settings before the command: the top level takes them all.
-	full := append([]string{"--nvml-library", library, "--sysfs-root", sys, "--dev-root", dev, command}, args...)
+	full := append([]string{"--nvml-library", library, "--sysfs-root", sys, "--dev-root", dev, "--proc-root", proc, command}, args...)
 	cmd := exec.CommandContext(ctx, binary, full...)
 	cmd.Env = append(pluginEnv(os.Environ()), "MOCK_NVML_PROFILE="+profile)
 	var out, errb bytes.Buffer

@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 // Prefix is the label domain GFD uses, which the labels keep.
@@ -203,7 +204,9 @@ func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicin
 func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
 	profiles, byProfile := migDevices(gpus)
 	for _, p := range profiles {
-		l.addMIGResource("mig-"+p, p, byProfile[p], ts, "nvidia.com/mig-"+p)
+		// The resource's name: "+" is no more allowed in a label key.
+		resource := gpu.MIGResourceName(p)
+		l.addMIGResource(strings.TrimPrefix(resource, Prefix), p, byProfile[p], ts, resource)
 	}
 }
 
@@ -354,11 +357,15 @@ func truncate(s string) string {
 // digits, '-', '_' and '.', beginning and ending with a letter or digit.
 var validValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
 
-// Invalid returns the keys whose values Kubernetes would refuse.
+// validName is the name part of a label key, after its prefix.
+var validName = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// Invalid returns the keys Kubernetes would refuse, for their name or
+// their value.
 func (l Labels) Invalid() []string {
 	var bad []string
 	for _, k := range l.Keys() {
-		if !validValue.MatchString(l[k]) {
+		if !validName.MatchString(strings.TrimPrefix(k, Prefix)) || !validValue.MatchString(l[k]) {
 			bad = append(bad, k)
 		}
 	}

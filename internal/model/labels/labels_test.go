@@ -178,7 +178,7 @@ func migGPU(g nvml.GPU, profiles ...string) nvml.GPU {
 
 func TestMIGMixed(t *testing.T) {
 	gpus := h100s(3)
-	gpus[0] = migGPU(gpus[0], "1g.10gb", "1g.10gb", "3g.40gb")
+	gpus[0] = migGPU(gpus[0], "1g.10gb", "1g.10gb", "3g.40gb", "1g.10gb+me")
 	gpus[1] = migGPU(gpus[1], "1g.10gb")
 	f := facts(gpus)
 	f.MIGStrategy = config.MIGStrategyMixed
@@ -208,6 +208,9 @@ func TestMIGMixed(t *testing.T) {
 		if l[k] != v {
 			t.Errorf("%s = %q, want %q", k, l[k], v)
 		}
+	}
+	if bad := l.Invalid(); len(bad) > 0 {
+		t.Errorf("invalid labels: %v", bad)
 	}
 }
 
