@@ -32,9 +32,13 @@ func InEnv(lookup func(string) (string, bool)) []Found {
 func Describe(found []Found) string {
 	parts := make([]string, len(found))
 	for i, f := range found {
-		if f.Key.Ours == "" {
+		switch {
+		case f.Key.Ours == "":
 			parts[i] = f.Env + " → none (" + f.Key.Note + ")"
-		} else {
+		case !f.Key.Carried():
+			// The counterpart takes another kind of value: say which.
+			parts[i] = f.Env + " → " + f.Key.Counterpart() + " (" + f.Key.Note + ")"
+		default:
 			parts[i] = f.Env + " → " + f.Key.Counterpart()
 		}
 	}

@@ -58,7 +58,7 @@ func Keys() []Key {
 		{File: "flags.failOnInitError", Flag: "fail-on-init-error", Env: []string{"FAIL_ON_INIT_ERROR", "GFD_FAIL_ON_INIT_ERROR"},
 			Note: "we never exit for a missing driver: the plugin serves nothing, says why once, and retries every `nvmlRetryInterval`"},
 		{File: "flags.nvidiaDriverRoot", Flag: "driver-root", Env: []string{"NVIDIA_DRIVER_ROOT"}, Ours: "driverRoot",
-			Note: "where the driver is installed, as the plugin sees it", move: copyTo("driverRoot")},
+			Note: "where the driver is installed, as the plugin sees it; with `flags.plugin.containerDriverRoot`, it becomes `hostDriverRoot`", move: copyTo("driverRoot")},
 		{File: "flags.plugin.containerDriverRoot", Flag: "driver-root-ctr-path", Env: []string{"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"}, Ours: "driverRoot",
 			Note: "becomes `driverRoot`, and `flags.nvidiaDriverRoot` becomes `hostDriverRoot`: the driver root as the container runtime sees it, for CDI specs", move: containerDriverRoot},
 		{File: "flags.nvidiaDevRoot", Flag: "dev-root", Env: []string{"NVIDIA_DEV_ROOT"}, Ours: "devRoot",
