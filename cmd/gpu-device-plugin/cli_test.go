@@ -16,7 +16,7 @@ func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, version`},
+		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, migrate, version`},
 		{[]string{"--log-level=debug", "lst"}, `unknown command "lst"`},
 		{[]string{"serve", "extra-arg"}, `serve: unexpected argument "extra-arg"`},
 		{[]string{"list", "x"}, `list: unexpected argument "x"`},
@@ -24,6 +24,7 @@ func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 		{[]string{"allocate", "x"}, `allocate: unexpected argument "x"`},
 		{[]string{"cdi", "gen"}, `unknown command "cdi gen"; cdi commands: generate`},
 		{[]string{"cdi", "generate", "x"}, `cdi generate: unexpected argument "x"`},
+		{[]string{"migrate", "x"}, `migrate: unexpected argument "x"`},
 	} {
 		// With the device-plugin directory unwritable, a serve that started
 		// anyway would fail rather than hang.

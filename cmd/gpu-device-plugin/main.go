@@ -165,11 +165,12 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 			},
 			allocateCommand(open, stdout, stderr),
 			cdiCommand(open, stdout, stderr),
+			migrateCommand(stdout, stderr),
 			{
 				Name:   "version",
 				Usage:  "print version and build information, and the driver's",
 				Flags:  settingFlags(versionKeys...),
-				Action: noArgs(func(c *cli.Context) error { return printVersion(c, open, stdout) }),
+				Action: noArgs(func(c *cli.Context) error { return printVersion(c, open, stdout, stderr) }),
 			},
 		},
 		HideVersion: true,
@@ -227,6 +228,14 @@ func loadConfig(c *cli.Context) (config.Config, error) {
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger { return daemon.NewLogger(cfg, w) }
 
+// commandLogger is the logger of a command that loaded the config, which
+// first warns about NVIDIA's variables in the environment.
+func commandLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	log := newLogger(cfg, w)
+	warnNVIDIAEnv(log)
+	return log
+}
+
 // discover loads NVML and walks the GPUs, for the commands that look at
 // the node once. The caller shuts the library down.
 func discover(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
@@ -278,7 +287,7 @@ func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks .
 			return nodeLook{}, err
 		}
 	}
-	log := newLogger(cfg, stderr)
+	log := commandLogger(cfg, stderr)
 	lib, inv, err := discover(cfg, open, log)
 	if err != nil {
 		return nodeLook{}, err

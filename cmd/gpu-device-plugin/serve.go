@@ -22,7 +22,7 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	log := commandLogger(cfg, stderr)
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
 		return execDRA(cfg)
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
-func printVersion(c *cli.Context, open daemon.OpenFunc, w io.Writer) error {
+func printVersion(c *cli.Context, open daemon.OpenFunc, w, stderr io.Writer) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
 	}
+	commandLogger(cfg, stderr)
 	goNVML := "unknown"
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, dep := range info.Deps {

@@ -19,11 +19,16 @@ import (
 // would otherwise accept, letting one of two spellings win. Each key is
 // decoded on its own so that every error names its key.
 func Load(path string) (Config, error) {
-	c := Default()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("config: reading %s: %w", path, err)
+		return Default(), fmt.Errorf("config: reading %s: %w", path, err)
 	}
+	return Parse(path, data)
+}
+
+// Parse is Load of a file's contents; path names it in errors.
+func Parse(path string, data []byte) (Config, error) {
+	c := Default()
 	if len(bytes.TrimSpace(data)) == 0 {
 		return c, nil
 	}
@@ -32,7 +37,7 @@ func Load(path string) (Config, error) {
 	}
 	var probe map[string]json.RawMessage
 	if yaml.Unmarshal(data, &probe) == nil && nvidiaFormat(slices.Collect(maps.Keys(probe))) {
-		return c, fmt.Errorf("config: %s: this is NVIDIA k8s-device-plugin's config format (version: v1, flags: ...); gpu-device-plugin takes its own keys: %s gives each one's counterpart", path, MigrationGuide)
+		return c, fmt.Errorf("config: %s: this is NVIDIA k8s-device-plugin's config format (version: v1, flags: ...); gpu-device-plugin takes its own keys: %s gives each one's counterpart, and gpu-device-plugin migrate --from %s converts it", path, MigrationGuide, path)
 	}
 	if err := checkNICResources(path, data); err != nil {
 		return c, err

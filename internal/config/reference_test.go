@@ -42,6 +42,8 @@ func TestDocsNameRealFlags(t *testing.T) {
 	ours := []string{"--config", "--help",
 		// list, allocate, cdi generate
 		"--output", "--dra", "--size", "--resource", "--available", "--must-include",
+		// migrate
+		"--from", "--env",
 		// gpu-device-plugin-cdi-hook
 		"--dir", "--link", "--folder"}
 	for _, s := range Settings() {

@@ -1,0 +1,235 @@
+package nvidia
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+)
+
+// Key is one NVIDIA setting and what it is here.
+type Key struct {
+	// File is the dotted key in NVIDIA's v1 file ("flags.plugin.deviceIDStrategy");
+	// empty for a setting NVIDIA takes only as a flag or variable.
+	File string
+	// Flag is NVIDIA's flag, without dashes; Env its environment
+	// variables, the device plugin's and GPU feature discovery's.
+	Flag string
+	Env  []string
+	// Ours is our key that does the same job; empty when there is none.
+	Ours string
+	// Note says how the value differs here, or why there is no
+	// counterpart and what to do instead.
+	Note string
+	// move carries a value over into our config; nil when it cannot be,
+	// and Note is then reported instead.
+	move mover
+}
+
+// mover puts NVIDIA's value v, given at `at` (a file key or a variable),
+// into r, adding a note for any part it leaves out.
+type mover func(r *Result, at string, v json.RawMessage)
+
+// ID names the key in messages: its file key, else its flag.
+func (k Key) ID() string {
+	if k.File != "" {
+		return k.File
+	}
+	return "--" + k.Flag
+}
+
+// Carried says whether migrate carries the value over.
+func (k Key) Carried() bool { return k.move != nil }
+
+const (
+	noLabels = "node labels are not written; keep running NVIDIA's gpu-feature-discovery, or Node Feature Discovery, for them"
+	noMPS    = "MPS is not served yet; sharing.timeSlicing shares GPUs without MPS's memory and compute limits"
+)
+
+// Keys is every NVIDIA setting we know, in the order the guide lists them.
+// It covers k8s-device-plugin's api/config/v1 and the flags of its
+// nvidia-device-plugin and gpu-feature-discovery commands.
+func Keys() []Key {
+	return []Key{
+		{File: "flags.migStrategy", Flag: "mig-strategy", Env: []string{"MIG_STRATEGY", "GFD_MIG_STRATEGY"}, Ours: "migStrategy",
+			Note: "same values: `none`, `single`, `mixed`", move: copyTo("migStrategy")},
+		{File: "flags.failOnInitError", Flag: "fail-on-init-error", Env: []string{"FAIL_ON_INIT_ERROR", "GFD_FAIL_ON_INIT_ERROR"},
+			Note: "we never exit for a missing driver: the plugin serves nothing, says why once, and retries every `nvmlRetryInterval`"},
+		{File: "flags.nvidiaDriverRoot", Flag: "driver-root", Env: []string{"NVIDIA_DRIVER_ROOT"}, Ours: "driverRoot",
+			Note: "where the driver is installed, as the plugin sees it; with `flags.plugin.containerDriverRoot`, it becomes `hostDriverRoot`", move: copyTo("driverRoot")},
+		{File: "flags.plugin.containerDriverRoot", Flag: "driver-root-ctr-path", Env: []string{"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"}, Ours: "driverRoot",
+			Note: "becomes `driverRoot`, and `flags.nvidiaDriverRoot` becomes `hostDriverRoot`: the driver root as the container runtime sees it, for CDI specs", move: containerDriverRoot},
+		{File: "flags.nvidiaDevRoot", Flag: "dev-root", Env: []string{"NVIDIA_DEV_ROOT"}, Ours: "devRoot",
+			Note: "`devRoot` is the `/dev` directory itself: NVIDIA's root with `/dev` added", move: devRoot},
+		{File: "flags.mpsRoot", Flag: "mps-root", Env: []string{"MPS_ROOT"}, Note: noMPS},
+		{File: "flags.gdrcopyEnabled", Flag: "gdrcopy-enabled", Env: []string{"GDRCOPY_ENABLED"},
+			Note: "GDRCopy's device node is not added to GPU containers"},
+		{File: "flags.gdsEnabled", Flag: "gds-enabled", Env: []string{"GDS_ENABLED"},
+			Note: "GPUDirect Storage's device nodes are not added to GPU containers"},
+		{File: "flags.mofedEnabled", Flag: "mofed-enabled", Env: []string{"MOFED_ENABLED"},
+			Note: "RDMA devices are served apart, as NIC pools: see `nicResources`"},
+		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Note: noLabels},
+		{File: "flags.deviceDiscoveryStrategy", Flag: "device-discovery-strategy", Env: []string{"DEVICE_DISCOVERY_STRATEGY"},
+			Note: "GPUs are found through NVML only; Tegra (Jetson) boards are not served"},
+		{File: "flags.plugin.passDeviceSpecs", Flag: "pass-device-specs", Env: []string{"PASS_DEVICE_SPECS"},
+			Note: "device nodes are always passed with `envvar`; CDI strategies pass them through the spec"},
+		{File: "flags.plugin.deviceListStrategy", Flag: "device-list-strategy", Env: []string{"DEVICE_LIST_STRATEGY"}, Ours: "deviceListStrategy",
+			Note: "`envvar`, `cdi-cri`, `cdi-annotations`; `volume-mounts` is not offered", move: deviceListStrategy},
+		{File: "flags.plugin.deviceIDStrategy", Flag: "device-id-strategy", Env: []string{"DEVICE_ID_STRATEGY"}, Ours: "deviceIDStrategy",
+			Note: "same values: `uuid`, `index`", move: copyTo("deviceIDStrategy")},
+		{File: "flags.plugin.cdiAnnotationPrefix", Flag: "cdi-annotation-prefix", Env: []string{"CDI_ANNOTATION_PREFIX"},
+			Note: "fixed to the CDI library's default"},
+		{File: "flags.plugin.nvidiaCTKPath", Flag: "nvidia-cdi-hook-path", Env: []string{"NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"}, Ours: "cdiHookPath",
+			Note: "not carried over: our specs run our own static hook, not `nvidia-ctk`; keep the default `cdiHookPath`"},
+		{File: "flags.plugin.sharedDevicesAllocationPolicy", Flag: "shared-devices-allocation-policy", Env: []string{"SHARED_DEVICES_ALLOCATION_POLICY"}, Ours: "sharing.timeSlicing.placement",
+			Note: "same values: `distributed`, `packed`; applies to time-sliced replicas", move: placement},
+		{File: "flags.gfd.oneshot", Flag: "oneshot", Env: []string{"GFD_ONESHOT"}, Note: noLabels},
+		{File: "flags.gfd.noTimestamp", Flag: "no-timestamp", Env: []string{"GFD_NO_TIMESTAMP"}, Note: noLabels},
+		{File: "flags.gfd.sleepInterval", Flag: "sleep-interval", Env: []string{"GFD_SLEEP_INTERVAL"}, Note: noLabels},
+		{File: "flags.gfd.outputFile", Flag: "output-file", Env: []string{"GFD_OUTPUT_FILE"}, Note: noLabels},
+		{File: "flags.gfd.machineTypeFile", Flag: "machine-type-file", Env: []string{"GFD_MACHINE_TYPE_FILE"}, Note: noLabels},
+		{File: "resources.gpus",
+			Note: "NVIDIA's plugin ignores it too; pods keep asking for `nvidia.com/gpu`, or time-slicing's `rename` serves replicas under another name"},
+		{File: "resources.mig",
+			Note: "NVIDIA's plugin ignores it too; MIG devices are served as `nvidia.com/mig-<profile>` under `migStrategy: mixed`"},
+		{File: "sharing.timeSlicing", Ours: "sharing.timeSlicing",
+			Note: "same shape: `renameByDefault`, `failRequestsGreaterThanOne`, `resources[{name, replicas, rename, devices}]`; devices by UUID or model name, not by index or count", move: timeSlicing},
+		{File: "sharing.mps", Note: noMPS},
+		{File: "imex.channelIDs", Flag: "imex-channel-ids", Env: []string{"IMEX_CHANNEL_IDS"},
+			Note: "IMEX channels are not added to GPU containers"},
+		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"},
+			Note: "IMEX channels are not added to GPU containers"},
+		{Flag: "kubelet-socket", Env: []string{"KUBELET_SOCKET"}, Ours: "devicePluginDir",
+			Note: "the directory the kubelet's socket is in", move: socketDir},
+		{Flag: "config-file", Env: []string{"CONFIG_FILE", "GFD_CONFIG_FILE"},
+			Note: "our `--config` (`" + config.EnvName("config") + "`) takes our own format: convert NVIDIA's file with `gpu-device-plugin migrate --from FILE`"},
+		{Flag: "cdi-feature-flags", Env: []string{"CDI_FEATURE_FLAGS"},
+			Note: "our CDI specs are built here, not by `nvidia-ctk`"},
+		{Flag: "cdi-disable-hooks", Env: []string{"CDI_DISABLE_HOOKS"}, Ours: "cdiHookPath",
+			Note: "not carried over: an empty `cdiHookPath` leaves our one hook out of the specs"},
+	}
+}
+
+// Counterpart says what k is here, for people: our key with its flag and
+// variable, or "none".
+func (k Key) Counterpart() string {
+	if k.Ours == "" {
+		return "none"
+	}
+	for _, s := range config.Settings() {
+		if s.Key == k.Ours {
+			return fmt.Sprintf("%s (--%s, %s)", s.Key, s.Flag, s.Env)
+		}
+	}
+	return k.Ours + " (config file only)"
+}
+
+// Table is the migration guide's table of keys, in Markdown.
+func Table() string {
+	var b strings.Builder
+	b.WriteString("| NVIDIA (`version: v1` file) | flag / environment | gpu-device-plugin key | notes |\n|---|---|---|---|\n")
+	for _, k := range Keys() {
+		file := "flag only"
+		if k.File != "" {
+			file = "`" + k.File + "`"
+		}
+		flag := "`--" + k.Flag + "`"
+		if k.Flag == "" {
+			flag = ""
+		}
+		if len(k.Env) > 0 {
+			flag += " / `" + strings.Join(k.Env, "`, `") + "`"
+		}
+		ours := "none"
+		if k.Ours != "" {
+			ours = "`" + k.Ours + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", file, strings.TrimPrefix(flag, " / "), ours, strings.ReplaceAll(k.Note, "|", `\|`))
+	}
+	return b.String()
+}
+
+// copyTo carries a value over unchanged.
+func copyTo(ours string) mover {
+	return func(r *Result, at string, v json.RawMessage) {
+		var s any
+		if err := json.Unmarshal(v, &s); err != nil {
+			r.note(at, fmt.Sprintf("not valid JSON (%v); set %s by hand", err, ours))
+			return
+		}
+		r.Config[ours] = s
+	}
+}
+
+func str(r *Result, at string, v json.RawMessage) (string, bool) {
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		r.note(at, fmt.Sprintf("want a string, got %s; left out", v))
+		return "", false
+	}
+	return s, true
+}
+
+// containerDriverRoot: NVIDIA's plugin sees the host's driver root
+// (nvidiaDriverRoot, default /) at this path, which is our driverRoot;
+// the host's path becomes hostDriverRoot, which CDI specs use.
+func containerDriverRoot(r *Result, at string, v json.RawMessage) {
+	s, ok := str(r, at, v)
+	if !ok {
+		return
+	}
+	host := "/"
+	if h, ok := r.Config["driverRoot"].(string); ok {
+		host = h
+	}
+	if host != s {
+		r.Config["hostDriverRoot"] = host
+	}
+	r.Config["driverRoot"] = s
+}
+
+func devRoot(r *Result, at string, v json.RawMessage) {
+	if s, ok := str(r, at, v); ok && s != "" {
+		r.Config["devRoot"] = path.Join(s, "dev")
+	}
+}
+
+func socketDir(r *Result, at string, v json.RawMessage) {
+	if s, ok := str(r, at, v); ok && s != "" {
+		r.Config["devicePluginDir"] = path.Dir(s)
+	}
+}
+
+// deviceListStrategy takes a string, a comma-separated string (as the
+// variable gives it) or a list.
+func deviceListStrategy(r *Result, at string, v json.RawMessage) {
+	var list []string
+	if err := json.Unmarshal(v, &list); err != nil {
+		s, ok := str(r, at, v)
+		if !ok {
+			return
+		}
+		list = strings.Split(s, ",")
+	}
+	var out []string
+	for _, s := range list {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "volume-mounts":
+			r.note(at, "volume-mounts is not offered; left out (use envvar or cdi-cri)")
+		default:
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 {
+		r.Config["deviceListStrategy"] = out
+	}
+}
+
+func placement(r *Result, at string, v json.RawMessage) {
+	if s, ok := str(r, at, v); ok {
+		r.timeSlicing()["placement"] = s
+	}
+}
