@@ -160,7 +160,7 @@ flags:
     machineTypeFile: /sys/class/dmi/id/product_name
 `,
 			want: "migStrategy: single\n",
-			notes: []string{"flags.useNodeFeatureAPI: not carried over, no counterpart here: node labels", "flags.gfd.oneshot:", "flags.gfd.noTimestamp:",
+			notes: []string{"flags.useNodeFeatureAPI: not carried over: labels go to NFD's local feature file", "flags.gfd.oneshot:", "flags.gfd.noTimestamp:",
 				"flags.gfd.sleepInterval:", "flags.gfd.outputFile:", "flags.gfd.machineTypeFile:"},
 		},
 		{

@@ -43,10 +43,7 @@ func (k Key) ID() string {
 // Carried says whether migrate carries the value over.
 func (k Key) Carried() bool { return k.move != nil }
 
-const (
-	noLabels = "node labels are not written; keep running NVIDIA's gpu-feature-discovery, or Node Feature Discovery, for them"
-	noMPS    = "MPS is not served yet; sharing.timeSlicing shares GPUs without MPS's memory and compute limits"
-)
+const noMPS = "MPS is not served yet; sharing.timeSlicing shares GPUs without MPS's memory and compute limits"
 
 // Keys is every NVIDIA setting we know, in the order the guide lists them.
 // It covers k8s-device-plugin's api/config/v1 and the flags of its
@@ -70,7 +67,7 @@ func Keys() []Key {
 			Note: "GPUDirect Storage's device nodes are not added to GPU containers"},
 		{File: "flags.mofedEnabled", Flag: "mofed-enabled", Env: []string{"MOFED_ENABLED"},
 			Note: "RDMA devices are served apart, as NIC pools: see `nicResources`"},
-		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Note: noLabels},
+		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Ours: "nodeLabels", Note: "labels go to NFD's local feature file (nodeLabels: nfd), not through the NodeFeature API"},
 		{File: "flags.deviceDiscoveryStrategy", Flag: "device-discovery-strategy", Env: []string{"DEVICE_DISCOVERY_STRATEGY"},
 			Note: "GPUs are found through NVML only; Tegra (Jetson) boards are not served"},
 		{File: "flags.plugin.passDeviceSpecs", Flag: "pass-device-specs", Env: []string{"PASS_DEVICE_SPECS"},
@@ -85,11 +82,11 @@ func Keys() []Key {
 			Note: "not carried over: our specs run our own static hook, not `nvidia-ctk`; keep the default `cdiHookPath`"},
 		{File: "flags.plugin.sharedDevicesAllocationPolicy", Flag: "shared-devices-allocation-policy", Env: []string{"SHARED_DEVICES_ALLOCATION_POLICY"}, Ours: "sharing.timeSlicing.placement",
 			Note: "same values: `distributed`, `packed`; applies to time-sliced replicas", move: placement},
-		{File: "flags.gfd.oneshot", Flag: "oneshot", Env: []string{"GFD_ONESHOT"}, Note: noLabels},
-		{File: "flags.gfd.noTimestamp", Flag: "no-timestamp", Env: []string{"GFD_NO_TIMESTAMP"}, Note: noLabels},
-		{File: "flags.gfd.sleepInterval", Flag: "sleep-interval", Env: []string{"GFD_SLEEP_INTERVAL"}, Note: noLabels},
-		{File: "flags.gfd.outputFile", Flag: "output-file", Env: []string{"GFD_OUTPUT_FILE"}, Note: noLabels},
-		{File: "flags.gfd.machineTypeFile", Flag: "machine-type-file", Env: []string{"GFD_MACHINE_TYPE_FILE"}, Note: noLabels},
+		{File: "flags.gfd.oneshot", Flag: "oneshot", Env: []string{"GFD_ONESHOT"}, Note: "labels are written by the serving plugin and kept while it runs; there is no one-shot run"},
+		{File: "flags.gfd.noTimestamp", Flag: "no-timestamp", Env: []string{"GFD_NO_TIMESTAMP"}, Note: "no timestamp label is written, ever: nothing changes at rest"},
+		{File: "flags.gfd.sleepInterval", Flag: "sleep-interval", Env: []string{"GFD_SLEEP_INTERVAL"}, Note: "labels are computed at start and the file is rewritten only when they change or before NFD's one-hour expiry"},
+		{File: "flags.gfd.outputFile", Flag: "output-file", Env: []string{"GFD_OUTPUT_FILE"}, Ours: "nfdFeaturesDir", Note: "the folder is set, not the file: ours is gpu-device-plugin in it"},
+		{File: "flags.gfd.machineTypeFile", Flag: "machine-type-file", Env: []string{"GFD_MACHINE_TYPE_FILE"}, Note: "gpu.machine is read from DMI under sysfsRoot (class/dmi/id/product_name)"},
 		{File: "resources.gpus",
 			Note: "NVIDIA's plugin ignores it too; pods keep asking for `nvidia.com/gpu`, or time-slicing's `rename` serves replicas under another name"},
 		{File: "resources.mig",
