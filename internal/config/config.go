@@ -13,13 +13,16 @@ import (
 
 // Config is every setting of the plugin. The YAML keys are the JSON tags.
 type Config struct {
-	DevicePluginDir   string   `json:"devicePluginDir"`
-	DriverRoot        string   `json:"driverRoot"`
-	NVMLLibrary       string   `json:"nvmlLibrary"`
-	SysfsRoot         string   `json:"sysfsRoot"`
-	DevRoot           string   `json:"devRoot"`
-	DeviceIDStrategy  string   `json:"deviceIDStrategy"`
-	MIGStrategy       string   `json:"migStrategy"` // MIGStrategy*: how the device-plugin API serves MIG devices
+	DevicePluginDir  string `json:"devicePluginDir"`
+	DriverRoot       string `json:"driverRoot"`
+	NVMLLibrary      string `json:"nvmlLibrary"`
+	SysfsRoot        string `json:"sysfsRoot"`
+	DevRoot          string `json:"devRoot"`
+	DeviceIDStrategy string `json:"deviceIDStrategy"`
+	MIGStrategy      string `json:"migStrategy"`
+	// ExcludeGPUs and IncludeGPUs choose the GPUs served (GPUSelected).
+	ExcludeGPUs       []string `json:"excludeGPUs"`
+	IncludeGPUs       []string `json:"includeGPUs"` // MIGStrategy*: how the device-plugin API serves MIG devices
 	NVMLRetryInterval Duration `json:"nvmlRetryInterval"`
 	LogLevel          string   `json:"logLevel"`
 	LogFormat         string   `json:"logFormat"`

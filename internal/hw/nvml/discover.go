@@ -229,3 +229,40 @@ func cString(b []int8) string {
 	}
 	return string(s)
 }
+
+// Select keeps the GPUs keep says yes to and returns the others. The
+// handles and the topology are cut to match, so positions stay aligned.
+func (inv *Inventory) Select(keep func(GPU) bool) (left []GPU) {
+	var pos []int
+	for i, g := range inv.GPUs {
+		if keep(g) {
+			pos = append(pos, i)
+		} else {
+			left = append(left, g)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	gpus := make([]GPU, 0, len(pos))
+	var handles []gonvml.Device
+	links := make([][]Link, 0, len(pos))
+	for _, i := range pos {
+		gpus = append(gpus, inv.GPUs[i])
+		if i < len(inv.handles) {
+			handles = append(handles, inv.handles[i])
+		}
+		if i < len(inv.Topology.Links) {
+			row := make([]Link, 0, len(pos))
+			for _, j := range pos {
+				row = append(row, inv.Topology.Between(i, j))
+			}
+			links = append(links, row)
+		}
+	}
+	inv.GPUs, inv.handles = gpus, handles
+	if len(inv.Topology.Links) > 0 {
+		inv.Topology.Links = links
+	}
+	return left
+}

@@ -607,3 +607,29 @@ func TestDiscoverNoGPUs(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestInventorySelect(t *testing.T) {
+	srv := nvmltest.NewDGXA100()
+	inv, _ := discover(t, srv, dgxSysfs(t))
+	link := inv.Topology.Between(1, 6)
+	left := inv.Select(func(g GPU) bool { return g.Index != 0 && g.Index != 5 })
+	if len(left) != 2 || left[0].Index != 0 || left[1].Index != 5 {
+		t.Fatalf("left out %+v", left)
+	}
+	if len(inv.GPUs) != 6 || inv.GPUs[0].Index != 1 || inv.GPUs[4].Index != 6 {
+		t.Fatalf("kept %+v", inv.GPUs)
+	}
+	// GPU 6 is now at position 4: handles and links follow it.
+	if inv.Handle(4) != srv.Devices[6] {
+		t.Error("handles not cut to match")
+	}
+	if got := inv.Topology.Between(0, 4); got != link {
+		t.Errorf("link between GPUs 1 and 6 = %+v, was %+v", got, link)
+	}
+	if len(inv.Topology.Links) != 6 || len(inv.Topology.Links[0]) != 6 {
+		t.Errorf("topology %dx%d", len(inv.Topology.Links), len(inv.Topology.Links[0]))
+	}
+	if left := inv.Select(func(GPU) bool { return true }); left != nil || len(inv.GPUs) != 6 {
+		t.Errorf("keeping all left out %v", left)
+	}
+}
