@@ -29,7 +29,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The image. No gpu-device-plugin image is published yet, so the
+repository values.yaml names (kept there so that the right one is obvious
+once it exists) would only fail to pull on every node: refuse it, and an
+empty one, until the user names the image they built and pushed. */}}
 {{- define "gpu-device-plugin.image" -}}
+{{- if or (not .Values.image.repository) (eq .Values.image.repository "ghcr.io/gpu-device-plugin/gpu-device-plugin") }}
+{{- fail (printf "image.repository %q: no gpu-device-plugin image is published yet; build and push your own (make image; make push IMAGE=REGISTRY/gpu-device-plugin:TAG; docs/install.md, Building and pushing the image) and set image.repository and image.tag to it" (toString .Values.image.repository)) }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default (printf "v%s" .Chart.AppVersion)) }}
 {{- end }}
 
