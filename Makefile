@@ -94,12 +94,13 @@ clean:
 # are a module of their own (tools/), so the product's go.mod stays lean;
 # `go run` fetches their dependencies through the Go module proxy.
 #   make image [BASE=base.tar|oci-dir] [PCI_IDS=/path/pci.ids|none]  → $(BIN)/gpu-device-plugin-image.tar
+#   make push IMAGE=registry/name:tag                                  → that tarball, pushed there
 #   make packages                                                      → $(BIN)/*.deb, $(BIN)/*.rpm
 # Both carry the plugin, its DRA-mode executable (gpu-device-plugin-dra,
 # beside it) and its CDI hook (gpu-device-plugin-cdi-hook).
 # Both stamp VERSION and COMMIT, and take file times from the last commit
 # (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
-.PHONY: image packages tools-test deploy-test
+.PHONY: image push packages tools-test deploy-test
 
 LICENSE           ?= Apache-2.0
 IMAGE_REPO        ?= ghcr.io/gpu-device-plugin/gpu-device-plugin
@@ -116,6 +117,15 @@ image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-p
 		$(if $(BASE),-base $(abspath $(BASE))) \
 		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
 		-o $(abspath $(BIN))/gpu-device-plugin-image.tar
+
+# Pushes what `make image` last wrote (it does not rebuild: what is pushed
+# is what was tested), with docker login's credentials and the proxy
+# environment, without a container engine. No image is published yet:
+# the chart and manifests need one you pushed.
+IMAGE ?=
+push:
+	@test -n '$(IMAGE)' || { echo 'make push: set IMAGE=registry/name:tag, e.g. make push IMAGE=registry.example.com/gpu-device-plugin:v0.1.0' >&2; exit 2; }
+	cd tools && $(GO) run ./imagebuild push -tarball $(abspath $(BIN))/gpu-device-plugin-image.tar -image '$(IMAGE)'
 
 packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \

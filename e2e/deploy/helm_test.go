@@ -78,8 +78,36 @@ func render(t *testing.T, valuesFile string) (objects, string) {
 	return objs, out[filepath.Join(c.Name(), "templates", "NOTES.txt")]
 }
 
-// renderValues renders the chart's templates with vals over its defaults.
+// renderValues renders the chart's templates with vals over its defaults,
+// and with the image a user must name (withUserImage).
 func renderValues(t *testing.T, c *chart.Chart, vals chartutil.Values) (map[string]string, error) {
+	t.Helper()
+	return renderAsGiven(t, c, withUserImage(vals))
+}
+
+// withUserImage is vals with image.repository set to the placeholder the
+// static manifests carry, unless vals names one: the chart refuses its own
+// default, since no image is published yet.
+func withUserImage(vals chartutil.Values) chartutil.Values {
+	img, _ := vals["image"].(map[string]any)
+	if _, ok := img["repository"]; ok {
+		return vals
+	}
+	out := chartutil.Values{}
+	for k, v := range vals {
+		out[k] = v
+	}
+	withRepo := map[string]any{"repository": defaultImage}
+	for k, v := range img {
+		withRepo[k] = v
+	}
+	out["image"] = withRepo
+	return out
+}
+
+// renderAsGiven renders the chart's templates with exactly vals over its
+// defaults.
+func renderAsGiven(t *testing.T, c *chart.Chart, vals chartutil.Values) (map[string]string, error) {
 	t.Helper()
 	rv, err := chartutil.ToRenderValues(c, vals,
 		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
@@ -99,6 +127,41 @@ func TestHelmCDIHookDirMustBeAbsolute(t *testing.T) {
 	}
 }
 
+// No image is published yet: an install that keeps values.yaml's
+// repository, or empties it, stops with a message that says what to do,
+// instead of pods that never pull.
+func TestHelmRefusesUnpublishedImage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+	}{
+		{"values.yaml's", chartutil.Values{}},
+		{"values.yaml's, named", chartutil.Values{"image": map[string]any{"repository": unpublishedImage, "tag": "v0.1.0"}}},
+		{"empty", chartutil.Values{"image": map[string]any{"repository": ""}}},
+		{"values.yaml's, DRA mode", chartutil.Values{"kubeletAPI": "dra"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderAsGiven(t, loadChart(t), tc.vals)
+			if err == nil {
+				t.Fatal("the chart rendered without an image of the user's")
+			}
+			for _, want := range []string{"image.repository", "no gpu-device-plugin image is published yet", "make push IMAGE=", "set image.repository and image.tag"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+	// What the user sets is used as given.
+	out, err := renderAsGiven(t, loadChart(t), chartutil.Values{"image": map[string]any{"repository": "registry.example.com/team/gpu-device-plugin", "tag": "v1.2.3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := out["gpu-device-plugin/templates/daemonset.yaml"]; strings.Count(ds, "image: registry.example.com/team/gpu-device-plugin:v1.2.3") != 2 {
+		t.Errorf("the DaemonSet does not run the image set, in both containers:\n%s", ds)
+	}
+}
+
 func TestHelmLint(t *testing.T) {
 	allDRA := readValues(t, filepath.Join("testdata", "values-all.yaml"))
 	allDRA["kubeletAPI"] = "dra"
@@ -115,16 +178,20 @@ func TestHelmLint(t *testing.T) {
 		{"events and nodeCondition, kubeletAPI=dra", draValues(withHealth(nil, true, true))},
 		{"podResources off", chartutil.Values{"podResources": map[string]any{"enabled": false}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := lint.AllWithKubeVersion(chartDir(t), tc.vals, releaseNamespace, nil)
-			for _, m := range l.Messages {
-				if m.Severity >= support.WarningSev {
-					t.Errorf("helm lint: %s", m)
-				} else {
-					t.Logf("helm lint: %s", m)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkLint(t, tc.vals) })
+	}
+}
+
+// checkLint runs helm lint with vals (and the image a user must name).
+func checkLint(t *testing.T, vals chartutil.Values) {
+	t.Helper()
+	l := lint.AllWithKubeVersion(chartDir(t), withUserImage(vals), releaseNamespace, nil)
+	for _, m := range l.Messages {
+		if m.Severity >= support.WarningSev {
+			t.Errorf("helm lint: %s", m)
+		} else {
+			t.Logf("helm lint: %s", m)
+		}
 	}
 }
 

@@ -163,7 +163,7 @@ func TestImage(t *testing.T) {
 	t.Logf("image: %s, %d layers, %.1f MiB tarball", a.ConfigDigest, len(a.Layers), float64(a.Size)/(1<<20))
 
 	c := a.Config
-	if got := a.Manifest[0].RepoTags; !slices.Equal(got, []string{defaultImage + ":" + testVersion}) {
+	if got := a.Manifest[0].RepoTags; !slices.Equal(got, []string{unpublishedImage + ":" + testVersion}) {
 		t.Errorf("repo tags %q", got)
 	}
 	if c.OS != "linux" || c.Architecture == "" {

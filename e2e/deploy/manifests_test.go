@@ -23,7 +23,13 @@ import (
 var measuredPeakRSS = resource.MustParse("26Mi")
 
 const (
-	defaultImage      = "ghcr.io/gpu-device-plugin/gpu-device-plugin"
+	// unpublishedImage is the repository values.yaml and make image name,
+	// which no registry serves yet: the chart refuses it.
+	unpublishedImage = "ghcr.io/gpu-device-plugin/gpu-device-plugin"
+	// defaultImage is the placeholder the static manifests carry until an
+	// image is published, and what the tests set as image.repository in the
+	// chart, as every user must.
+	defaultImage      = "registry.example.com/gpu-device-plugin"
 	defaultCDIHookDir = "/var/lib/gpu-device-plugin/bin"
 )
 

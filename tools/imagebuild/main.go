@@ -9,9 +9,15 @@
 // binaries and NVML load, copied from the build machine.
 //
 //	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dra bin/gpu-device-plugin-dra -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
+//
+// The push subcommand uploads that tarball to a registry (make push),
+// with the credentials docker login stored:
+//
+//	imagebuild push -tarball bin/gpu-device-plugin-image.tar -image registry.example.com/gpu-device-plugin:v0.1.0
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +27,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "push" {
+		push(os.Args[2:])
+		return
+	}
 	var o Options
 	var created, extraLibs string
 	flag.StringVar(&o.Binary, "binary", "bin/gpu-device-plugin", "the plugin binary to install as /usr/bin/gpu-device-plugin")
@@ -53,6 +63,21 @@ func main() {
 		fail(err)
 	}
 	fmt.Printf("imagebuild: %s: %s %s, %d layers, %.1f MiB compressed\n", o.Output, res.Tag, res.Digest, res.Layers, float64(res.CompressedSize)/(1<<20))
+}
+
+func push(args []string) {
+	fs := flag.NewFlagSet("imagebuild push", flag.ExitOnError)
+	tarPath := fs.String("tarball", "bin/gpu-device-plugin-image.tar", "the docker-archive tarball to push (make image writes it)")
+	ref := fs.String("image", "", "where to push: registry/name:tag")
+	fs.Parse(args)
+	if fs.NArg() > 0 {
+		fail(fmt.Errorf("push: unexpected arguments %q (the destination is -image)", fs.Args()))
+	}
+	digest, err := Push(context.Background(), *tarPath, *ref)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("imagebuild: pushed %s@%s\n", *ref, digest)
 }
 
 // creationTime reads -created, else SOURCE_DATE_EPOCH, else the epoch.

@@ -29,13 +29,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The image. No gpu-device-plugin image is published yet, so the
+repository values.yaml names (kept there so that the right one is obvious
+once it exists) would only fail to pull on every node: refuse it, and an
+empty one, until the user names the image they built and pushed. */}}
 {{- define "gpu-device-plugin.image" -}}
+{{- if or (not .Values.image.repository) (eq .Values.image.repository "ghcr.io/gpu-device-plugin/gpu-device-plugin") }}
+{{- fail (printf "image.repository %q: no gpu-device-plugin image is published yet; build and push your own (make image; make push IMAGE=REGISTRY/gpu-device-plugin:TAG; docs/install.md, Building and pushing the image) and set image.repository and image.tag to it" (toString .Values.image.repository)) }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default (printf "v%s" .Chart.AppVersion)) }}
 {{- end }}
 
-{{/* config.yaml: .Values.config with deviceListStrategy. */}}
+{{/* config.yaml: .Values.config with deviceListStrategy, without the keys
+that pick settings per node (config.map and the rest), which are the
+chart's, not the plugin's. */}}
 {{- define "gpu-device-plugin.config" -}}
-{{- $cfg := deepCopy (.Values.config | default dict) }}
+{{- $cfg := deepCopy (omit (.Values.config | default dict) "map" "default" "nodeLabel") }}
 {{- $_ := set $cfg "deviceListStrategy" .Values.deviceListStrategy }}
 {{- toYaml $cfg }}
 {{- end }}
@@ -158,4 +167,104 @@ example.com-rdma-a.gpu-device-plugin.github.io. A pool name always has a
 {{- fail (printf "config.nicResources: pool %q gives DeviceClass name %q, which is not a DNS subdomain; rename the pool (example: example.com/rdma_numa0)" . $n) }}
 {{- end }}
 {{- $n }}
+{{- end }}
+
+{{/* The DaemonSets to render, one per set of plugin settings, as the list
+.out.variants; each has name (its config.map name, "" for config's own
+settings), daemonSet, configKey (its key in the ConfigMap), settings,
+nodeAffinity (a match expression on config.nodeLabel, or none), selects
+(whether its selector and pods carry the config label) and ctx
+(the root context with .Values.config set to its settings and .Variant to
+itself), for the templates to render it with. Nodes pick settings by
+label, as NVIDIA's chart does, but through the DaemonSet controller: the
+plugin needs no API access to read its node's labels. Called as
+(dict "root" $ "out" $out): a template can only return text. */}}
+{{- define "gpu-device-plugin.variants" -}}
+{{- $root := .root }}
+{{- $config := $root.Values.config | default dict }}
+{{- $named := get $config "map" | default dict }}
+{{- $default := toString (get $config "default" | default "") }}
+{{- $labelKey := toString (get $config "nodeLabel" | default "") }}
+{{- $fullname := include "gpu-device-plugin.fullname" $root }}
+{{- $settings := dict }}
+{{- range $n := keys $named | sortAlpha }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $n) }}
+{{- fail (printf "config.map: name %q: want lower-case letters, digits and '-' (a node label value and part of a DaemonSet name, such as h100-nic-pools)" $n) }}
+{{- end }}
+{{- if gt (len (printf "%s-%s" $fullname $n)) 63 }}
+{{- fail (printf "config.map: name %q makes DaemonSet %s-%s, longer than 63 characters; use a shorter name" $n $fullname $n) }}
+{{- end }}
+{{- $s := get $named $n }}
+{{- /* YAML text too, as NVIDIA's chart takes (--set-file config.map.NAME=FILE). */}}
+{{- if kindIs "string" $s }}
+{{- $s = fromYaml $s }}
+{{- if hasKey $s "Error" }}
+{{- fail (printf "config.map.%s: not YAML: %s" $n (get $s "Error")) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "map" $s) }}
+{{- fail (printf "config.map.%s: want the plugin's settings (as in config), as a map or YAML text" $n) }}
+{{- end }}
+{{- range list "map" "default" "nodeLabel" }}
+{{- if hasKey $s . }}
+{{- fail (printf "config.map.%s.%s: %s is a key of config itself, not of a named config" $n . .) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $settings $n $s }}
+{{- end }}
+{{- if and $named (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $labelKey)) }}
+{{- fail (printf "config.nodeLabel %q: want a node label key, such as nvidia.com/device-plugin.config" $labelKey) }}
+{{- end }}
+{{- /* config.default names the settings of nodes without a label naming
+one of config.map's (no label, or another value); empty, config's own. */}}
+{{- $base := omit $config "map" "default" "nodeLabel" }}
+{{- if $default }}
+{{- if not (hasKey $settings $default) }}
+{{- fail (printf "config.default %q: not a name in config.map (%s)" $default (keys $settings | sortAlpha | join ", ")) }}
+{{- end }}
+{{- $base = get $settings $default }}
+{{- end }}
+{{- $others := without (keys $settings | sortAlpha) $default }}
+{{- $variants := list }}
+{{- $variants = append $variants (dict "name" $default "daemonSet" $fullname "configKey" "config.yaml" "settings" $base "selects" false
+  "nodeAffinity" (ternary (dict "key" $labelKey "operator" "NotIn" "values" $others) dict (gt (len $others) 0))) }}
+{{- range $n := $others }}
+{{- $variants = append $variants (dict "name" $n "daemonSet" (printf "%s-%s" $fullname $n) "configKey" (printf "config.%s.yaml" $n) "settings" (get $settings $n) "selects" true
+  "nodeAffinity" (dict "key" $labelKey "operator" "In" "values" (list $n))) }}
+{{- end }}
+{{- range $v := $variants }}
+{{- $vals := deepCopy $root.Values }}
+{{- $_ := set $vals "config" $v.settings }}
+{{- $_ := set $v "perNode" (gt (len $settings) 0) }}
+{{- $_ := set $v "ctx" (dict "Values" $vals "Release" $root.Release "Chart" $root.Chart "Capabilities" $root.Capabilities "Template" $root.Template "Files" $root.Files "Variant" $v) }}
+{{- end }}
+{{- $_ := set .out "variants" $variants }}
+{{- end }}
+
+{{/* The NIC pools of every DaemonSet's settings, each name once (the
+first settings that declare it win), as .out.pools: DRA mode makes one
+DeviceClass per pool, whichever nodes have it. */}}
+{{- define "gpu-device-plugin.allNICPools" -}}
+{{- $v := dict }}
+{{- $_ := include "gpu-device-plugin.variants" (dict "root" .root "out" $v) }}
+{{- $seen := dict }}
+{{- $pools := list }}
+{{- range $v.variants }}
+{{- range (get .settings "nicResources" | default list) }}
+{{- if not (hasKey $seen (toString .name)) }}
+{{- $_ := set $seen (toString .name) true }}
+{{- $pools = append $pools . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $_ := set .out "pools" $pools }}
+{{- end }}
+
+{{/* The label that tells apart the pods of config.map's DaemonSets. The
+default DaemonSet's selector stays the chart's usual one, so that adding
+config.map to a release changes no existing selector (immutable): it
+overlaps theirs, which Kubernetes allows since each DaemonSet only takes
+pods it owns. */}}
+{{- define "gpu-device-plugin.configLabel" -}}
+gpu-device-plugin.github.io/config
 {{- end }}
