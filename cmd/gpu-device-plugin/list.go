@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -164,6 +165,9 @@ type listedNIC struct {
 	AllocatedTo  []listedHolder  `json:"allocatedTo"`
 }
 
+// healthExcluded is the health column of a GPU the settings leave out.
+const healthExcluded = "Excluded"
+
 func newListedGPU(g nvml.GPU, health, reason string, as layout.Served, holders []podresources.Holder) listedGPU {
 	return listedGPU{
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
@@ -302,6 +306,12 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		}
 		out.GPUs = append(out.GPUs, lg)
 	}
+	// Excluded GPUs are listed so that nobody wonders where they went;
+	// nothing of theirs is served, checked or labelled.
+	for _, g := range n.excluded {
+		out.GPUs = append(out.GPUs, newListedGPU(g, healthExcluded, "excludeGPUs/includeGPUs", layout.Served{}, nil))
+	}
+	slices.SortStableFunc(out.GPUs, func(a, b listedGPU) int { return a.Index - b.Index })
 	// NICs are the second half of the listing: a sysfs without PCI
 	// devices (a container without /sys mounted) must not hide the GPUs.
 	heldNIC := func(pool, address string) []podresources.Holder {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 )
 
@@ -271,6 +272,8 @@ type nodeLook struct {
 	log *slog.Logger
 	lib nvml.Library // the caller shuts it down
 	inv *nvml.Inventory
+	// excluded are the GPUs excludeGPUs and includeGPUs leave out of inv.
+	excluded []nvml.GPU
 }
 
 // lookAtNode loads the config, runs the command's checks of its own flags
@@ -292,6 +295,7 @@ func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks .
 	if err != nil {
 		return nodeLook{}, err
 	}
+	excluded := layout.Select(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
-	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv}, nil
+	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv, excluded: excluded}, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
@@ -216,6 +217,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
+	layout.Select(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))

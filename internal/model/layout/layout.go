@@ -97,3 +97,14 @@ func DRAUnits(gpus []nvml.GPU) []gpu.Unit {
 	}
 	return out
 }
+
+// Select takes the GPUs that excludeGPUs and includeGPUs leave out of inv
+// (they get no resource, CDI device, label or health check) and returns
+// them, for list to show.
+func Select(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) []nvml.GPU {
+	left := inv.Select(func(g nvml.GPU) bool { return cfg.GPUSelected(g.Index, g.UUID, g.PCIBusID, g.Name) })
+	for _, g := range left {
+		log.Info("GPU excluded (excludeGPUs, includeGPUs)", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID)
+	}
+	return left
+}
