@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -412,4 +413,37 @@ func hasMount(ms []corev1.VolumeMount, path string) bool {
 		}
 	}
 	return false
+}
+
+// Node labels: NFD's folder mounted at its host path in nfd mode, nothing
+// in none, and a mode the plugin does not know refused at install.
+func TestHelmNodeLabels(t *testing.T) {
+	for _, tt := range []struct {
+		mode      string
+		wantMount bool
+	}{{"nfd", true}, {"none", false}} {
+		objs := renderWith(t, chartutil.Values{"nodeLabels": map[string]any{"mode": tt.mode, "nfdFeaturesDir": "/var/lib/nfd/features.d"}})
+		if errs := objs.validate(); len(errs) > 0 {
+			t.Fatalf("%s: the API server would reject the chart's objects:\n%v", tt.mode, errs.ToAggregate())
+		}
+		spec := objs.DaemonSets[0].Spec.Template.Spec
+		c := spec.Containers[0]
+		if !slices.Contains(c.Args, "--node-labels="+tt.mode) {
+			t.Errorf("%s: args %v", tt.mode, c.Args)
+		}
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "nfd-features" && m.MountPath == "/var/lib/nfd/features.d"
+		})
+		hostPath := slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "nfd-features" && v.HostPath != nil && v.HostPath.Path == "/var/lib/nfd/features.d" &&
+				v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathDirectoryOrCreate
+		})
+		if mounted != tt.wantMount || hostPath != tt.wantMount {
+			t.Errorf("%s: features folder mounted %v, host path %v; want %v", tt.mode, mounted, hostPath, tt.wantMount)
+		}
+	}
+	_, err := renderValues(t, loadChart(t), chartutil.Values{"nodeLabels": map[string]any{"mode": "gfd"}})
+	if err == nil || !strings.Contains(err.Error(), `nodeLabels.mode "gfd"`) {
+		t.Errorf("mode gfd: %v", err)
+	}
 }
