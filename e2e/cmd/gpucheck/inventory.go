@@ -25,6 +25,8 @@ type listing struct {
 	GPUs          []listedGPU  `json:"gpus"`
 	CDIHook       listedHook   `json:"cdiHook"`
 	DRA           listedDRASet `json:"dra"`
+	// Labels are the node labels, in GPU Feature Discovery's names.
+	Labels map[string]string `json:"labels"`
 }
 
 type listedGPU struct {
@@ -107,6 +109,7 @@ func (c *checker) inventory(ctx context.Context, s *Step) {
 		s.check(name+" NUMA node matches sysfs", err == nil && want == g.NUMANode, "list says %d, sysfs %d (%v)", g.NUMANode, want, err)
 		s.check(name+" healthy", g.Health == "Healthy", "%s %s", g.Health, g.Reason)
 	}
+	c.checkLabels(s, l)
 	if lib, err := c.nvml(); !s.check("NVML loads in-process", err == nil, "%s", errText(err)) {
 		return
 	} else {
@@ -197,4 +200,27 @@ func (c *checker) checkMIG(s *Step, lib nvml.Library, gpus []listedGPU) {
 	if n == 0 {
 		s.check("MIG profiles", true, "no MIG devices: MIG is off or has no instances")
 	}
+}
+
+// checkLabels checks the node labels against the GPUs listed: the product
+// is the first GPU's model (on a node of one model), the count and the
+// memory are theirs.
+func (c *checker) checkLabels(s *Step, l listing) {
+	if !s.check("node labels computed", len(l.Labels) > 0, "%d labels", len(l.Labels)) || len(l.GPUs) == 0 {
+		return
+	}
+	g := l.GPUs[0]
+	for _, o := range l.GPUs {
+		if o.Name != g.Name {
+			s.check("node labels", true, "GPUs of several models: the labels describe the most numerous (docs/node-labels.md)")
+			return
+		}
+	}
+	product := strings.Join(strings.Fields(g.Name), "-")
+	s.check("gpu.product names the GPU", strings.HasPrefix(l.Labels["nvidia.com/gpu.product"], product),
+		"label %q, GPU %q", l.Labels["nvidia.com/gpu.product"], g.Name)
+	s.check("gpu.count counts the GPUs", l.Labels["nvidia.com/gpu.count"] == strconv.Itoa(len(l.GPUs)),
+		"label %q, %d GPUs", l.Labels["nvidia.com/gpu.count"], len(l.GPUs))
+	s.check("driver version label", l.Labels["nvidia.com/cuda.driver-version.full"] == l.DriverVersion,
+		"label %q, driver %q", l.Labels["nvidia.com/cuda.driver-version.full"], l.DriverVersion)
 }
