@@ -60,7 +60,7 @@ type Config struct {
 	KubeletAPI string `json:"kubeletAPI"`
 	// Kubeconfig and NodeName are API access (empty kubeconfig:
 	// in-cluster) and the node's name, for DRA mode (the node whose
-	// ResourceSlices we own), Events and NodeCondition. PodUID,
+	// ResourceSlices we own), Events, NodeCondition and NodeLabelsNode. PodUID,
 	// DRAPluginDir and PluginRegistryDir are DRA mode's: the pod for
 	// rolling-update hand-over, and the kubelet's directories.
 	Kubeconfig        string `json:"kubeconfig"`
@@ -73,7 +73,8 @@ type Config struct {
 	// change, and the Node conditions GPUHealthy and NICHealthy (package
 	// report). Off by default: they need API access.
 	Events bool `json:"events"`
-	// NodeLabels is how the GPUs' labels reach the Node (NodeLabels*);
+	// NodeLabels is how the GPUs' labels reach the Node (NodeLabels*:
+	// NFD's feature file, or the Node itself through the API);
 	// NFDFeaturesDir is NFD's features.d for NodeLabelsNFD.
 	NodeLabels     string `json:"nodeLabels"`
 	NFDFeaturesDir string `json:"nfdFeaturesDir"`
@@ -146,7 +147,9 @@ const (
 
 // How the GPUs' labels reach the Node (nodeLabels).
 const (
-	NodeLabelsNFD  = "nfd"
+	NodeLabelsNFD = "nfd"
+	// NodeLabelsNode patches the Node's labels through the API.
+	NodeLabelsNode = "node"
 	NodeLabelsNone = "none"
 	// DefaultNFDFeaturesDir is where nfd-worker reads local feature files.
 	DefaultNFDFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -173,9 +176,9 @@ const DefaultStateDir = "/var/lib/gpu-device-plugin"
 const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi-hook"
 
 // UsesAPI says whether the plugin talks to the API server: DRA mode,
-// events, nodeCondition.
+// events, nodeCondition, nodeLabels: node.
 func (c Config) UsesAPI() bool {
-	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition
+	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition || c.NodeLabels == NodeLabelsNode
 }
 
 // Node is this node's name: nodeName, else the host name in lower case

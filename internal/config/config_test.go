@@ -226,6 +226,26 @@ func TestReportSettings(t *testing.T) {
 	}
 }
 
+func TestNodeLabelsModes(t *testing.T) {
+	for _, mode := range []string{NodeLabelsNFD, NodeLabelsNode, NodeLabelsNone} {
+		c := Default()
+		if err := c.Set("nodeLabels", mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("nodeLabels %s: %v", mode, err)
+		}
+		if c.UsesAPI() != (mode == NodeLabelsNode) {
+			t.Errorf("nodeLabels %s: UsesAPI %v", mode, c.UsesAPI())
+		}
+	}
+	c := Default()
+	c.NodeLabels = "gfd"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "nodeLabels") || !strings.Contains(err.Error(), NodeLabelsNode) {
+		t.Errorf("nodeLabels gfd: %v", err)
+	}
+}
+
 func TestNode(t *testing.T) {
 	c := Default()
 	c.NodeName = "gpu-node-7"

@@ -44,7 +44,7 @@ func (c Config) Validate() error {
 	oneOf("migStrategy", c.MIGStrategy, migStrategies()...)
 	oneOf("logLevel", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("logFormat", c.LogFormat, "text", "json")
-	oneOf("nodeLabels", c.NodeLabels, NodeLabelsNFD, NodeLabelsNone)
+	oneOf("nodeLabels", c.NodeLabels, NodeLabelsNFD, NodeLabelsNode, NodeLabelsNone)
 	if c.NVMLRetryInterval.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s", field("nvmlRetryInterval"), c.NVMLRetryInterval))
 	}

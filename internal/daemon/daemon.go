@@ -148,9 +148,17 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			cancel()
 		}
 	}
-	rep, err := newReporting(cfg, log)
+	api, err := newAPIAccess(cfg)
 	if err != nil {
 		return err
+	}
+	rep, err := newReporting(cfg, api, log)
+	if err != nil {
+		return err
+	}
+	var labelsAPI nodelabels.API // nil unless nodeLabels: node
+	if cfg.NodeLabels == config.NodeLabelsNode {
+		labelsAPI = api.client
 	}
 	// The one place the kubelet API is chosen: everything above and in
 	// serveGPUs and serveNICs is shared by both front-ends.
@@ -184,7 +192,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, log)) })
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsAPI, log)) })
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, log)) })
 	}
@@ -198,8 +206,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 }
 
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
-// watches their health until ctx ends. rep is nil without reporting.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, log *slog.Logger) error {
+// watches their health until ctx ends. rep is nil without reporting;
+// labelsAPI is the API client for nodeLabels: node, nil in other modes.
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsAPI nodelabels.API, log *slog.Logger) error {
 	absent := func() {
 		if rep != nil {
 			// No GPUs for now, which the condition may say.
@@ -275,7 +284,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		}
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
-	wg.Go(func() { nodelabels.Keep(ctx, cfg, nodeLabels, log) })
+	wg.Go(func() { nodelabels.Keep(ctx, cfg, labelsAPI, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -30,30 +29,13 @@ type reporting struct {
 	nicSeen bool
 }
 
-// newReporting is nil when neither events nor nodeCondition is on.
-func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
+// newReporting is nil when neither events nor nodeCondition is on; api
+// is then not nil (newAPIAccess).
+func newReporting(cfg config.Config, api *apiAccess, log *slog.Logger) (*reporting, error) {
 	if !cfg.Events && !cfg.NodeCondition {
 		return nil, nil
 	}
-	var kc kubeapi.Config
-	var err error
-	if cfg.Kubeconfig != "" {
-		kc, err = kubeapi.LoadKubeconfig(cfg.Kubeconfig)
-	} else {
-		kc, err = kubeapi.InCluster()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("events and nodeCondition need API access: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
-	}
-	kc.UserAgent = report.DefaultComponent
-	client, err := kubeapi.New(kc)
-	if err != nil {
-		return nil, fmt.Errorf("events and nodeCondition: API client: %w", err)
-	}
-	node, err := cfg.Node()
-	if err != nil {
-		return nil, fmt.Errorf("events and nodeCondition: %w", err)
-	}
+	client, node := api.client, api.node
 	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}}
 	var holders report.Holders = h
 	if cfg.PodResourcesSocket == "" {
@@ -70,7 +52,7 @@ func newReporting(cfg config.Config, log *slog.Logger) (*reporting, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("reporting device health to the API server", "node", node, "events", cfg.Events, "nodeCondition", cfg.NodeCondition, "server", kc.Server)
+	log.Info("reporting device health to the API server", "node", node, "events", cfg.Events, "nodeCondition", cfg.NodeCondition, "server", api.server)
 	return &reporting{rep: rep, holders: h, nicIDs: map[*nic.Pool]map[string]bool{}}, nil
 }
 

@@ -42,6 +42,24 @@ type Facts struct {
 	PCIClass map[string]uint32
 }
 
+// KeyPattern matches every key Compute can return and no other label,
+// so that whoever writes the labels onto the Node can tell its own keys
+// from the rest of nvidia.com/ (the GPU operator's gpu.present,
+// gpu.deploy.*, mig.config, device-plugin.config, GFD's gfd.timestamp).
+// It is RE2, which CEL's matches() speaks too: the chart's admission policy
+// for nodeLabels: node holds this very text.
+const KeyPattern = `^nvidia\.com/(` +
+	`(gpu|mig-[0-9a-z][0-9a-z.]*)\.(product|count|replicas|sharing-strategy|memory|multiprocessors|slices\.(gi|ci)|engines\.(copy|decoder|encoder|jpeg|ofa))` +
+	`|gpu\.(family|compute\.(major|minor)|mode|machine)` +
+	`|cuda\.(driver\.(major|minor|rev)|driver-version\.(major|minor|revision|full)|runtime\.(major|minor)|runtime-version\.(major|minor|full))` +
+	`|mig\.(capable|strategy)|mps\.capable` +
+	`)$`
+
+var ownKey = regexp.MustCompile(KeyPattern)
+
+// IsKey says whether key is one Compute may return (KeyPattern).
+func IsKey(key string) bool { return ownKey.MatchString(key) }
+
 // Labels are node labels, key to value.
 type Labels map[string]string
 

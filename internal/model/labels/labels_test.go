@@ -290,3 +290,44 @@ func TestFamily(t *testing.T) {
 		}
 	}
 }
+
+// KeyPattern covers every key Compute returns, whatever the strategy,
+// sharing or MIG profiles, and none of the other nvidia.com/ labels found
+// on GPU nodes.
+func TestKeyPattern(t *testing.T) {
+	plain := facts(h100s(2))
+	shared := facts(h100s(2))
+	shared.TimeSlicing = config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}}
+	mixedGPUs := h100s(2)
+	mixedGPUs[0] = migGPU(mixedGPUs[0], "1g.10gb", "1g.10gb+me", "1c.3g.40gb")
+	mixed := facts(mixedGPUs)
+	mixed.MIGStrategy = config.MIGStrategyMixed
+	single := facts([]nvml.GPU{migGPU(h100s(1)[0], "1g.10gb")})
+	single.MIGStrategy = config.MIGStrategySingle
+	invalid := facts([]nvml.GPU{migGPU(h100s(2)[0], "1g.10gb"), h100s(2)[1]})
+	invalid.MIGStrategy = config.MIGStrategySingle
+	seen := map[string]bool{}
+	for name, f := range map[string]Facts{"plain": plain, "shared": shared, "mixed": mixed, "single": single, "single, invalid": invalid} {
+		for _, k := range Compute(f).Keys() {
+			seen[k] = true
+			if !IsKey(k) {
+				t.Errorf("%s: %s does not match KeyPattern", name, k)
+			}
+		}
+	}
+	for _, k := range []string{"nvidia.com/mig-1g.10gb.me.engines.ofa", "nvidia.com/mig-1c.3g.40gb.count", "nvidia.com/gpu.engines.copy", "nvidia.com/cuda.driver-version.full"} {
+		if !seen[k] {
+			t.Errorf("no fixture computed %s", k)
+		}
+	}
+	for _, k := range []string{
+		"nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver", "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/mig.config",
+		"nvidia.com/mig.config.state", "nvidia.com/device-plugin.config", "nvidia.com/gfd.timestamp", "nvidia.com/gpu.clique",
+		"nvidia.com/gpu.count.x", "x.nvidia.com/gpu.count", "example.com/gpu.count", "nvidia.com/gpu-driver-upgrade-state",
+		"nvidia.com/mig-.count", "nvidia.com/gpu.workload.config", "kubernetes.io/hostname",
+	} {
+		if IsKey(k) {
+			t.Errorf("%s matches KeyPattern", k)
+		}
+	}
+}

@@ -132,6 +132,16 @@ func (c *Client) PatchNodeCondition(ctx context.Context, node string, cond NodeC
 	return c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node)+"/status", "application/strategic-merge-patch+json", body, nil)
 }
 
+// PatchNodeMetadata changes a Node's labels and annotations as p says: a
+// JSON merge patch, which leaves every key p does not name alone, so other
+// agents' labels are never rewritten from a stale read.
+func (c *Client) PatchNodeMetadata(ctx context.Context, node string, p MetadataPatch) error {
+	body := struct {
+		Metadata MetadataPatch `json:"metadata"`
+	}{p}
+	return c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", body, nil)
+}
+
 func cmpOr(vs ...string) string {
 	for _, v := range vs {
 		if v != "" {

@@ -463,3 +463,53 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeMetadata(t *testing.T) {
+	cl, srv := testClient(t)
+	ctx := context.Background()
+	srv.answer(200, `{"kind":"Node","metadata":{"name":"n1","labels":{"kubernetes.io/hostname":"n1","nvidia.com/gpu.count":"8"},"annotations":{"gpu-device-plugin.github.io/node-labels":"nvidia.com/gpu.count"}}}`)
+	n, err := cl.GetNode(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Metadata.Labels["nvidia.com/gpu.count"] != "8" || n.Metadata.Labels["kubernetes.io/hostname"] != "n1" || n.Metadata.Annotations["gpu-device-plugin.github.io/node-labels"] != "nvidia.com/gpu.count" {
+		t.Fatalf("metadata %+v", n.Metadata)
+	}
+
+	v := "H100"
+	p := MetadataPatch{
+		Labels:      map[string]*string{"nvidia.com/gpu.product": &v, "nvidia.com/gpu.count": nil},
+		Annotations: map[string]*string{"gpu-device-plugin.github.io/node-labels": nil},
+	}
+	if err := cl.PatchNodeMetadata(ctx, "n1", p); err != nil {
+		t.Fatal(err)
+	}
+	r := srv.last(t)
+	if r.Method != "PATCH" || r.Path != "/api/v1/nodes/n1" || r.ContentType != "application/merge-patch+json" {
+		t.Fatalf("request = %+v", r)
+	}
+	want := `{"metadata":{"annotations":{"gpu-device-plugin.github.io/node-labels":null},"labels":{"nvidia.com/gpu.count":null,"nvidia.com/gpu.product":"H100"}}}`
+	if got, _ := json.Marshal(r.Body); string(got) != want {
+		t.Fatalf("body\n got %s\nwant %s", got, want)
+	}
+	// Labels only: no annotations key at all, which a merge patch would
+	// otherwise read as "set annotations to null".
+	if err := cl.PatchNodeMetadata(ctx, "n1", MetadataPatch{Labels: map[string]*string{"nvidia.com/gpu.product": &v}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := json.Marshal(srv.last(t).Body); string(got) != `{"metadata":{"labels":{"nvidia.com/gpu.product":"H100"}}}` {
+		t.Fatalf("body %s", got)
+	}
+	if (MetadataPatch{}).Empty() != true || p.Empty() {
+		t.Error("Empty")
+	}
+}
+
+// Events carry no labels or annotations keys: ObjectMeta's new fields are
+// omitted when empty.
+func TestEventMetadataUnchanged(t *testing.T) {
+	b, err := json.Marshal(ObjectMeta{Name: "n1.1f", Namespace: "default"})
+	if err != nil || string(b) != `{"name":"n1.1f","namespace":"default"}` {
+		t.Fatalf("%s, %v", b, err)
+	}
+}

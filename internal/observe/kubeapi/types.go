@@ -47,7 +47,22 @@ type ObjectMeta struct {
 	GenerateName string `json:"generateName,omitempty"`
 	Namespace    string `json:"namespace,omitempty"`
 	UID          string `json:"uid,omitempty"`
+	// Labels and Annotations are read from Nodes; omitted when empty, so
+	// the Events sent carry none.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
+
+// MetadataPatch is a JSON merge patch of an object's labels and
+// annotations: a key with a value sets it, a key with nil deletes it, and
+// keys not named are left alone.
+type MetadataPatch struct {
+	Labels      map[string]*string `json:"labels,omitempty"`
+	Annotations map[string]*string `json:"annotations,omitempty"`
+}
+
+// Empty says whether p changes nothing.
+func (p MetadataPatch) Empty() bool { return len(p.Labels) == 0 && len(p.Annotations) == 0 }
 
 // ObjectReference names the object an Event is about.
 type ObjectReference struct {

@@ -38,11 +38,74 @@ func Of(cfg config.Config, inv *nvml.Inventory) labels.Labels {
 	return labels.Compute(f)
 }
 
-// Keep writes the labels as cfg.NodeLabels says and keeps them from
-// expiring until ctx ends. Labels are left in place when it ends: a
-// restarting plugin must not make pods that select them unschedulable.
-func Keep(ctx context.Context, cfg config.Config, l labels.Labels, log *slog.Logger) {
-	if cfg.NodeLabels != config.NodeLabelsNFD || len(l) == 0 {
+// RepairInterval is how often nodeLabels: node reads the Node back: a
+// label someone removed returns within it, and at rest that read is all
+// the plugin sends.
+const RepairInterval = 10 * time.Minute
+
+// retryAfter is the first wait after a failed read or patch of the Node,
+// doubled at each failure up to RepairInterval: RBAC or the policy may not
+// be in place yet when the plugin starts.
+const retryAfter = 15 * time.Second
+
+// Keep writes the labels as cfg.NodeLabels says, NFD's feature file or the
+// Node (through api, which that mode needs), and keeps them there until ctx
+// ends. Labels are left in place when it ends: a restarting plugin must not
+// make pods that select them unschedulable.
+func Keep(ctx context.Context, cfg config.Config, api API, l labels.Labels, log *slog.Logger) {
+	switch cfg.NodeLabels {
+	case config.NodeLabelsNFD:
+		keepFile(ctx, cfg, l, log)
+	case config.NodeLabelsNode:
+		node, err := cfg.Node()
+		if err == nil && api == nil {
+			err = errors.New("no API client")
+		}
+		if err != nil {
+			log.Warn("node labels not written", "nodeLabels", cfg.NodeLabels, "err", err)
+			return
+		}
+		keepNode(ctx, NodeWriter{API: api, Node: node}, l, RepairInterval, retryAfter, log)
+	}
+}
+
+// keepNode keeps l on the Node: at once, then every interval, and sooner
+// after a failure. With no labels (every GPU left out) it deletes those it
+// set before, once, and then keeps them deleted.
+func keepNode(ctx context.Context, w NodeWriter, l labels.Labels, interval, retry time.Duration, log *slog.Logger) {
+	first := true
+	wait := retry
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		wrote, err := w.Sync(ctx, l)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Warn("node labels not written; retrying", "node", w.Node, "in", wait, "err", err)
+			timer.Reset(wait)
+			wait = min(2*wait, interval)
+			continue
+		case first:
+			log.Info("node labels on the Node", "node", w.Node, "labels", len(l), "changed", wrote, "product", l[labels.Prefix+"gpu.product"])
+		case wrote:
+			// Someone removed or changed one of them.
+			log.Info("node labels restored on the Node", "node", w.Node, "labels", len(l))
+		}
+		first, wait = false, retry
+		timer.Reset(interval)
+	}
+}
+
+// keepFile keeps l in NFD's feature file, rewriting it before it expires.
+func keepFile(ctx context.Context, cfg config.Config, l labels.Labels, log *slog.Logger) {
+	if len(l) == 0 {
 		return
 	}
 	if fi, err := os.Stat(cfg.NFDFeaturesDir); err != nil || !fi.IsDir() {
