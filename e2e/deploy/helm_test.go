@@ -421,7 +421,7 @@ func TestHelmNodeLabels(t *testing.T) {
 	for _, tt := range []struct {
 		mode      string
 		wantMount bool
-	}{{"nfd", true}, {"none", false}} {
+	}{{"nfd", true}, {"node", false}, {"none", false}} {
 		objs := renderWith(t, chartutil.Values{"nodeLabels": map[string]any{"mode": tt.mode, "nfdFeaturesDir": "/var/lib/nfd/features.d"}})
 		if errs := objs.validate(); len(errs) > 0 {
 			t.Fatalf("%s: the API server would reject the chart's objects:\n%v", tt.mode, errs.ToAggregate())
@@ -440,6 +440,14 @@ func TestHelmNodeLabels(t *testing.T) {
 		})
 		if mounted != tt.wantMount || hostPath != tt.wantMount {
 			t.Errorf("%s: features folder mounted %v, host path %v; want %v", tt.mode, mounted, hostPath, tt.wantMount)
+		}
+		if _, ok := flagValue(c.Args, "nfd-features-dir"); ok != tt.wantMount {
+			t.Errorf("%s: --nfd-features-dir in args %v, want %v", tt.mode, ok, tt.wantMount)
+		}
+		// Only node labels the Node through the API: its token, RBAC and policy.
+		api := spec.AutomountServiceAccountToken != nil && *spec.AutomountServiceAccountToken
+		if node := tt.mode == "node"; api != node || (len(objs.ClusterRoles) > 0) != node || (len(objs.Policies) > 0) != node {
+			t.Errorf("%s: token %v, %d ClusterRoles, %d policies; want API access %v", tt.mode, api, len(objs.ClusterRoles), len(objs.Policies), node)
 		}
 	}
 	_, err := renderValues(t, loadChart(t), chartutil.Values{"nodeLabels": map[string]any{"mode": "gfd"}})

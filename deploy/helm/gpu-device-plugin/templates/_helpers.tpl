@@ -124,11 +124,20 @@ values, so a config key would turn reporting on without the access it needs. */}
 {{- if or .Values.events.enabled .Values.nodeCondition.enabled }}true{{ end }}
 {{- end }}
 
+{{/* "true" with nodeLabels.mode node (the plugin labels its Node through
+the API), else empty; refuses a mode the plugin does not know. */}}
+{{- define "gpu-device-plugin.nodeLabelsNode" -}}
+{{- if not (has .Values.nodeLabels.mode (list "nfd" "node" "none")) }}
+{{- fail (printf "nodeLabels.mode %q: want nfd (NFD's feature file), node (the Node's labels, through the API) or none" (toString .Values.nodeLabels.mode)) }}
+{{- end }}
+{{- if eq .Values.nodeLabels.mode "node" }}true{{ end }}
+{{- end }}
+
 {{/* "true" when the pod talks to the API server (DRA mode, events,
-nodeCondition), else empty: it then gets a ServiceAccount, its token and
-its node's name. */}}
+nodeCondition, nodeLabels.mode node), else empty: it then gets a
+ServiceAccount, its token and its node's name. */}}
 {{- define "gpu-device-plugin.apiAccess" -}}
-{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) }}true{{ end }}
+{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) (include "gpu-device-plugin.nodeLabelsNode" .) }}true{{ end }}
 {{- end }}
 
 {{/* podResources.hostDir, checked and cleaned: the same path on the host
@@ -140,8 +149,8 @@ and in the pod. */}}
 {{- clean .Values.podResources.hostDir }}
 {{- end }}
 
-{{/* The ServiceAccount of DRA mode, events and nodeCondition (device-plugin
-mode without them uses none). */}}
+{{/* The ServiceAccount of DRA mode, events, nodeCondition and nodeLabels
+mode node (device-plugin mode without them uses none). */}}
 {{- define "gpu-device-plugin.serviceAccountName" -}}
 {{- include "gpu-device-plugin.fullname" . }}
 {{- end }}
