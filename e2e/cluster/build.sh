@@ -4,6 +4,7 @@
 #   etcd:       etcd (server)
 #   containerd: containerd, containerd-shim-runc-v2, ctr (CDI on by default in 2.x)
 #   kubeadm:    kubeadm (kind's node image; not part of "all")
+#   nfd:        nfd-master, nfd-worker (Node Feature Discovery, for the labels lane)
 # Each goes to .cache/bin/<component>-<version>/, written only when the whole
 # build succeeded, so an existing directory means "done" and is never rebuilt.
 # Kubernetes is built from a scratch module that requires k8s.io/kubernetes
@@ -109,12 +110,56 @@ build_containerd() {
 	finish "$out" "$CONTAINERD_BIN"
 }
 
+# Node Feature Discovery's master and worker, for the node-labels lane, and
+# beside them (manifests/) its CRDs and RBAC from the module's own
+# deployment/base, which the suite applies. Its go.mod replaces ./api/nfd and pins every k8s.io module with replace
+# directives, which a dependency's build ignores: the scratch module requires
+# the published api/nfd module and repeats NFD's k8s.io replaces.
+build_nfd() {
+	[ -f "$NFD_BIN/manifests/nfd-api-crds.yaml" ] && return
+	local src=$CACHE_DIR/src/nfd-$NFD_VERSION out=$CACHE_DIR/bin/.nfd-$NFD_VERSION.tmp
+	local m=sigs.k8s.io/node-feature-discovery
+	log "building node-feature-discovery $NFD_VERSION (cold: ~2 min on 2 cores)"
+	scratch_module "$src" e2e-cluster/nfd
+	local info gomod
+	info=$(cd "$src" && go mod download -json "$m@$NFD_VERSION") || die "go mod download $m@$NFD_VERSION: $info"
+	gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' <<<"$info")
+	[ -n "$gomod" ] && [ -r "$gomod" ] || die "go mod download named no go.mod for $m@$NFD_VERSION: $info"
+	{
+		# NFD's own go directive (newer than the scratch module's).
+		sed -n 's/^go \([0-9.]*\)$/go \1/p' "$gomod"
+		echo "require $m $NFD_VERSION"
+		echo "require $m/api/nfd $NFD_VERSION"
+		echo 'replace ('
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \(k8s.io/[a-z0-9-]* v[^ ]*\)$#\t\1 => \2#p' "$gomod"
+		echo ')'
+	} >>"$src/go.mod"
+	# The last go line wins for the go tool; keep only NFD's.
+	sed -i '0,/^go /{/^go /d}' "$src/go.mod"
+	local n; n=$(grep -c " => k8s.io/" "$src/go.mod")
+	[ "$n" -ge 20 ] || die "only $n k8s.io replaces found in $m@$NFD_VERSION's go.mod"
+	local dir
+	dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$info")
+	[ -f "$dir/deployment/base/nfd-crds/nfd-api-crds.yaml" ] || die "no deployment/base in $m@$NFD_VERSION ($dir)"
+	rm -rf "$out" && mkdir -p "$out/manifests"
+	cp "$dir/deployment/base/nfd-crds/nfd-api-crds.yaml" "$out/manifests/"
+	local f
+	for f in "$dir"/deployment/base/rbac/*.yaml; do
+		[ "$(basename "$f")" = kustomization.yaml ] || cp "$f" "$out/manifests/rbac-$(basename "$f")"
+	done
+	chmod -R u+w "$out/manifests"
+	(cd "$src" && go build -trimpath -ldflags "-s -w -X $m/pkg/version.version=$NFD_VERSION" -o "$out/" \
+		$m/cmd/nfd-master $m/cmd/nfd-worker)
+	finish "$out" "$NFD_BIN"
+}
+
 mkdir -p "$CACHE_DIR/bin"
 case "${1:-all}" in
 kubernetes) build_kubernetes ;;
 kubeadm) build_kubeadm ;;
 etcd) build_etcd ;;
 containerd) build_containerd ;;
-all) build_etcd; build_containerd; build_kubernetes ;;
-*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd]" ;;
+nfd) build_nfd ;;
+all) build_etcd; build_containerd; build_kubernetes; build_nfd ;;
+*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd|nfd]" ;;
 esac

@@ -33,6 +33,11 @@ IMAGES=$RUN_DIR/images
 NS_RUN=$RUN_DIR/ns/run
 NS_VARLIB=$RUN_DIR/ns/var-lib
 NS_VARLOG=$RUN_DIR/ns/var-log
+# Node Feature Discovery's local feature folder (the node's
+# /etc/kubernetes/node-feature-discovery/features.d): the namespace shares the
+# machine's /etc, so the plugin (chart value nodeLabels.nfdFeaturesDir) and
+# nfd-worker (a hostPath) use this one, at the same path inside and out.
+NS_NFD_FEATURES=$RUN_DIR/ns/nfd-features.d
 CONTAINERD_SOCK=$NS_RUN/containerd/containerd.sock
 
 pid_of() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
@@ -334,7 +339,8 @@ restart_kubelet() {
 import_images() {
 	log "building the images"
 	"$E2E_CLUSTER_DIR/images.sh" "$IMAGES"
-	for tar in "$IMAGES/pause.tar" "$IMAGES/probe.tar" "$IMAGES/plugin/gpu-device-plugin-image.tar"; do
+	for tar in "$IMAGES/pause.tar" "$IMAGES/probe.tar" "$IMAGES/plugin/gpu-device-plugin-image.tar" \
+		"$IMAGES/nfd-master.tar" "$IMAGES/nfd-worker.tar"; do
 		ctr -n k8s.io images import "$tar" >&2
 	done
 }
@@ -353,13 +359,17 @@ write_suite_env() {
 		E2E_PROBE_IMAGE="$PROBE_IMAGE" \
 		E2E_KUBELET_RESTART="$E2E_CLUSTER_DIR/cluster.sh restart-kubelet" \
 		E2E_REPORT_DIR="$REPORT_DIR" \
+		E2E_NFD_FEATURES_DIR="$NS_NFD_FEATURES" \
+		E2E_NFD_MANIFESTS="$NFD_BIN/manifests" \
+		E2E_NFD_MASTER_IMAGE="$NFD_MASTER_IMAGE" \
+		E2E_NFD_WORKER_IMAGE="$NFD_WORKER_IMAGE" \
 		>"$RUN_DIR/suite.env"
 }
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	command -v runc >/dev/null || die "runc is not installed (apt-get install -y runc)"
-	for b in "$K8S_BIN/kubelet" "$ETCD_BIN/etcd" "$CONTAINERD_BIN/containerd"; do
+	for b in "$K8S_BIN/kubelet" "$ETCD_BIN/etcd" "$CONTAINERD_BIN/containerd" "$NFD_BIN/nfd-worker"; do
 		[ -x "$b" ] || die "$b is missing: run $E2E_CLUSTER_DIR/build.sh"
 	done
 	[ ! -e "$PIDS/ns.pid" ] || down

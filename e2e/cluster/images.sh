@@ -6,10 +6,15 @@
 #                                           serve --kubelet-api=dra execs
 #   OUT/probe.tar                           the test container, $PROBE_IMAGE
 #   OUT/pause.tar                           the pod sandbox, $PAUSE_IMAGE
+#   OUT/nfd-master.tar, OUT/nfd-worker.tar  Node Feature Discovery (build.sh nfd, built here if
+#                                           missing), $NFD_MASTER_IMAGE and $NFD_WORKER_IMAGE:
+#                                           one static binary each, as kind's control-plane images
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 out=${1:?usage: images.sh OUTDIR}
 mkdir -p "$out"
-(cd "$REPO_ROOT/e2e" && go run ./cluster/images -o "$out" -pause "$PAUSE_IMAGE" -probe "$PROBE_IMAGE")
+"$E2E_CLUSTER_DIR/build.sh" nfd
+(cd "$REPO_ROOT/e2e" && go run ./cluster/images -o "$out" -pause "$PAUSE_IMAGE" -probe "$PROBE_IMAGE" \
+	-bin "$NFD_MASTER_IMAGE=$NFD_BIN/nfd-master" -bin "$NFD_WORKER_IMAGE=$NFD_BIN/nfd-worker")
 # PCI_IDS=none: the fake sysfs has no NICs to name, and a CI machine may
 # have no pci.ids.
 make -C "$REPO_ROOT" --no-print-directory image VERSION="$PLUGIN_TAG" IMAGE_REPO="$PLUGIN_REPO" \

@@ -176,6 +176,7 @@ up() {
 		E2E_PROBE_IMAGE="$PROBE_IMAGE" \
 		E2E_KUBELET_RESTART="${docker_env}docker exec $NODE systemctl restart kubelet" \
 		E2E_REPORT_DIR="$KIND_DIR/.report" \
+		E2E_NFD_SKIP="kind lane: no Node Feature Discovery here; the local cluster (make e2e-cluster) runs the node-labels lane, nothing of which differs on kind, and NFD's 60 s rescan plus 60 s at rest would add ~2.5 min" \
 		>"$KIND_RUN/suite.env"
 	trap - EXIT
 	log "kind cluster $CLUSTER up; KUBECONFIG=$KIND_RUN/kubeconfig"

@@ -86,6 +86,12 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 			map[string]any{"name": "fixture", "mountPath": fixture},
 		},
 	}
+	// GPU Feature Discovery's labels through NFD's local feature file, in
+	// the node's features.d (on the local cluster a folder under .run: the
+	// cluster shares this machine's /etc).
+	if s.NFDFeaturesDir != "" {
+		v["nodeLabels"] = map[string]any{"mode": "nfd", "nfdFeaturesDir": s.NFDFeaturesDir}
+	}
 	// The node has no kube-proxy: where the plugin talks to the API
 	// server (DRA, events, the node condition), it uses the address the
 	// suite uses, or the node's own (E2E_NODE_API_SERVER, on kind).

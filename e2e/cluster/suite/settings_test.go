@@ -54,6 +54,20 @@ type settings struct {
 	ReportDir string
 	// Profile is the fixture's machine profile.
 	Profile *mocknvml.Profile
+	// NFDFeaturesDir is Node Feature Discovery's local feature folder on
+	// the node (nfd-worker's features.d), at the same path for this
+	// process: the chart's nodeLabels.nfdFeaturesDir. Empty: the chart's
+	// default, on the node only.
+	NFDFeaturesDir string
+	// NFDManifests holds NFD's CRDs and RBAC (build.sh nfd), and
+	// NFDMasterImage and NFDWorkerImage are on the node: the node-labels
+	// lane deploys NFD from them. Empty: that lane skips.
+	NFDManifests   string
+	NFDMasterImage string
+	NFDWorkerImage string
+	// NFDSkip, when set, is why the node-labels lane does not run on this
+	// cluster (kind.sh says so).
+	NFDSkip string
 }
 
 func loadSettings() (*settings, error) {
@@ -70,6 +84,11 @@ func loadSettings() (*settings, error) {
 		ReportDir:       os.Getenv("E2E_REPORT_DIR"),
 		NodeAPIServer:   os.Getenv("E2E_NODE_API_SERVER"),
 		NodeAddress:     os.Getenv("E2E_NODE_ADDRESS"),
+		NFDFeaturesDir:  os.Getenv("E2E_NFD_FEATURES_DIR"),
+		NFDManifests:    os.Getenv("E2E_NFD_MANIFESTS"),
+		NFDMasterImage:  os.Getenv("E2E_NFD_MASTER_IMAGE"),
+		NFDWorkerImage:  os.Getenv("E2E_NFD_WORKER_IMAGE"),
+		NFDSkip:         os.Getenv("E2E_NFD_SKIP"),
 	}
 	if s.NodeAddress == "" {
 		s.NodeAddress = "127.0.0.1"
