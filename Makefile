@@ -51,12 +51,20 @@ test: vet unit conformance
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-.PHONY: e2e bench-scenario
+.PHONY: e2e bench-scenario gfd-compare
 
 # The real binary against the kubelet's own device-plugin code on every
 # mock machine profile (conformance runs it too, with the rest of e2e).
 e2e:
 	cd e2e && $(GO) test -race -count=1 ./wholebinary/
+
+# Our node labels against NVIDIA's GPU Feature Discovery on the same mock
+# nodes (docs/node-labels.md): builds gpu-feature-discovery from its module
+# once into e2e/cluster/.cache (E2E_CLUSTER_CACHE), then fails on any label
+# both set that differs. Needs root (GFD gets the mock sysfs as /sys in a
+# mount namespace of its own). Not part of test.
+gfd-compare:
+	cd e2e && $(GO) test -tags gfdcompare -count=1 -v ./gfdcompare/
 
 # The whole binary's figures as one JSON report per profile: start-up to
 # registration, Allocate and GetPreferredAllocation p50/p99, XID detection,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,9 +35,17 @@ var pluginCalls = []string{
 	"nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceProfileInfoV",
 }
 
+// gfdCalls are the NVML symbols NVIDIA's GPU Feature Discovery reaches
+// beyond pluginCalls (go-nvlib's MIG profile of a MIG device), so that it
+// labels the same mock node (e2e/gfdcompare).
+var gfdCalls = []string{
+	"nvmlGpuInstanceGetComputeInstanceById", "nvmlComputeInstanceGetInfo_v2",
+	"nvmlGpuInstanceGetComputeInstanceProfileInfo",
+}
+
 // v1Layouts are versioned calls whose v1 struct differs from the one the
 // library fills; exporting them would let an old caller overrun its buffer.
-var v1Layouts = []string{"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlEventSetWait"}
+var v1Layouts = []string{"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlEventSetWait", "nvmlComputeInstanceGetInfo"}
 
 func TestBuildExportsPluginCalls(t *testing.T) {
 	f, err := elf.Open(testLib(t))
@@ -57,7 +66,7 @@ func TestBuildExportsPluginCalls(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range pluginCalls {
+	for _, name := range append(slices.Clone(pluginCalls), gfdCalls...) {
 		if !exported[name] {
 			t.Errorf("%s is not exported", name)
 		}

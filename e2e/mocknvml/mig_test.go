@@ -549,4 +549,43 @@ func checkMIGDevice(t *testing.T, lib gonvml.Interface, parent, d gonvml.Device,
 	if size := uint32((m.MemoryMiB*8 + g.MemoryMiB - 1) / g.MemoryMiB); info.Placement.Size != size || info.Placement.Start+size > 8 {
 		t.Errorf("%s: placement %+v, want size %d within 8 memory slices", where, info.Placement, size)
 	}
+	checkComputeInstance(t, where, parent, gi, m)
+}
+
+// checkComputeInstance checks MIG device m's compute instance in gi, as
+// go-nvlib walks it for a MIG profile (what GFD labels).
+func checkComputeInstance(t *testing.T, where string, parent gonvml.Device, gi gonvml.GpuInstance, m MIGDevice) {
+	t.Helper()
+	ciProfile := map[int]uint32{1: gonvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, 2: gonvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+		3: gonvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, 4: gonvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, 7: gonvml.COMPUTE_INSTANCE_PROFILE_7_SLICE}
+	ci, ret := gi.GetComputeInstanceById(m.ComputeInstance)
+	if ret != gonvml.SUCCESS {
+		t.Fatalf("%s: GetComputeInstanceById(%d): %v", where, m.ComputeInstance, ret)
+	}
+	info, ret := ci.GetInfo()
+	if ret != gonvml.SUCCESS || info.Device != parent || info.GpuInstance != gi || info.Id != uint32(m.ComputeInstance) ||
+		info.ProfileId != ciProfile[m.CISlices] || info.Placement.Size != uint32(m.CISlices) || info.Placement.Start+info.Placement.Size > uint32(m.Slices) {
+		t.Errorf("%s: ComputeInstance.GetInfo = %+v, %v; want id %d, profile %d, %d slices within %d", where, info, ret,
+			m.ComputeInstance, ciProfile[m.CISlices], m.CISlices, m.Slices)
+	}
+	p, ret := gi.GetComputeInstanceProfileInfo(int(ciProfile[m.CISlices]), gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != gonvml.SUCCESS || p.Id != ciProfile[m.CISlices] || p.SliceCount != uint32(m.CISlices) || p.InstanceCount != uint32(m.Slices/m.CISlices) {
+		t.Errorf("%s: GetComputeInstanceProfileInfo = %+v, %v; want id %d, %d slices", where, p, ret, ciProfile[m.CISlices], m.CISlices)
+	}
+	// 4c only in a 4- or 7-slice GPU instance, as a real GPU offers it.
+	wantRet := gonvml.ERROR_NOT_SUPPORTED
+	if m.Slices == 4 || m.Slices == 7 {
+		wantRet = gonvml.SUCCESS
+	}
+	if _, ret := gi.GetComputeInstanceProfileInfo(gonvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED); ret != wantRet {
+		t.Errorf("%s: GetComputeInstanceProfileInfo(4_SLICE) in %d slices = %v, want %v", where, m.Slices, ret, wantRet)
+	}
+	for _, bad := range [][2]int{{gonvml.COMPUTE_INSTANCE_PROFILE_COUNT, 0}, {0, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT}} {
+		if _, ret := gi.GetComputeInstanceProfileInfo(bad[0], bad[1]); ret != gonvml.ERROR_INVALID_ARGUMENT {
+			t.Errorf("%s: GetComputeInstanceProfileInfo(%d, %d) = %v, want INVALID_ARGUMENT", where, bad[0], bad[1], ret)
+		}
+	}
+	if _, ret := gi.GetComputeInstanceById(7); ret != gonvml.ERROR_NOT_FOUND {
+		t.Errorf("%s: GetComputeInstanceById(7) = %v, want NOT_FOUND", where, ret)
+	}
 }

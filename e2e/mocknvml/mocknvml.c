@@ -2216,6 +2216,133 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
 }
 #endif
 
+/* ------------------------------------------------------- compute instances */
+
+/*
+ * A MIG device is one compute instance of a GPU instance. Compute instance
+ * handles point at the mig_dev (as MIG device handles do, under another
+ * type); compute instance profile IDs are the profile indices
+ * (NVML_COMPUTE_INSTANCE_PROFILE_*), as nvidia-smi mig -lcip shows them.
+ */
+
+/* gi_of resolves a GPU instance handle to its GPU and instance; call with mu held. */
+static nvmlReturn_t gi_of(nvmlGpuInstance_t gpuInstance, struct nvmlDevice_st **gpu, struct nvmlGpuInstance_st **gi)
+{
+    if (refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    unsigned k;
+    struct nvmlDevice_st *g =
+        member_of(gpuInstance.handle, offsetof(struct nvmlDevice_st, gis), sizeof g->gis[0], gi_count, &k);
+    if (!g)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *gpu = g;
+    *gi = &g->gis[k];
+    return gpu_state(g);
+}
+
+/* ci_profile_index is the compute instance profile of a compute instance of that many slices. */
+static unsigned ci_profile_index(unsigned slices)
+{
+    switch (slices) {
+    case 1: return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
+    case 2: return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
+    case 3: return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
+    case 4: return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
+    case 6: return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
+    case 7: return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
+    default: return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
+    }
+}
+
+/*
+ * Compute instance profile info within a GPU instance of gi->slices slices,
+ * as an A100 or H100 offers them: the whole instance, 1c and 2c in any larger
+ * one, 3c and 4c in the 7-slice one; NOT_SUPPORTED for the rest,
+ * INVALID_ARGUMENT past the indices nvml.h knows or for an engine profile
+ * other than SHARED. SM and engine counts read 0, as the GPU instance
+ * profiles' do.
+ */
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                          unsigned int engProfile,
+                                                          nvmlComputeInstanceProfileInfo_t *info)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    if (!info || profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+        engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT)
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    static const unsigned slices_of[] = {
+        [NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE] = 1, [NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE] = 2,
+        [NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE] = 3, [NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE] = 4,
+        [NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE] = 7,
+    };
+    unsigned c = profile < sizeof slices_of / sizeof slices_of[0] ? slices_of[profile] : 0;
+    unsigned s = gi->slices;
+    if (c == 0 || !(c == s || (c <= 2 && c < s) || (c <= 4 && s == MIG_SLICES)))
+        return device_end(NVML_ERROR_NOT_SUPPORTED);
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = c;
+    info->instanceCount = s / c;
+    return device_end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                   nvmlComputeInstance_t *computeInstance)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    if (!computeInstance)
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned k = 0; k < g->nmig; k++)
+        if (g->migs[k].gi == gi->id && g->migs[k].ci == id) {
+            computeInstance->handle = (struct nvmlComputeInstance_st *)(void *)&g->migs[k];
+            return device_end(NVML_SUCCESS);
+        }
+    return device_end(NVML_ERROR_NOT_FOUND);
+}
+
+/*
+ * The compute instance's GPU, GPU instance, id, profile and placement: its
+ * GPU instance's compute slices are handed out in the order of the mig lines.
+ * Only the v2 call: v1's struct lacks the placement.
+ */
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    unsigned k;
+    struct nvmlDevice_st *g =
+        member_of(computeInstance.handle, offsetof(struct nvmlDevice_st, migs), sizeof g->migs[0], mig_count, &k);
+    if (!g || !info)
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    nvmlReturn_t ret = gpu_state(g);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    const struct mig_dev *m = &g->migs[k];
+    memset(info, 0, sizeof *info);
+    info->device.handle = g;
+    for (unsigned j = 0; j < g->ngis; j++)
+        if (g->gis[j].id == m->gi)
+            info->gpuInstance.handle = &g->gis[j];
+    info->id = m->ci;
+    info->profileId = ci_profile_index(m->cislices);
+    for (unsigned j = 0; j < k; j++)
+        if (g->migs[j].gi == m->gi)
+            info->placement.start += g->migs[j].cislices;
+    info->placement.size = m->cislices;
+    return device_end(NVML_SUCCESS);
+}
+
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
                                        unsigned int *isPending, unsigned int *failureOccurred)
 {

@@ -2,6 +2,7 @@ package mocknvml
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -854,8 +855,8 @@ func parseBus(s string) (string, error) {
 
 // WriteSysfs writes what the plugin reads from sysfs for each GPU under root
 // (normally a test's temporary directory standing in for /sys):
-// devices/pci<domain>:<bus>/<bus id>/numa_node and class, and vendor and device when
-// the profile gives a pciid, with bus/pci/devices/<bus id> linking there.
+// devices/pci<domain>:<bus>/<bus id>/numa_node and class, and vendor, device,
+// resource and config when the profile gives a pciid, with bus/pci/devices/<bus id> linking there.
 func (p *Profile) WriteSysfs(root string) error {
 	for _, g := range p.GPUs {
 		// As the kernel lays it out: the device under its root complex in
@@ -883,6 +884,10 @@ func (p *Profile) WriteSysfs(root string) error {
 		if g.PCIDeviceID != 0 {
 			files["vendor"] = fmt.Sprintf("0x%04x\n", g.PCIDeviceID&0xffff)
 			files["device"] = fmt.Sprintf("0x%04x\n", g.PCIDeviceID>>16)
+			// What go-nvlib's nvpci reads besides (GFD's gpu.mode and
+			// vgpu.present): the BARs, and the config space header.
+			files["resource"] = pciResource(g.Index)
+			files["config"] = pciConfig(g.PCIDeviceID)
 		}
 		for name, content := range files {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -891,6 +896,40 @@ func (p *Profile) WriteSysfs(root string) error {
 		}
 	}
 	return nil
+}
+
+// pciResource is a GPU's sysfs resource file as the kernel prints it: one
+// "start end flags" line per resource (6 BARs, the expansion ROM, the 6
+// SR-IOV BARs), here BAR0 16 MiB of registers, BAR1 a 64-bit prefetchable
+// 64 GiB aperture and BAR3 32 MiB, each GPU at its own addresses.
+func pciResource(index int) string {
+	base := uint64(0x20000000000) + uint64(index)<<40
+	type bar struct{ start, size, flags uint64 }
+	bars := [13]bar{
+		0: {0xa0000000 + uint64(index)<<24, 16 << 20, 0x40200},
+		1: {base, 64 << 30, 0x14220c},
+		3: {base + 64<<30, 32 << 20, 0x14220c},
+	}
+	var b strings.Builder
+	for _, r := range bars {
+		end := uint64(0)
+		if r.size != 0 {
+			end = r.start + r.size - 1
+		}
+		fmt.Fprintf(&b, "0x%016x 0x%016x 0x%016x\n", r.start, end, r.flags)
+	}
+	return b.String()
+}
+
+// pciConfig is the first 256 bytes of a GPU's config space, as an
+// unprivileged read of sysfs' config gives them: vendor and device IDs and
+// the class code (3D controller), no capability list, so nothing reads as
+// a vGPU's vendor-specific capability.
+func pciConfig(pciDeviceID uint32) string {
+	c := make([]byte, 256)
+	binary.LittleEndian.PutUint32(c[0:], pciDeviceID)
+	c[0x0a], c[0x0b] = 0x02, 0x03 // subclass, class: 3D controller
+	return string(c)
 }
 
 // WriteDev creates the device nodes the plugin hands to containers, as empty

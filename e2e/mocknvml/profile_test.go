@@ -280,4 +280,14 @@ func TestWriteSysfsAndDev(t *testing.T) {
 			t.Errorf("%s = %q, %v; want %q", path, b, err, want)
 		}
 	}
+	// What go-nvlib's nvpci needs (GFD): a resource line per BAR, and a
+	// config space header with the IDs and the 3D controller class.
+	dev := filepath.Join(root, "sys/bus/pci/devices/0000:d1:00.0")
+	if b, err := os.ReadFile(filepath.Join(dev, "resource")); err != nil || strings.Count(string(b), "\n") != 13 {
+		t.Errorf("resource = %q, %v; want 13 lines", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dev, "config")); err != nil || len(b) != 256 ||
+		string(b[:4]) != "\xde\x10\xb9\x26" || b[0x0a] != 0x02 || b[0x0b] != 0x03 {
+		t.Errorf("config = % x, %v; want 256 bytes, 10de:26b9, class 0302", b, err)
+	}
 }

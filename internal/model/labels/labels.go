@@ -86,7 +86,13 @@ func Compute(f Facts) Labels {
 	l.set("mps.capable", "false") // MPS is not served
 
 	model, count := majorityModel(gpus)
+	// The model's labels are its first whole GPU's (MIG off) when it has
+	// one, as GFD's whole-GPU labels override its MIG-mode GPUs' of the
+	// same name; else its first GPU's, in MIG mode.
 	first := gpus[slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.Name == model })]
+	if i := slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.Name == model && !g.MIGEnabled }); i >= 0 {
+		first = gpus[i]
+	}
 	l.addGPU(first, count, f.TimeSlicing)
 
 	switch f.MIGStrategy {
@@ -119,7 +125,8 @@ func majorityModel(gpus []nvml.GPU) (string, int) {
 }
 
 // addGPU sets the whole-GPU labels for model g, count of them. A GPU in
-// MIG mode is not shared, as GFD has it: replicas 0.
+// MIG mode is not shared, as GFD has it: replicas 0 (only when every GPU of
+// the model is in MIG mode, Compute picking a whole one where there is one).
 func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing) {
 	replicas, shared, renamed := 1, false, false
 	if g.MIGEnabled {
@@ -235,7 +242,8 @@ func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts conf
 		r, name := ts.Replicas(resource, first.UUID, first.model)
 		replicas, shared, renamed = r, r > 1, name != resource
 	}
-	l.addResource(prefix, len(devs), replicas, shared, renamed, first.model, "MIG", profile)
+	// GFD names the profile as its resource does, "+" as "." (1g.10gb.me).
+	l.addResource(prefix, len(devs), replicas, shared, renamed, first.model, "MIG", strings.ReplaceAll(profile, "+", "."))
 	l.addMIGAttributes(prefix, first.MIGDevice)
 }
 

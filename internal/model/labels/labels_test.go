@@ -201,8 +201,11 @@ func TestMIGMixed(t *testing.T) {
 		"nvidia.com/mig-3g.40gb.count":            "1",
 		"nvidia.com/mig-3g.40gb.product":          "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
 		"nvidia.com/mig-3g.40gb.multiprocessors":  "48",
-		"nvidia.com/gpu.count":                    "3", // GFD counts MIG-mode GPUs too
+		"nvidia.com/mig-1g.10gb.me.product":       "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me", // GFD: "+" as "."
+		"nvidia.com/gpu.count":                    "3",                                    // GFD counts MIG-mode GPUs too
 		"nvidia.com/gpu.product":                  "NVIDIA-H100-80GB-HBM3",
+		// GPU 2 is whole: the model's labels are its, as GFD's, though GPU 0 is in MIG mode.
+		"nvidia.com/gpu.replicas": "1",
 	}
 	for k, v := range want {
 		if l[k] != v {
@@ -211,6 +214,37 @@ func TestMIGMixed(t *testing.T) {
 	}
 	if bad := l.Invalid(); len(bad) > 0 {
 		t.Errorf("invalid labels: %v", bad)
+	}
+}
+
+// GFD labels a model whose GPUs are all in MIG mode unshared (replicas 0),
+// time-slicing or not, and one with a whole GPU as that GPU is shared.
+func TestMIGModeReplicas(t *testing.T) {
+	ts := config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}}
+	for _, tt := range []struct {
+		name               string
+		migOn              []bool
+		ts                 config.TimeSlicing
+		replicas, strategy string
+	}{
+		{"all in MIG mode", []bool{true, true}, config.TimeSlicing{}, "0", "none"},
+		{"all in MIG mode, time-slicing", []bool{true, true}, ts, "0", "none"},
+		{"first in MIG mode", []bool{true, false}, config.TimeSlicing{}, "1", "none"},
+		{"first in MIG mode, time-slicing", []bool{true, false}, ts, "4", "time-slicing"},
+	} {
+		gpus := h100s(len(tt.migOn))
+		for i, on := range tt.migOn {
+			if on {
+				gpus[i] = migGPU(gpus[i], "1g.10gb")
+			}
+		}
+		f := facts(gpus)
+		f.MIGStrategy = config.MIGStrategyMixed
+		f.TimeSlicing = tt.ts
+		l := Compute(f)
+		if l["nvidia.com/gpu.replicas"] != tt.replicas || l["nvidia.com/gpu.sharing-strategy"] != tt.strategy {
+			t.Errorf("%s: replicas %s strategy %s, want %s %s", tt.name, l["nvidia.com/gpu.replicas"], l["nvidia.com/gpu.sharing-strategy"], tt.replicas, tt.strategy)
+		}
 	}
 }
 
