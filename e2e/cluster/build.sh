@@ -5,6 +5,7 @@
 #   containerd: containerd, containerd-shim-runc-v2, ctr (CDI on by default in 2.x)
 #   kubeadm:    kubeadm (kind's node image; not part of "all")
 #   nfd:        nfd-master, nfd-worker (Node Feature Discovery, for the labels lane)
+#   nvidia:     nvidia-device-plugin, gpu-feature-discovery (NVIDIA's, for the migration lane)
 # Each goes to .cache/bin/<component>-<version>/, written only when the whole
 # build succeeded, so an existing directory means "done" and is never rebuilt.
 # Kubernetes is built from a scratch module that requires k8s.io/kubernetes
@@ -153,6 +154,25 @@ build_nfd() {
 	finish "$out" "$NFD_BIN"
 }
 
+# NVIDIA's device plugin and GPU Feature Discovery, for the migration lane:
+# the commands of github.com/NVIDIA/k8s-device-plugin in a scratch module
+# that requires it. go-nvml reaches NVML through cgo (dlopen), so these two
+# are built with cgo and linked against the machine's glibc; images.sh puts
+# that glibc's loader and libraries into their images, as make image does
+# for ours.
+build_nvidia() {
+	[ -x "$NVIDIA_BIN/gpu-feature-discovery" ] && return
+	local src=$CACHE_DIR/src/nvidia-$NVIDIA_VERSION out=$CACHE_DIR/bin/.nvidia-$NVIDIA_VERSION.tmp
+	local m=github.com/NVIDIA/k8s-device-plugin
+	log "building NVIDIA's device plugin and GFD $NVIDIA_VERSION (cold: ~2 min on 2 cores)"
+	scratch_module "$src" e2e-cluster/nvidia
+	(cd "$src" && go get "$m/cmd/nvidia-device-plugin@$NVIDIA_VERSION" "$m/cmd/gpu-feature-discovery@$NVIDIA_VERSION")
+	rm -rf "$out" && mkdir -p "$out"
+	(cd "$src" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X $m/internal/info.version=$NVIDIA_VERSION" -o "$out/" \
+		$m/cmd/nvidia-device-plugin $m/cmd/gpu-feature-discovery)
+	finish "$out" "$NVIDIA_BIN"
+}
+
 mkdir -p "$CACHE_DIR/bin"
 case "${1:-all}" in
 kubernetes) build_kubernetes ;;
@@ -160,6 +180,7 @@ kubeadm) build_kubeadm ;;
 etcd) build_etcd ;;
 containerd) build_containerd ;;
 nfd) build_nfd ;;
-all) build_etcd; build_containerd; build_kubernetes; build_nfd ;;
-*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd|nfd]" ;;
+nvidia) build_nvidia ;;
+all) build_etcd; build_containerd; build_kubernetes; build_nfd; build_nvidia ;;
+*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd|nfd|nvidia]" ;;
 esac

@@ -340,7 +340,8 @@ import_images() {
 	log "building the images"
 	"$E2E_CLUSTER_DIR/images.sh" "$IMAGES"
 	for tar in "$IMAGES/pause.tar" "$IMAGES/probe.tar" "$IMAGES/plugin/gpu-device-plugin-image.tar" \
-		"$IMAGES/nfd-master.tar" "$IMAGES/nfd-worker.tar"; do
+		"$IMAGES/nfd-master.tar" "$IMAGES/nfd-worker.tar" \
+		"$IMAGES/nvidia-device-plugin.tar" "$IMAGES/gpu-feature-discovery.tar"; do
 		ctr -n k8s.io images import "$tar" >&2
 	done
 }
@@ -363,13 +364,15 @@ write_suite_env() {
 		E2E_NFD_MANIFESTS="$NFD_BIN/manifests" \
 		E2E_NFD_MASTER_IMAGE="$NFD_MASTER_IMAGE" \
 		E2E_NFD_WORKER_IMAGE="$NFD_WORKER_IMAGE" \
+		E2E_NVIDIA_PLUGIN_IMAGE="$NVIDIA_PLUGIN_IMAGE" \
+		E2E_NVIDIA_GFD_IMAGE="$NVIDIA_GFD_IMAGE" \
 		>"$RUN_DIR/suite.env"
 }
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	command -v runc >/dev/null || die "runc is not installed (apt-get install -y runc)"
-	for b in "$K8S_BIN/kubelet" "$ETCD_BIN/etcd" "$CONTAINERD_BIN/containerd" "$NFD_BIN/nfd-worker"; do
+	for b in "$K8S_BIN/kubelet" "$ETCD_BIN/etcd" "$CONTAINERD_BIN/containerd" "$NFD_BIN/nfd-worker" "$NVIDIA_BIN/gpu-feature-discovery"; do
 		[ -x "$b" ] || die "$b is missing: run $E2E_CLUSTER_DIR/build.sh"
 	done
 	[ ! -e "$PIDS/ns.pid" ] || down

@@ -11,6 +11,7 @@ K8S_VERSION=${K8S_VERSION:-v1.37.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.1.4}
 NFD_VERSION=${NFD_VERSION:-v0.18.3}
+NVIDIA_VERSION=${NVIDIA_VERSION:-v0.19.0}
 
 CACHE_DIR=${E2E_CLUSTER_CACHE:-$E2E_CLUSTER_DIR/.cache}
 RUN_DIR=${E2E_CLUSTER_RUN:-$E2E_CLUSTER_DIR/.run}
@@ -20,6 +21,7 @@ KUBEADM_BIN=$CACHE_DIR/bin/kubeadm-$K8S_VERSION
 ETCD_BIN=$CACHE_DIR/bin/etcd-$ETCD_VERSION
 CONTAINERD_BIN=$CACHE_DIR/bin/containerd-$CONTAINERD_VERSION
 NFD_BIN=$CACHE_DIR/bin/nfd-$NFD_VERSION
+NVIDIA_BIN=$CACHE_DIR/bin/nvidia-$NVIDIA_VERSION
 
 # Loopback ports. Kubernetes' own defaults, except etcd's, so an etcd
 # already on the machine does not clash.
@@ -37,6 +39,9 @@ PROBE_IMAGE=localhost/e2e/probe:v1
 # Node Feature Discovery (the node-labels lane), from build.sh nfd.
 NFD_MASTER_IMAGE=localhost/e2e/nfd-master:$NFD_VERSION
 NFD_WORKER_IMAGE=localhost/e2e/nfd-worker:$NFD_VERSION
+# NVIDIA's device plugin and GFD (the migration lane), from build.sh nvidia.
+NVIDIA_PLUGIN_IMAGE=localhost/e2e/nvidia-device-plugin:$NVIDIA_VERSION
+NVIDIA_GFD_IMAGE=localhost/e2e/gpu-feature-discovery:$NVIDIA_VERSION
 
 log() { printf '%s %s: %s\n' "$(date +%T)" "${LOG_TAG:-e2e-cluster}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -12,6 +12,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -30,7 +31,8 @@ func main() {
 	pause := flag.String("pause", "localhost/e2e/pause:v1", "the sandbox image's name")
 	probe := flag.String("probe", "localhost/e2e/probe:v1", "the test image's name; empty: no probe image")
 	var bins binFlags
-	flag.Var(&bins, "bin", "REF=PATH: an image REF holding the static binary PATH at /usr/local/bin, as BASENAME.tar (repeatable)")
+	flag.Var(&bins, "bin", "REF=PATH: an image REF holding the binary PATH at /usr/local/bin, as BASENAME.tar (repeatable);\n"+
+		"a dynamically linked one gets this machine's loader and the libraries it needs, and NVML's")
 	flag.Parse()
 	if *out == "" {
 		fail(fmt.Errorf("-o is required"))
@@ -71,11 +73,107 @@ func main() {
 	for _, b := range bins {
 		name := filepath.Base(b.path)
 		tarball := filepath.Join(*out, name+".tar")
-		if err := writeImage(tarball, b.ref, b.path, "/usr/local/bin/"+name); err != nil {
+		extra, err := runtimeFiles(b.path)
+		if err != nil {
+			fail(err)
+		}
+		if err := writeImage(tarball, b.ref, b.path, "/usr/local/bin/"+name, extra...); err != nil {
 			fail(err)
 		}
 		fmt.Printf("images: %s: %s\n", tarball, b.ref)
 	}
+}
+
+// nvmlLibs are the libraries libnvidia-ml.so.1 links against besides libc
+// (tools/imagebuild's DefaultExtraLibs): a binary that dlopens NVML needs
+// them in its image even though it does not link them itself.
+var nvmlLibs = []string{"libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"}
+
+// runtimeFiles returns, for a dynamically linked binary, its interpreter at
+// the path it names and every library it needs (transitively, and
+// nvmlLibs), from this machine, under /lib/<triplet>; nothing for a static
+// one. NVIDIA's device plugin and GFD use cgo to dlopen NVML.
+func runtimeFiles(bin string) ([]file, error) {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				return nil, err
+			}
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if interp == "" {
+		return nil, nil
+	}
+	triplet := map[elf.Machine]string{elf.EM_X86_64: "x86_64-linux-gnu", elf.EM_AARCH64: "aarch64-linux-gnu"}[f.Machine]
+	if triplet == "" {
+		return nil, fmt.Errorf("%s: unsupported machine %s", bin, f.Machine)
+	}
+	dirs := []string{"/lib/" + triplet, "/usr/lib/" + triplet, "/lib64", "/usr/lib64"}
+	find := func(soname string) string {
+		for _, d := range dirs {
+			if p := filepath.Join(d, soname); fileExists(p) {
+				return p
+			}
+		}
+		return ""
+	}
+	files := []file{{path: interp, from: interp}}
+	seen := map[string]bool{}
+	var add func(path string, optional bool, soname string) error
+	add = func(path string, optional bool, soname string) error {
+		if seen[soname] {
+			return nil
+		}
+		seen[soname] = true
+		host := find(soname)
+		if host == "" {
+			if optional {
+				return nil
+			}
+			return fmt.Errorf("%s needs %s, which is not on this machine", path, soname)
+		}
+		files = append(files, file{path: "/lib/" + triplet + "/" + soname, from: host})
+		lf, err := elf.Open(host)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		needed, _ := lf.ImportedLibraries()
+		for _, n := range needed {
+			if err := add(host, false, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	needed, err := f.ImportedLibraries()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range needed {
+		if err := add(bin, false, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range nvmlLibs {
+		if err := add(bin, true, n); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // binFlags are the -bin REF=PATH flags.
@@ -131,8 +229,10 @@ func writeImage(tarball, ref, bin, path string, extra ...file) error {
 	lw := tar.NewWriter(&layer)
 	epoch := time.Unix(0, 0)
 	dirs := []string{"dev", "etc", "etc/ld.so.conf.d", "proc", "sbin", "sys", "tmp"}
-	for d := filepath.Dir(path[1:]); d != "." && !slices.Contains(dirs, d); d = filepath.Dir(d) {
-		dirs = append(dirs, d)
+	for _, p := range append([]string{path}, filePaths(extra)...) {
+		for d := filepath.Dir(p[1:]); d != "." && !slices.Contains(dirs, d); d = filepath.Dir(d) {
+			dirs = append(dirs, d)
+		}
 	}
 	slices.Sort(dirs)
 	for _, d := range dirs {
@@ -218,6 +318,14 @@ func writeImage(tarball, ref, bin, path string, extra ...file) error {
 		return err
 	}
 	return f.Close()
+}
+
+func filePaths(files []file) []string {
+	var p []string
+	for _, f := range files {
+		p = append(p, f.path)
+	}
+	return p
 }
 
 func digest(b []byte) string {

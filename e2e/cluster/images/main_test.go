@@ -232,3 +232,40 @@ func keys(m map[string][]byte) []string {
 	}
 	return k
 }
+
+// TestRuntimeFiles: a dynamically linked binary brings its loader, at the
+// path it names, and every library it needs; a static one brings nothing.
+func TestRuntimeFiles(t *testing.T) {
+	dyn := "/bin/sh"
+	if _, err := os.Stat(dyn); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	files, err := runtimeFiles(dyn)
+	if err != nil {
+		t.Skipf("%s: %v (not a glibc machine?)", dyn, err)
+	}
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.path)
+		if _, err := os.Stat(f.from); err != nil {
+			t.Errorf("%s from %s: %v", f.path, f.from, err)
+		}
+	}
+	if len(files) == 0 || !strings.Contains(files[0].path, "ld-") {
+		t.Fatalf("%s: first file %v, want its loader", dyn, paths)
+	}
+	if !slices.ContainsFunc(paths, func(p string) bool { return strings.HasSuffix(p, "/libc.so.6") }) {
+		t.Errorf("%s: %v has no libc.so.6", dyn, paths)
+	}
+	static := filepath.Join(t.TempDir(), "pause")
+	src, err := sourceDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := build(filepath.Join(src, "pause"), static); err != nil {
+		t.Fatal(err)
+	}
+	if files, err := runtimeFiles(static); err != nil || len(files) != 0 {
+		t.Errorf("static binary: %v, %v; want nothing", files, err)
+	}
+}

@@ -65,6 +65,11 @@ type settings struct {
 	NFDManifests   string
 	NFDMasterImage string
 	NFDWorkerImage string
+	// NVIDIAPluginImage and NVIDIAGFDImage are NVIDIA's device plugin
+	// and GPU Feature Discovery (build.sh nvidia), on the node: the
+	// migration lane deploys them. Empty: that lane skips.
+	NVIDIAPluginImage string
+	NVIDIAGFDImage    string
 	// NFDSkip, when set, is why the node-labels lane does not run on this
 	// cluster (kind.sh says so).
 	NFDSkip string
@@ -72,23 +77,25 @@ type settings struct {
 
 func loadSettings() (*settings, error) {
 	s := &settings{
-		Fixture:         os.Getenv("E2E_FIXTURE"),
-		DevicePluginDir: os.Getenv("E2E_DEVICE_PLUGIN_DIR"),
-		CDISpecDir:      os.Getenv("E2E_CDI_SPEC_DIR"),
-		CDIDir:          os.Getenv("E2E_CDI_DIR"),
-		PluginImage:     os.Getenv("E2E_PLUGIN_IMAGE"),
-		ProbeImage:      os.Getenv("E2E_PROBE_IMAGE"),
-		KubeletRestart:  os.Getenv("E2E_KUBELET_RESTART"),
-		Node:            os.Getenv("E2E_NODE"),
-		CDI:             os.Getenv("E2E_CDI") != "false",
-		ReportDir:       os.Getenv("E2E_REPORT_DIR"),
-		NodeAPIServer:   os.Getenv("E2E_NODE_API_SERVER"),
-		NodeAddress:     os.Getenv("E2E_NODE_ADDRESS"),
-		NFDFeaturesDir:  os.Getenv("E2E_NFD_FEATURES_DIR"),
-		NFDManifests:    os.Getenv("E2E_NFD_MANIFESTS"),
-		NFDMasterImage:  os.Getenv("E2E_NFD_MASTER_IMAGE"),
-		NFDWorkerImage:  os.Getenv("E2E_NFD_WORKER_IMAGE"),
-		NFDSkip:         os.Getenv("E2E_NFD_SKIP"),
+		Fixture:           os.Getenv("E2E_FIXTURE"),
+		DevicePluginDir:   os.Getenv("E2E_DEVICE_PLUGIN_DIR"),
+		CDISpecDir:        os.Getenv("E2E_CDI_SPEC_DIR"),
+		CDIDir:            os.Getenv("E2E_CDI_DIR"),
+		PluginImage:       os.Getenv("E2E_PLUGIN_IMAGE"),
+		ProbeImage:        os.Getenv("E2E_PROBE_IMAGE"),
+		KubeletRestart:    os.Getenv("E2E_KUBELET_RESTART"),
+		Node:              os.Getenv("E2E_NODE"),
+		CDI:               os.Getenv("E2E_CDI") != "false",
+		ReportDir:         os.Getenv("E2E_REPORT_DIR"),
+		NodeAPIServer:     os.Getenv("E2E_NODE_API_SERVER"),
+		NodeAddress:       os.Getenv("E2E_NODE_ADDRESS"),
+		NFDFeaturesDir:    os.Getenv("E2E_NFD_FEATURES_DIR"),
+		NFDManifests:      os.Getenv("E2E_NFD_MANIFESTS"),
+		NFDMasterImage:    os.Getenv("E2E_NFD_MASTER_IMAGE"),
+		NFDWorkerImage:    os.Getenv("E2E_NFD_WORKER_IMAGE"),
+		NFDSkip:           os.Getenv("E2E_NFD_SKIP"),
+		NVIDIAPluginImage: os.Getenv("E2E_NVIDIA_PLUGIN_IMAGE"),
+		NVIDIAGFDImage:    os.Getenv("E2E_NVIDIA_GFD_IMAGE"),
 	}
 	if s.NodeAddress == "" {
 		s.NodeAddress = "127.0.0.1"
