@@ -12,8 +12,11 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
 )
 
-// checkpointVersion is bumped when the file's meaning changes; a file of
-// another version is set aside like a corrupt one.
+// checkpointVersion is the newest format this release writes. Releases
+// read each other's files both ways: fields are only ever added, a reader
+// keeps the ones it does not know and writes them back, an older version is
+// migrated on load, and a newer one is read for what this release knows
+// (its number is kept, so the file still says a newer release wrote it).
 const checkpointVersion = 1
 
 // checkpoint is the file that keeps prepared claims across restarts: the
@@ -22,12 +25,14 @@ const checkpointVersion = 1
 type checkpoint struct {
 	Version int                         `json:"version"`
 	Claims  map[types.UID]preparedClaim `json:"claims"`
+	extra   unknownFields
 }
 
 type preparedClaim struct {
 	Namespace string           `json:"namespace"`
 	Name      string           `json:"name"`
 	Devices   []preparedDevice `json:"devices"`
+	extra     unknownFields
 }
 
 type preparedDevice struct {
@@ -37,6 +42,48 @@ type preparedDevice struct {
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 	// AdminAccess devices (monitoring) may be shared with another claim.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	extra       unknownFields
+}
+
+// The JSON methods keep what a newer release wrote (unknownFields).
+
+func (c *checkpoint) UnmarshalJSON(b []byte) error {
+	type plain checkpoint
+	var p plain
+	x, err := decodeKeeping(b, &p)
+	*c, c.extra = checkpoint(p), x
+	return err
+}
+
+func (c checkpoint) MarshalJSON() ([]byte, error) {
+	type plain checkpoint
+	return encodeKeeping(plain(c), c.extra)
+}
+
+func (c *preparedClaim) UnmarshalJSON(b []byte) error {
+	type plain preparedClaim
+	var p plain
+	x, err := decodeKeeping(b, &p)
+	*c, c.extra = preparedClaim(p), x
+	return err
+}
+
+func (c preparedClaim) MarshalJSON() ([]byte, error) {
+	type plain preparedClaim
+	return encodeKeeping(plain(c), c.extra)
+}
+
+func (d *preparedDevice) UnmarshalJSON(b []byte) error {
+	type plain preparedDevice
+	var p plain
+	x, err := decodeKeeping(b, &p)
+	*d, d.extra = preparedDevice(p), x
+	return err
+}
+
+func (d preparedDevice) MarshalJSON() ([]byte, error) {
+	type plain preparedDevice
+	return encodeKeeping(plain(d), d.extra)
 }
 
 // errCorrupt marks a checkpoint that did not parse and was set aside.
@@ -60,13 +107,13 @@ func loadCheckpoint(path string) (checkpoint, error) {
 	}
 	var c checkpoint
 	perr := json.Unmarshal(data, &c)
-	if perr == nil && c.Version != checkpointVersion {
-		perr = fmt.Errorf("version %d, want %d", c.Version, checkpointVersion)
-	}
 	if perr == nil {
 		if c.Claims == nil {
 			c.Claims = empty.Claims
 		}
+		// Version 1 is the first format: an older or missing number has
+		// nothing to migrate. A newer one keeps its number.
+		c.Version = max(c.Version, checkpointVersion)
 		return c, nil
 	}
 	aside := path + ".corrupt"
