@@ -374,17 +374,21 @@ func nfdObjects() (*release, error) {
 }
 
 // nfdLogs is the tail of each NFD pod's log, for failure messages.
-func nfdLogs(ctx context.Context) string {
-	l, err := k8s.kube.CoreV1().Pods(nfdNamespace).List(ctx, metav1.ListOptions{})
+func nfdLogs(ctx context.Context) string { return namespaceLogs(ctx, nfdNamespace) }
+
+// namespaceLogs is the tail of the log of each pod in namespace, for
+// failure messages; a log that cannot be read says why.
+func namespaceLogs(ctx context.Context, namespace string) string {
+	l, err := k8s.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return ""
 	}
 	var b strings.Builder
 	tail := int64(30)
 	for _, p := range l.Items {
-		out, err := k8s.kube.CoreV1().Pods(nfdNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+		out, err := k8s.kube.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
 		if err != nil {
-			continue
+			out = []byte(err.Error())
 		}
 		fmt.Fprintf(&b, "\n--- %s (%s):\n%s", p.Name, p.Status.Phase, out)
 	}

@@ -237,22 +237,8 @@ func nvidiaPods(ctx context.Context) (map[string][]corev1.Pod, error) {
 	return out, nil
 }
 
-func nvidiaLogs(ctx context.Context) string {
-	l, err := k8s.kube.CoreV1().Pods(nvidiaNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return ""
-	}
-	var b strings.Builder
-	tail := int64(30)
-	for _, p := range l.Items {
-		out, err := k8s.kube.CoreV1().Pods(nvidiaNamespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
-		if err != nil {
-			out = []byte(err.Error())
-		}
-		fmt.Fprintf(&b, "\n--- %s (%s):\n%s", p.Name, p.Status.Phase, out)
-	}
-	return b.String()
-}
+// nvidiaLogs is the tail of each of NVIDIA's pods' logs, for failure messages.
+func nvidiaLogs(ctx context.Context) string { return namespaceLogs(ctx, nvidiaNamespace) }
 
 // waitNVIDIARunning waits for one running pod of each of NVIDIA's
 // DaemonSets and returns their names.

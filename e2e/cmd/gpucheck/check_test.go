@@ -99,14 +99,14 @@ func TestJudgeProbe(t *testing.T) {
 		t.Fatalf("a good container failed %v", f)
 	}
 	bad := map[string]func(p *probeReport){
-		"x: NVIDIA_VISIBLE_DEVICES is void":              func(p *probeReport) { p.VisibleDevices = "all" },
-		"x: ld cache lists libcuda.so.1":                 func(p *probeReport) { p.LDConfig = nil },
-		"x: its GPUs' device nodes":                      func(p *probeReport) { p.DevNodes = []string{"/dev/nvidia1"} },
-		"x: dlopen libcuda.so.1":                         func(p *probeReport) { p.DlopenError = "libcuda.so.1: cannot open shared object file" },
-		"x: the driver's libcuda":                        func(p *probeReport) { p.MockLibrary = true },
-		"x: cuInit":                                      func(p *probeReport) { one := 100; p.CuInit = &one },
+		"x: NVIDIA_VISIBLE_DEVICES is void":             func(p *probeReport) { p.VisibleDevices = "all" },
+		"x: ld cache lists libcuda.so.1":                func(p *probeReport) { p.LDConfig = nil },
+		"x: its GPUs' device nodes":                     func(p *probeReport) { p.DevNodes = []string{"/dev/nvidia1"} },
+		"x: dlopen libcuda.so.1":                        func(p *probeReport) { p.DlopenError = "libcuda.so.1: cannot open shared object file" },
+		"x: the driver's libcuda":                       func(p *probeReport) { p.MockLibrary = true },
+		"x: cuInit":                                     func(p *probeReport) { one := 100; p.CuInit = &one },
 		"x: cuDeviceGetCount equals the GPUs allocated": func(p *probeReport) { p.Count = 2 },
-		"x: CUDA sees the allocated GPUs' UUIDs":         func(p *probeReport) { p.Devices[0].UUID = "GPU-1" },
+		"x: CUDA sees the allocated GPUs' UUIDs":        func(p *probeReport) { p.Devices[0].UUID = "GPU-1" },
 	}
 	for want, spoil := range bad {
 		p := good
