@@ -165,12 +165,18 @@ deploy-test:
 #                          default) or kind's upstream kindest/node (KIND_NODE_IMAGE=upstream);
 #                          the cluster stays up until
 #   make e2e-kind-down     which deletes it, stops that daemon and removes everything it made.
-.PHONY: e2e-cluster e2e-cluster-down e2e-kind e2e-kind-down
+.PHONY: e2e-cluster e2e-scale e2e-cluster-down e2e-kind e2e-kind-down
 
 e2e-cluster:
 	e2e/cluster/build.sh
 	e2e/cluster/cluster.sh up
 	e2e/cluster/suite.sh e2e/cluster/.run/suite.env
+
+# The API server's load from a fleet of plugins (e2e/cluster/scale): N real
+# plugin processes in DRA mode as fake nodes (E2E_SCALE_NODES, default 100)
+# against the cluster make e2e-cluster left up; figures in e2e/cluster/.report/scale.txt.
+e2e-scale:
+	E2E_SUITE_PKG=./cluster/scale/ e2e/cluster/suite.sh e2e/cluster/.run/suite.env -run TestScale
 
 e2e-cluster-down:
 	e2e/cluster/cluster.sh down

@@ -39,6 +39,9 @@ NS_VARLOG=$RUN_DIR/ns/var-log
 # nfd-worker (a hostPath) use this one, at the same path inside and out.
 NS_NFD_FEATURES=$RUN_DIR/ns/nfd-features.d
 CONTAINERD_SOCK=$NS_RUN/containerd/containerd.sock
+# The scale lane's API user, and the audit log that records it alone.
+SCALE_USER=gpu-device-plugin-scale
+AUDIT_LOG=$RUN_DIR/audit/audit.log
 
 pid_of() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
 alive() { local p; p=$(pid_of "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
@@ -142,12 +145,31 @@ make_pki() {
 	cert controller-manager system:kube-controller-manager "" clientAuth
 	cert scheduler system:kube-scheduler "" clientAuth
 	cert kubelet "system:node:$NODE_NAME" system:nodes clientAuth
+	# The scale lane's plugins (e2e/cluster/scale): a user of their own, so
+	# the API server's audit log tells their requests from everyone else's.
+	cert scale "$SCALE_USER" system:masters clientAuth
 	openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
 	openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 	kubeconfig admin admin
 	kubeconfig controller-manager controller-manager
 	kubeconfig scheduler scheduler
 	kubeconfig kubelet kubelet
+	kubeconfig scale scale
+}
+
+# The audit policy records the scale lane's user only (its metadata, not
+# bodies), so no other lane pays for it.
+write_audit_policy() {
+	mkdir -p "$(dirname "$AUDIT_LOG")"
+	cat >"$RUN_DIR/audit-policy.yaml" <<-EOP
+	apiVersion: audit.k8s.io/v1
+	kind: Policy
+	omitStages: [RequestReceived]
+	rules:
+	- level: Metadata
+	  users: ["$SCALE_USER"]
+	- level: None
+	EOP
 }
 
 # ------------------------------------------------------------------ namespace
@@ -187,6 +209,7 @@ start_etcd() {
 }
 
 start_apiserver() {
+	write_audit_policy
 	start kube-apiserver "$K8S_BIN/kube-apiserver" \
 		--etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
 		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -202,6 +225,8 @@ start_apiserver() {
 		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
 		--allow-privileged \
 		--feature-gates ResourceHealthStatus=true \
+		--audit-policy-file "$RUN_DIR/audit-policy.yaml" --audit-log-path "$AUDIT_LOG" \
+		--audit-log-maxsize 512 --audit-log-maxbackup 1 \
 		--profiling=false
 	wait_for kube-apiserver 120 kubectl get --raw /readyz
 }
@@ -366,6 +391,8 @@ write_suite_env() {
 		E2E_NFD_WORKER_IMAGE="$NFD_WORKER_IMAGE" \
 		E2E_NVIDIA_PLUGIN_IMAGE="$NVIDIA_PLUGIN_IMAGE" \
 		E2E_NVIDIA_GFD_IMAGE="$NVIDIA_GFD_IMAGE" \
+		E2E_SCALE_KUBECONFIG="$KCONF/scale.conf" \
+		E2E_AUDIT_LOG="$AUDIT_LOG" \
 		>"$RUN_DIR/suite.env"
 }
 

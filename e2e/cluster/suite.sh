@@ -9,4 +9,4 @@ set -a
 . "$envfile"
 set +a
 cd "$(dirname "$0")/.."
-exec go test -count=1 -v -timeout 20m "$@" ./cluster/suite/
+exec go test -count=1 -v -timeout 20m "$@" "${E2E_SUITE_PKG:-./cluster/suite/}"

@@ -67,6 +67,16 @@ func declares(path, mod string) bool {
 // cheap. CGO_CFLAGS defaults to the Makefile's, which silences go-nvml's
 // deprecation warnings.
 func BuildPlugin(dir string) (string, error) {
+	return buildPlugin(dir, "./cmd/gpu-device-plugin")
+}
+
+// BuildPluginDRA builds cmd/gpu-device-plugin and, beside it, the DRA
+// executable serve execs in DRA mode; it returns the plugin's path.
+func BuildPluginDRA(dir string) (string, error) {
+	return buildPlugin(dir, "./cmd/gpu-device-plugin", "./cmd/gpu-device-plugin-dra")
+}
+
+func buildPlugin(dir string, pkgs ...string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", fmt.Errorf("building the plugin: %w", err)
@@ -78,7 +88,11 @@ func BuildPlugin(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("building the plugin: %w", err)
 	}
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpu-device-plugin")
+	dst := bin
+	if len(pkgs) > 1 {
+		dst = filepath.Dir(bin) + string(filepath.Separator) // each package's binary by its name
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dst}, pkgs...)...)
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
