@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
@@ -536,14 +537,18 @@ func TestConditionKeepsTransitionTimeAcrossRestart(t *testing.T) {
 	}
 }
 
+// ceilings is the backoff policy with its jitter at the top: each wait
+// is the ceiling (2 s, 4 s, … for transient errors).
+var ceilings = backoff.Policy{Rand: func() float64 { return 1 }}
+
 func TestConditionRetriesWithBackoff(t *testing.T) {
 	api := newFakeAPI()
 	api.failNext("getNode", errors.New("connection refused"))
 	api.failNext("patchCondition", errors.New("connection refused"), &kubeapi.StatusError{Code: 500}, nil)
-	r, clk := newReporter(t, api, Options{NodeCondition: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true, Backoff: ceilings})
 	ctx := context.Background()
 	r.Synced(GPU)
-	if next := r.pump(ctx); !next.Equal(t0.Add(time.Second)) {
+	if next := r.pump(ctx); !next.Equal(t0.Add(2 * time.Second)) {
 		t.Fatalf("first retry at %v", next)
 	}
 	// A transport error reading the Node: read again with the retry.
@@ -551,19 +556,19 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 	if len(ops(c, "getNode")) != 1 || len(ops(c, "patchCondition")) != 1 {
 		t.Fatalf("calls %+v", c)
 	}
-	clk.advance(500 * time.Millisecond)
+	clk.advance(time.Second)
 	r.pump(ctx)
 	if c := api.take(); len(c) != 0 {
 		t.Fatalf("retried early: %+v", c)
 	}
-	clk.advance(500 * time.Millisecond)
-	if next := r.pump(ctx); !next.Equal(t0.Add(3 * time.Second)) {
-		t.Fatalf("second retry at %v", next)
+	clk.advance(time.Second)
+	if next := r.pump(ctx); !next.Equal(t0.Add(6 * time.Second)) {
+		t.Fatalf("second retry at %v, want 4 s later", next)
 	}
 	if c := api.take(); len(ops(c, "getNode")) != 1 || len(ops(c, "patchCondition")) != 1 {
 		t.Fatalf("calls %+v", c)
 	}
-	clk.advance(2 * time.Second)
+	clk.advance(4 * time.Second)
 	if next := r.pump(ctx); !next.IsZero() {
 		t.Fatalf("next wake %v after success", next)
 	}
@@ -573,7 +578,7 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 	// The backoff starts over after a success.
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	api.failNext("patchCondition", errors.New("refused"))
-	if next := r.pump(ctx); !next.Equal(clk.now().Add(time.Second)) {
+	if next := r.pump(ctx); !next.Equal(clk.now().Add(2 * time.Second)) {
 		t.Fatalf("retry at %v", next)
 	}
 }
