@@ -44,6 +44,7 @@ type condState struct {
 	status  string
 	since   time.Time
 	last    kubeapi.NodeCondition // as last sent, without times
+	sentAt  time.Time
 	retryAt time.Time
 	backoff backoff.Backoff
 }
@@ -65,7 +66,12 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 			continue
 		}
 		now := r.now()
-		if at := laterOf(cs.retryAt, r.hold); now.Before(at) {
+		at := laterOf(cs.retryAt, r.hold)
+		if cs.sent {
+			// A device flapping is not a PATCH per flap.
+			at = laterOf(at, cs.sentAt.Add(conditionInterval))
+		}
+		if now.Before(at) {
 			next = earliest(next, at)
 			continue
 		}
@@ -116,7 +122,7 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 			r.log.Info("Node condition set", "node", r.o.Node, "condition", typ, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 		}
 		cond.LastHeartbeatTime, cond.LastTransitionTime = kubeapi.Time{}, kubeapi.Time{}
-		cs.sent, cs.status, cs.since, cs.last, cs.retryAt = true, cond.Status, since, cond, time.Time{}
+		cs.sent, cs.status, cs.since, cs.last, cs.sentAt, cs.retryAt = true, cond.Status, since, cond, now, time.Time{}
 		cs.backoff.Reset()
 	}
 	return next

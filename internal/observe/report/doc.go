@@ -37,8 +37,9 @@
 //     read) holds every write of the reporter, Events and conditions,
 //     until the server's wait is over.
 //
-// The Node condition is not rate-limited: it holds the latest state only,
-// so a burst of transitions is one PATCH. It is first sent once the
+// The Node condition holds the latest state only, so a burst of
+// transitions is one PATCH, and it is sent at most once a second (a
+// device flapping is not a PATCH per flap). It is first sent once the
 // devices of its kind have reported (Synced), so a stale False left by an
 // earlier run is corrected without a True in between for a device that
 // is still broken, and then at every change; changes that cancel out

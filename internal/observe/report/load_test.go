@@ -174,3 +174,39 @@ func TestNoWritesAtRest(t *testing.T) {
 		t.Fatalf("a flap between sends: %+v", c)
 	}
 }
+
+// A device flapping makes at most one condition PATCH a second, the
+// latest state winning.
+func TestConditionAtMostOnceASecond(t *testing.T) {
+	api := newFakeAPI()
+	r, clk := newReporter(t, api, Options{NodeCondition: true})
+	ctx := context.Background()
+	r.Synced(GPU)
+	r.pump(ctx)
+	api.take()
+	clk.advance(time.Minute)
+	var patches []call
+	for i := range 50 { // every 100 ms for 5 s
+		r.Transition(GPUResource, "GPU-1", label1, i%2 == 1, "xid=79")
+		next := r.pump(ctx)
+		if !next.IsZero() && next.Sub(clk.now()) > time.Second {
+			t.Fatalf("change %d waits %v", i, next.Sub(clk.now()))
+		}
+		patches = append(patches, ops(api.take(), "patchCondition")...)
+		clk.advance(100 * time.Millisecond)
+	}
+	clk.advance(time.Second)
+	r.pump(ctx)
+	patches = append(patches, ops(api.take(), "patchCondition")...)
+	if len(patches) < 4 || len(patches) > 6 {
+		t.Fatalf("%d PATCHes for 5 s of flapping, want one a second", len(patches))
+	}
+	if last := patches[len(patches)-1].cond; last.Status != "True" {
+		t.Errorf("last PATCH %+v, want the final state", last)
+	}
+	for i := 1; i < len(patches); i++ {
+		if d := patches[i].cond.LastHeartbeatTime.Sub(patches[i-1].cond.LastHeartbeatTime.Time); d < time.Second {
+			t.Errorf("PATCHes %d and %d %v apart", i-1, i, d)
+		}
+	}
+}

@@ -73,6 +73,8 @@ const (
 	// events.k8s.io refuses notes over 1 kB, and a condition listing
 	// every GPU of a broken node should stay readable.
 	maxMessage = 1024
+	// conditionInterval spaces a condition's PATCHes.
+	conditionInterval = time.Second
 )
 
 // Pod names a Pod.

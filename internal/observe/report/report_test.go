@@ -576,6 +576,7 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 		t.Fatalf("calls %+v", c)
 	}
 	// The backoff starts over after a success.
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	api.failNext("patchCondition", errors.New("refused"))
 	if next := r.pump(ctx); !next.Equal(clk.now().Add(2 * time.Second)) {
@@ -585,7 +586,7 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 
 func TestNICConditionAndForget(t *testing.T) {
 	api := newFakeAPI()
-	r, _ := newReporter(t, api, Options{NodeCondition: true, NICs: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true, NICs: true})
 	ctx := context.Background()
 	r.Transition("example.com/rdma", "0000:3b:00.0", "", false, "removed: gone from sysfs")
 	r.Transition("example.com/rdma", "0000:3c:00.0", "", true, "")
@@ -596,6 +597,7 @@ func TestNICConditionAndForget(t *testing.T) {
 		c[0].cond.Message != "0000:3b:00.0 (example.com/rdma): removed: gone from sysfs" {
 		t.Fatalf("NIC condition %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Forget("example.com/rdma", "0000:3b:00.0")
 	r.pump(ctx)
 	c = ops(api.take(), "patchCondition")
@@ -668,7 +670,7 @@ func TestEventsOffSendsNoEvents(t *testing.T) {
 // every GPU is healthy, keeps the status True, and goes when cleared.
 func TestConditionNotice(t *testing.T) {
 	api := newFakeAPI()
-	r, _ := newReporter(t, api, Options{NodeCondition: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true})
 	ctx := context.Background()
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
 	r.Synced(GPU)
@@ -678,11 +680,13 @@ func TestConditionNotice(t *testing.T) {
 	if c.Status != "True" || c.Reason != "CDIHookMissing" || c.Message != "all 1 GPUs are healthy; CDI hook missing at /x" {
 		t.Fatalf("with the notice: %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	r.pump(ctx)
 	if c = lastCondition(t, api); c.Status != "False" || c.Reason != "GPUUnhealthy" || !strings.HasSuffix(c.Message, "; CDI hook missing at /x") {
 		t.Fatalf("unhealthy with the notice: %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
 	r.SetNotice(GPU, "", "")
 	r.pump(ctx)
