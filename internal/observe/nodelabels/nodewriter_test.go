@@ -301,17 +301,21 @@ func TestKeepNode(t *testing.T) {
 		defer close(done)
 		k.keep(ctx, h100Labels())
 	}()
-	// A persistent refusal: 1 min, 2 min, then the cap.
+	// A persistent refusal: 1 min, 2 min, then the cap. Each change to
+	// the fake is made while the keeper waits, before it is let go.
 	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute} {
 		if d := fa.next(t); d != want {
 			t.Fatalf("wait %d after a 403: %v, want %v", i+1, d, want)
 		}
-		fa.fire()
+		if i < 3 {
+			fa.fire()
+		}
 	}
 	// Throttled: the server's wait, spread by a quarter.
 	f.mu.Lock()
 	f.getErr = &kubeapi.StatusError{Code: 429, RetryAfter: 40 * time.Second}
 	f.mu.Unlock()
+	fa.fire()
 	if d := fa.next(t); d != 50*time.Second {
 		t.Fatalf("wait after a 429 with Retry-After 40s: %v", d)
 	}
