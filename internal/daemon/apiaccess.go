@@ -34,8 +34,9 @@ func apiUsers(cfg config.Config) []string {
 }
 
 // newAPIAccess builds the client from cfg.Kubeconfig, else the pod's
-// service account; nil when no setting needs it.
-func newAPIAccess(cfg config.Config) (*apiAccess, error) {
+// service account; nil when no setting needs it. obs, when not nil, is
+// told of every request (the metrics).
+func newAPIAccess(cfg config.Config, obs kubeapi.RequestObserver) (*apiAccess, error) {
 	users := apiUsers(cfg)
 	if len(users) == 0 {
 		return nil, nil
@@ -52,7 +53,11 @@ func newAPIAccess(cfg config.Config) (*apiAccess, error) {
 		return nil, fmt.Errorf("%s need API access: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", what, err)
 	}
 	kc.UserAgent = report.DefaultComponent
-	client, err := kubeapi.New(kc)
+	var opts []kubeapi.Option
+	if obs != nil {
+		opts = append(opts, kubeapi.WithRequestObserver(obs))
+	}
+	client, err := kubeapi.New(kc, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: API client: %w", what, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
@@ -148,7 +149,11 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			cancel()
 		}
 	}
-	api, err := newAPIAccess(cfg)
+	var apiObs kubeapi.RequestObserver // nil unless metrics are on
+	if mets != nil {
+		apiObs = mets
+	}
+	api, err := newAPIAccess(cfg, apiObs)
 	if err != nil {
 		return err
 	}

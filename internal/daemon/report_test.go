@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -107,7 +108,7 @@ func condition(c apiCall) map[string]any {
 
 // An XID reaches the API server as Events on the Node and on the pod
 // holding the GPU, and as the GPUHealthy condition, which was set True at
-// start.
+// start; /metrics counts those requests.
 func TestHealthReachesTheAPIServer(t *testing.T) {
 	if report.GPUResource != gpu.ResourceName {
 		t.Fatalf("report.GPUResource %q is not gpu.ResourceName %q", report.GPUResource, gpu.ResourceName)
@@ -117,6 +118,8 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Events, cfg.NodeCondition = true, true
 	cfg.Kubeconfig, cfg.NodeName, cfg.PodResourcesSocket = kubeconfig, "n1", kubelet.Socket
+	cfg.MetricsAddress = "127.0.0.1:0"
+	addr := make(chan string, 1)
 	lib := nvmltest.NewDGXA100()
 	events := nvmltest.WithEvents(lib)
 	uuid, ret := lib.Devices[5].GetUUID()
@@ -127,7 +130,9 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, func(string) (nvml.Library, error) { return lib, nil }, nil) }()
+	go func() {
+		done <- Run(ctx, cfg, func(string) (nvml.Library, error) { return lib, nil }, slog.New(addressHandler{addr}))
+	}()
 
 	isCondition := func(status string) func(apiCall) bool {
 		return func(c apiCall) bool {
@@ -160,6 +165,23 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 	c = condition(waitFor(t, calls, "unhealthy condition", isCondition("False")))
 	if c["reason"] != "GPUUnhealthy" || c["message"] != label+": xid=79: fallen off the bus" {
 		t.Fatalf("unhealthy condition %v", c)
+	}
+	resp, err := http.Get("http://" + <-addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// The reporter sends in order: the Events were answered before the
+	// condition's PATCH went out, whose own answer may still be on its way.
+	for _, want := range []string{
+		`gpu_device_plugin_api_requests_total{code="200",resource="nodes/status",verb="patch"} `,
+		`gpu_device_plugin_api_requests_total{code="201",resource="events",verb="create"} 2`,
+		`gpu_device_plugin_api_requests_total{code="200",resource="pods",verb="get"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

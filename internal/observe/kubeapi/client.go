@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,24 @@ type Client struct {
 	user      string
 	password  string
 	userAgent string
+	observer  RequestObserver
+	now       func() time.Time
+}
+
+// RequestObserver is told of every request the Client made: the API verb
+// (get, create, patch), the resource (events, nodes, nodes/status, pods)
+// and the HTTP status code, or "error" when no answer came. The metrics
+// package counts them.
+type RequestObserver interface {
+	ObserveRequest(verb, resource, code string)
+}
+
+// Option changes a Client.
+type Option func(*Client)
+
+// WithRequestObserver tells o of every request.
+func WithRequestObserver(o RequestObserver) Option {
+	return func(c *Client) { c.observer = o }
 }
 
 // requestTimeout bounds one request, whatever the caller's context says:
@@ -33,7 +52,7 @@ type Client struct {
 const requestTimeout = 30 * time.Second
 
 // New builds a Client for c.
-func New(c Config) (*Client, error) {
+func New(c Config, opts ...Option) (*Client, error) {
 	u, err := url.Parse(c.Server)
 	if err != nil {
 		return nil, fmt.Errorf("API server URL %q: %w", c.Server, err)
@@ -76,6 +95,10 @@ func New(c Config) (*Client, error) {
 		user:      c.Username,
 		password:  c.Password,
 		userAgent: c.UserAgent,
+		now:       time.Now,
+	}
+	for _, o := range opts {
+		o(cl)
 	}
 	if c.TokenFile != "" {
 		cl.tokenFile = &cachedFile{path: c.TokenFile}
@@ -92,7 +115,7 @@ func New(c Config) (*Client, error) {
 func (c *Client) CreateEvent(ctx context.Context, e Event) error {
 	ns := cmpOr(e.Metadata.Namespace, e.InvolvedObject.Namespace, "default")
 	e.Metadata.Namespace = ns
-	return c.do(ctx, http.MethodPost, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", "application/json", e, nil)
+	return c.do(ctx, http.MethodPost, "events", "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", "application/json", e, nil)
 }
 
 // PatchEvent updates an Event's count and lastTimestamp, as client-go's
@@ -102,20 +125,20 @@ func (c *Client) PatchEvent(ctx context.Context, namespace, name string, count i
 		Count         int32 `json:"count"`
 		LastTimestamp Time  `json:"lastTimestamp"`
 	}{count, last}
-	return c.do(ctx, http.MethodPatch, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/events/"+url.PathEscape(name), "application/strategic-merge-patch+json", body, nil)
+	return c.do(ctx, http.MethodPatch, "events", "/api/v1/namespaces/"+url.PathEscape(namespace)+"/events/"+url.PathEscape(name), "application/strategic-merge-patch+json", body, nil)
 }
 
 // GetPod reads a Pod.
 func (c *Client) GetPod(ctx context.Context, namespace, name string) (Pod, error) {
 	var p Pod
-	err := c.do(ctx, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), "", nil, &p)
+	err := c.do(ctx, http.MethodGet, "pods", "/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), "", nil, &p)
 	return p, err
 }
 
 // GetNode reads a Node.
 func (c *Client) GetNode(ctx context.Context, name string) (Node, error) {
 	var n Node
-	err := c.do(ctx, http.MethodGet, "/api/v1/nodes/"+url.PathEscape(name), "", nil, &n)
+	err := c.do(ctx, http.MethodGet, "nodes", "/api/v1/nodes/"+url.PathEscape(name), "", nil, &n)
 	return n, err
 }
 
@@ -129,7 +152,7 @@ func (c *Client) PatchNodeCondition(ctx context.Context, node string, cond NodeC
 		} `json:"status"`
 	}
 	body.Status.Conditions = []NodeCondition{cond}
-	return c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node)+"/status", "application/strategic-merge-patch+json", body, nil)
+	return c.do(ctx, http.MethodPatch, "nodes/status", "/api/v1/nodes/"+url.PathEscape(node)+"/status", "application/strategic-merge-patch+json", body, nil)
 }
 
 // PatchNodeMetadata changes a Node's labels and annotations as p says: a
@@ -139,7 +162,7 @@ func (c *Client) PatchNodeMetadata(ctx context.Context, node string, p MetadataP
 	body := struct {
 		Metadata MetadataPatch `json:"metadata"`
 	}{p}
-	return c.do(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", body, nil)
+	return c.do(ctx, http.MethodPatch, "nodes", "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", body, nil)
 }
 
 func cmpOr(vs ...string) string {
@@ -155,7 +178,7 @@ func cmpOr(vs ...string) string {
 // small, and a misbehaving server must not make us buffer gigabytes.
 const maxBody = 4 << 20
 
-func (c *Client) do(ctx context.Context, method, path, contentType string, in, out any) error {
+func (c *Client) do(ctx context.Context, method, resource, path, contentType string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -182,15 +205,19 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, in, o
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		c.observe(method, resource, "error")
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	c.observe(method, resource, strconv.Itoa(resp.StatusCode))
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return fmt.Errorf("%s %s: reading the response: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return newStatusError(method, path, resp.StatusCode, data)
+		e := newStatusError(method, path, resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header, c.now())
+		return e
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -198,6 +225,15 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, in, o
 		}
 	}
 	return nil
+}
+
+// verbs are the API's names for the methods used.
+var verbs = map[string]string{http.MethodGet: "get", http.MethodPost: "create", http.MethodPatch: "patch"}
+
+func (c *Client) observe(method, resource, code string) {
+	if c.observer != nil {
+		c.observer.ObserveRequest(cmpOr(verbs[method], strings.ToLower(method)), resource, code)
+	}
 }
 
 func (c *Client) authorize(req *http.Request) error {
@@ -216,55 +252,6 @@ func (c *Client) authorize(req *http.Request) error {
 		req.SetBasicAuth(c.user, c.password)
 	}
 	return nil
-}
-
-// StatusError is an API answer other than 2xx.
-type StatusError struct {
-	Method, Path string
-	// Code is the HTTP status code.
-	Code int
-	// Reason is the API Status's reason (NotFound, Forbidden,
-	// AlreadyExists, …); empty when the body was not a Status.
-	Reason string
-	// Message is the API Status's message, or the start of the body.
-	Message string
-}
-
-func (e *StatusError) Error() string {
-	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Code, http.StatusText(e.Code))
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-func newStatusError(method, path string, code int, body []byte) error {
-	e := &StatusError{Method: method, Path: path, Code: code}
-	var st status
-	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
-		e.Reason, e.Message = st.Reason, st.Message
-	} else {
-		msg := strings.TrimSpace(string(body))
-		if len(msg) > 200 {
-			msg = msg[:200] + "…"
-		}
-		e.Message = msg
-	}
-	return e
-}
-
-// IsNotFound says whether err is the API's 404.
-func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
-
-// IsAlreadyExists says whether err is the API's 409 for a name taken.
-func IsAlreadyExists(err error) bool {
-	var se *StatusError
-	return errors.As(err, &se) && se.Code == http.StatusConflict && se.Reason == "AlreadyExists"
-}
-
-func hasCode(err error, code int) bool {
-	var se *StatusError
-	return errors.As(err, &se) && se.Code == code
 }
 
 // cachedFile is a file re-read only when its size or modification time

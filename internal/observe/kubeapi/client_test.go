@@ -41,8 +41,9 @@ type apiServer struct {
 }
 
 type answer struct {
-	code int
-	body string
+	code   int
+	body   string
+	header http.Header
 }
 
 func newAPIServer(t *testing.T, clientCAs *x509.CertPool) *apiServer {
@@ -61,12 +62,15 @@ func newAPIServer(t *testing.T, clientCAs *x509.CertPool) *apiServer {
 		}
 		a.mu.Lock()
 		a.reqs = append(a.reqs, rq)
-		ans := answer{200, "{}"}
+		ans := answer{code: 200, body: "{}"}
 		if len(a.answers) > 0 {
 			ans, a.answers = a.answers[0], a.answers[1:]
 		}
 		a.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
+		for k, v := range ans.header {
+			w.Header()[k] = v
+		}
 		w.WriteHeader(ans.code)
 		io.WriteString(w, ans.body)
 	}))
@@ -81,7 +85,13 @@ func newAPIServer(t *testing.T, clientCAs *x509.CertPool) *apiServer {
 func (a *apiServer) answer(code int, body string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.answers = append(a.answers, answer{code, body})
+	a.answers = append(a.answers, answer{code: code, body: body})
+}
+
+func (a *apiServer) answerWith(code int, body string, header http.Header) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.answers = append(a.answers, answer{code, body, header})
 }
 
 func (a *apiServer) requests() []request {

@@ -2,7 +2,8 @@
 // device to Prometheus: gpu_device_plugin_device_healthy,
 // _health_transitions_total and _device_info from what the health watchers
 // record, and _device_allocated read from the kubelet (package
-// podresources) at scrape time.
+// podresources) at scrape time; and the plugin's own API requests,
+// gpu_device_plugin_api_requests_total, as package kubeapi tells them.
 package metrics
 
 import (
@@ -18,6 +19,7 @@ import (
 // gpu_device_plugin_device_healthy series, never one per reason it had.
 type Metrics struct {
 	transitions *prometheus.CounterVec
+	requests    *prometheus.CounterVec
 
 	mu      sync.Mutex
 	devices map[deviceKey]*deviceMetrics
@@ -66,14 +68,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gpu_device_plugin_health_transitions_total",
 			Help: "Health transitions per device, by the state entered and the reason (empty when Healthy).",
 		}, []string{"resource", "device", "to", "reason"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_device_plugin_api_requests_total",
+			Help: "Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.",
+		}, []string{"verb", "resource", "code"}),
 		devices: map[deviceKey]*deviceMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.transitions, stateCollector{m}} {
+	for _, c := range []prometheus.Collector{m.transitions, m.requests, stateCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// ObserveRequest counts one API request (kubeapi.RequestObserver).
+func (m *Metrics) ObserveRequest(verb, resource, code string) {
+	m.requests.WithLabelValues(verb, resource, code).Inc()
 }
 
 // For returns the recorder of resource's devices (a health.Recorder).

@@ -187,3 +187,19 @@ gpu_device_plugin_device_allocated{container="main",device="GPU-0",namespace="ml
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+// The API request counter, as package kubeapi tells it.
+func TestAPIRequests(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.ObserveRequest("patch", "nodes/status", "200")
+	m.ObserveRequest("create", "events", "429")
+	m.ObserveRequest("create", "events", "429")
+	m.ObserveRequest("get", "nodes", "error")
+	compare(t, reg, `
+# HELP gpu_device_plugin_api_requests_total Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.
+# TYPE gpu_device_plugin_api_requests_total counter
+gpu_device_plugin_api_requests_total{code="200",resource="nodes/status",verb="patch"} 1
+gpu_device_plugin_api_requests_total{code="429",resource="events",verb="create"} 2
+gpu_device_plugin_api_requests_total{code="error",resource="nodes",verb="get"} 1
+`, "gpu_device_plugin_api_requests_total")
+}

@@ -13,6 +13,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // Expiry is how long NFD keeps our labels after the plugin stops
@@ -43,11 +45,6 @@ func Of(cfg config.Config, inv *nvml.Inventory) labels.Labels {
 // the plugin sends.
 const RepairInterval = 10 * time.Minute
 
-// retryAfter is the first wait after a failed read or patch of the Node,
-// doubled at each failure up to RepairInterval: RBAC or the policy may not
-// be in place yet when the plugin starts.
-const retryAfter = 15 * time.Second
-
 // Keep writes the labels as cfg.NodeLabels says, NFD's feature file or the
 // Node (through api, which that mode needs), and keeps them there until ctx
 // ends. Labels are left in place when it ends: a restarting plugin must not
@@ -65,41 +62,57 @@ func Keep(ctx context.Context, cfg config.Config, api API, l labels.Labels, log 
 			log.Warn("node labels not written", "nodeLabels", cfg.NodeLabels, "err", err)
 			return
 		}
-		keepNode(ctx, NodeWriter{API: api, Node: node}, l, RepairInterval, retryAfter, log)
+		k := nodeKeeper{w: NodeWriter{API: api, Node: node}, interval: RepairInterval, after: time.After, log: log}
+		k.keep(ctx, l)
 	}
 }
 
-// keepNode keeps l on the Node: at once, then every interval, and sooner
-// after a failure. With no labels (every GPU left out) it deletes those it
-// set before, once, and then keeps them deleted.
-func keepNode(ctx context.Context, w NodeWriter, l labels.Labels, interval, retry time.Duration, log *slog.Logger) {
+// nodeKeeper keeps labels on the Node.
+type nodeKeeper struct {
+	w        NodeWriter
+	interval time.Duration
+	// policy spaces the retries after a failed read or patch (RBAC or the
+	// admission policy may not be in place yet when the plugin starts);
+	// zero is backoff.Default.
+	policy backoff.Policy
+	// after is time.After; tests pass their own.
+	after func(time.Duration) <-chan time.Time
+	log   *slog.Logger
+}
+
+// keep keeps l on the Node: at once, then a read every interval that
+// patches only what someone changed, and after a failure a retry by the
+// backoff policy (never sooner than the server's Retry-After). With no
+// labels (every GPU left out) it deletes those it set before, once, and
+// then keeps them deleted.
+func (k nodeKeeper) keep(ctx context.Context, l labels.Labels) {
 	first := true
-	wait := retry
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	b := backoff.New(k.policy)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		wrote, err := w.Sync(ctx, l)
+		wrote, err := k.w.Sync(ctx, l)
+		wait := k.interval
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
-			log.Warn("node labels not written; retrying", "node", w.Node, "in", wait, "err", err)
-			timer.Reset(wait)
-			wait = min(2*wait, interval)
-			continue
+			var class kubeapi.ErrorClass
+			wait, class = b.Fail(err)
+			k.log.Warn("node labels not written; retrying", "node", k.w.Node, "class", class.String(), "in", wait.String(), "err", err)
 		case first:
-			log.Info("node labels on the Node", "node", w.Node, "labels", len(l), "changed", wrote, "product", l[labels.Prefix+"gpu.product"])
+			k.log.Info("node labels on the Node", "node", k.w.Node, "labels", len(l), "changed", wrote, "product", l[labels.Prefix+"gpu.product"])
 		case wrote:
 			// Someone removed or changed one of them.
-			log.Info("node labels restored on the Node", "node", w.Node, "labels", len(l))
+			k.log.Info("node labels restored on the Node", "node", k.w.Node, "labels", len(l))
 		}
-		first, wait = false, retry
-		timer.Reset(interval)
+		if err == nil {
+			first = false
+			b.Reset()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.after(wait):
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
@@ -251,38 +252,119 @@ func TestNodeWriterErrors(t *testing.T) {
 	}
 }
 
-// keepNode writes at once, reads at rest, retries sooner after a failure,
-// and stops with its context.
+// fakeAfter is time.After under the test's control: each wait asked for
+// is sent on asked, and the keeper goes on when the test calls fire.
+type fakeAfter struct {
+	asked chan time.Duration
+	fired chan time.Time
+}
+
+func newFakeAfter() *fakeAfter {
+	return &fakeAfter{asked: make(chan time.Duration), fired: make(chan time.Time)}
+}
+
+func (f *fakeAfter) after(d time.Duration) <-chan time.Time {
+	f.asked <- d
+	return f.fired
+}
+
+func (f *fakeAfter) next(t *testing.T) time.Duration {
+	t.Helper()
+	select {
+	case d := <-f.asked:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("the keeper asked for no wait")
+		return 0
+	}
+}
+
+func (f *fakeAfter) fire() { f.fired <- time.Time{} }
+
+// The keeper writes at once, reads at rest, retries by the backoff policy
+// after a failure (slowly when the error is persistent, never before the
+// server's Retry-After), and stops with its context.
 func TestKeepNode(t *testing.T) {
 	f := newFake()
-	f.getErr = errors.New("forbidden, for now")
+	f.getErr = &kubeapi.StatusError{Code: 403, Reason: "Forbidden", Message: "nodes is forbidden, for now"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logs strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	fa := newFakeAfter()
+	k := nodeKeeper{
+		w: NodeWriter{API: f, Node: "n1"}, interval: 10 * time.Minute, after: fa.after, log: log,
+		policy: backoff.Policy{Rand: func() float64 { return 1 }},
+	}
 	go func() {
 		defer close(done)
-		keepNode(ctx, NodeWriter{API: f, Node: "n1"}, h100Labels(), 50*time.Millisecond, time.Millisecond, log)
+		k.keep(ctx, h100Labels())
 	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
+	// A persistent refusal: 1 min, 2 min, then the cap. Each change to
+	// the fake is made while the keeper waits, before it is let go.
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute} {
+		if d := fa.next(t); d != want {
+			t.Fatalf("wait %d after a 403: %v, want %v", i+1, d, want)
+		}
+		if i < 3 {
+			fa.fire()
 		}
 	}
-	waitFor("retries", func() bool { g, _ := f.counts(); return g >= 3 })
+	// Throttled: the server's wait, spread by a quarter.
+	f.mu.Lock()
+	f.getErr = &kubeapi.StatusError{Code: 429, RetryAfter: 40 * time.Second}
+	f.mu.Unlock()
+	fa.fire()
+	if d := fa.next(t); d != 50*time.Second {
+		t.Fatalf("wait after a 429 with Retry-After 40s: %v", d)
+	}
 	f.mu.Lock()
 	f.getErr = nil
 	f.mu.Unlock()
-	waitFor("the labels", func() bool { _, p := f.counts(); return p == 1 })
-	g, _ := f.counts()
-	waitFor("a read at rest", func() bool { g2, _ := f.counts(); return g2 > g })
+	fa.fire()
+	if d := fa.next(t); d != 10*time.Minute {
+		t.Fatalf("wait after the labels were written: %v", d)
+	}
+	if g, p := f.counts(); g != 6 || p != 1 {
+		t.Fatalf("%d reads, %d patches; want 6 and 1", g, p)
+	}
+	// At rest: a read per interval, no write.
+	for range 6 {
+		fa.fire()
+		if d := fa.next(t); d != 10*time.Minute {
+			t.Fatalf("wait at rest: %v", d)
+		}
+	}
+	if g, p := f.counts(); g != 12 || p != 1 {
+		t.Errorf("%d reads, %d patches after an hour at rest; want 12 and 1", g, p)
+	}
+	// A transient error starts the run over, at the first step.
+	f.mu.Lock()
+	f.getErr = errors.New("connection refused")
+	f.mu.Unlock()
+	fa.fire()
+	if d := fa.next(t); d != 2*time.Second {
+		t.Fatalf("wait after a transient error: %v", d)
+	}
 	cancel()
 	<-done
-	if _, p := f.counts(); p != 1 {
-		t.Errorf("%d patches at rest, want the first only", p)
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logs.String(), "class=persistent") || !strings.Contains(logs.String(), "class=throttled") {
+		t.Errorf("the warnings do not classify the errors:\n%s", logs.String())
 	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // Keep picks the writer by mode: node needs an API client, and none does

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
@@ -42,8 +43,10 @@ type condState struct {
 	sent    bool // a PATCH succeeded
 	status  string
 	since   time.Time
+	last    kubeapi.NodeCondition // as last sent, without times
+	sentAt  time.Time
 	retryAt time.Time
-	backoff time.Duration
+	backoff backoff.Backoff
 }
 
 func (r *Reporter) syncConditions(ctx context.Context) time.Time {
@@ -63,8 +66,13 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 			continue
 		}
 		now := r.now()
-		if now.Before(cs.retryAt) {
-			next = earliest(next, cs.retryAt)
+		at := laterOf(cs.retryAt, r.hold)
+		if cs.sent {
+			// A device flapping is not a PATCH per flap.
+			at = laterOf(at, cs.sentAt.Add(conditionInterval))
+		}
+		if now.Before(at) {
+			next = earliest(next, at)
 			continue
 		}
 		typ := classes[c].condType
@@ -80,6 +88,9 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 				if old, ok := n.Condition(typ); ok {
 					cs.status, cs.since = old.Status, old.LastTransitionTime.Time
 				}
+			case kubeapi.Classify(err) == kubeapi.Throttled:
+				next = earliest(next, r.conditionFailed(ctx, cs, typ, err, now))
+				continue
 			case errors.As(err, &se):
 				// Answered (not allowed to read, say): patch anyway.
 				cs.read = true
@@ -90,6 +101,11 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 		cond := r.conditionLocked(c)
 		r.dirty[c] = false
 		r.mu.Unlock()
+		if cs.sent && cond == cs.last {
+			// Changes that cancel out (a device down and back up between
+			// two sends) are no write.
+			continue
+		}
 		since := cs.since
 		if cond.Status != cs.status || since.IsZero() {
 			since = now
@@ -99,18 +115,37 @@ func (r *Reporter) syncConditions(ctx context.Context) time.Time {
 			r.mu.Lock()
 			r.dirty[c] = true
 			r.mu.Unlock()
-			cs.backoff = min(max(2*cs.backoff, retryMin), retryMax)
-			cs.retryAt = now.Add(cs.backoff)
-			next = earliest(next, cs.retryAt)
-			r.warnErr(ctx, "condition", "setting the Node condition; retrying", err, "node", r.o.Node, "condition", typ, "retryIn", cs.backoff.String())
+			next = earliest(next, r.conditionFailed(ctx, cs, typ, err, now))
 			continue
 		}
 		if cond.Status != cs.status || !cs.sent {
 			r.log.Info("Node condition set", "node", r.o.Node, "condition", typ, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
 		}
-		cs.sent, cs.status, cs.since, cs.backoff, cs.retryAt = true, cond.Status, since, 0, time.Time{}
+		cond.LastHeartbeatTime, cond.LastTransitionTime = kubeapi.Time{}, kubeapi.Time{}
+		cs.sent, cs.status, cs.since, cs.last, cs.sentAt, cs.retryAt = true, cond.Status, since, cond, now, time.Time{}
+		cs.backoff.Reset()
 	}
 	return next
+}
+
+// conditionFailed schedules the retry of a condition's failed request by
+// the backoff policy, holds every write when the server throttled, and
+// says when to retry.
+func (r *Reporter) conditionFailed(ctx context.Context, cs *condState, typ string, err error, now time.Time) time.Time {
+	wait, class := cs.backoff.Fail(err)
+	cs.retryAt = now.Add(wait)
+	if class == kubeapi.Throttled {
+		r.hold = laterOf(r.hold, cs.retryAt)
+	}
+	r.warnErr(ctx, "condition", "setting the Node condition; retrying", err, "node", r.o.Node, "condition", typ, "class", class.String(), "retryIn", wait.String())
+	return cs.retryAt
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // conditionLocked is class c's condition now, without times.

@@ -116,7 +116,8 @@ func (r *Reporter) drop(n int) {
 }
 
 // flushEvents sends the Events due, as tokens allow: new ones first,
-// oldest first, then count updates.
+// oldest first, then count updates. Nothing is sent while the sender is
+// paused after a failure (eventFailed) or the server throttled.
 func (r *Reporter) flushEvents(ctx context.Context) time.Time {
 	now := r.now()
 	r.prune(now)
@@ -138,6 +139,12 @@ func (r *Reporter) flushEvents(ctx context.Context) time.Time {
 			updates = append(updates, rec)
 		}
 	}
+	if len(creates)+len(updates) == 0 {
+		return next
+	}
+	if pause := laterOf(r.evPause, r.hold); now.Before(pause) {
+		return earliest(next, pause)
+	}
 	bySeq := func(a, b *record) int { return cmp.Compare(a.seq, b.seq) }
 	slices.SortFunc(creates, bySeq)
 	slices.SortFunc(updates, bySeq)
@@ -149,12 +156,32 @@ func (r *Reporter) flushEvents(ctx context.Context) time.Time {
 			return earliest(next, r.bucket.next(now))
 		}
 		r.send(ctx, rec, now)
+		if pause := laterOf(r.evPause, r.hold); now.Before(pause) {
+			// One failure stops the round: the rest would fail alike.
+			return earliest(next, pause)
+		}
 	}
 	return next
 }
 
-// send creates rec's Event, or updates its count. A failure is logged
-// and not retried: the next occurrence tries again.
+// eventFailed pauses every Event write for the backoff policy's wait
+// after a failed Event request (at least the server's Retry-After); a
+// throttle holds the Node condition too. It says whether the server
+// throttled: the request was then not processed, and is sent again once
+// the wait is over instead of being dropped.
+func (r *Reporter) eventFailed(ctx context.Context, what string, err error, now time.Time, args ...any) bool {
+	wait, class := r.evBackoff.Fail(err)
+	r.evPause = now.Add(wait)
+	if class == kubeapi.Throttled {
+		r.hold = laterOf(r.hold, r.evPause)
+	}
+	r.warnErr(ctx, "event", what+"; pausing Events", err, append(args, "class", class.String(), "pause", wait.String())...)
+	return class == kubeapi.Throttled
+}
+
+// send creates rec's Event, or updates its count. A failure pauses the
+// sender (eventFailed); the write is dropped, the next occurrence trying
+// again, unless the server throttled it.
 func (r *Reporter) send(ctx context.Context, rec *record, now time.Time) {
 	k := rec.key
 	ns := k.namespace
@@ -162,15 +189,22 @@ func (r *Reporter) send(ctx context.Context, rec *record, now time.Time) {
 		// Events about cluster-scoped objects live in "default".
 		ns = "default"
 	}
-	defer func() { rec.sent, rec.lastSent = rec.count, now }()
+	retry := false
+	defer func() {
+		if !retry {
+			rec.sent, rec.lastSent = rec.count, now
+		}
+	}()
+	about := []any{"object", k.kind + "/" + k.name, "namespace", k.namespace, "reason", k.reason}
 	if rec.apiName != "" {
 		err := r.api.PatchEvent(ctx, ns, rec.apiName, rec.count, kubeapi.NewTime(rec.last))
 		if err == nil {
+			r.evBackoff.Reset()
 			r.log.Debug("updated Event count", "object", k.kind+"/"+k.name, "namespace", k.namespace, "reason", k.reason, "count", rec.count)
 			return
 		}
 		if !kubeapi.IsNotFound(err) {
-			r.warnErr(ctx, "event", "updating a Kubernetes Event", err, "object", k.kind+"/"+k.name, "namespace", k.namespace, "reason", k.reason)
+			retry = ctx.Err() == nil && r.eventFailed(ctx, "updating a Kubernetes Event", err, now, about...)
 			return
 		}
 		// The API server let it expire (an hour, by default): a new one.
@@ -179,13 +213,21 @@ func (r *Reporter) send(ctx context.Context, rec *record, now time.Time) {
 	ref := kubeapi.ObjectReference{Kind: k.kind, Namespace: k.namespace, Name: k.name, APIVersion: "v1"}
 	switch k.kind {
 	case "Node":
-		ref.UID = r.nodeUIDFor(ctx)
+		uid, err := r.nodeUIDFor(ctx)
+		if err != nil && kubeapi.Classify(err) == kubeapi.Throttled {
+			retry = r.eventFailed(ctx, "reading the Node's UID", err, now, "node", r.o.Node)
+			return
+		}
+		ref.UID = uid
 	case "Pod":
 		if rec.uid == "" {
 			p, err := r.api.GetPod(ctx, k.namespace, k.name)
 			switch {
 			case kubeapi.IsNotFound(err):
 				r.log.Debug("pod holding a device is gone; no Event for it", "pod", k.namespace+"/"+k.name, "reason", k.reason)
+				return
+			case err != nil && kubeapi.Classify(err) == kubeapi.Throttled:
+				retry = r.eventFailed(ctx, "reading a pod's UID for its Event", err, now, "pod", k.namespace+"/"+k.name)
 				return
 			case err != nil:
 				// Sent without its UID: kubectl get events still lists it.
@@ -211,26 +253,29 @@ func (r *Reporter) send(ctx context.Context, rec *record, now time.Time) {
 		ReportingInstance:  r.o.Node,
 	}
 	if err := r.api.CreateEvent(ctx, e); err != nil {
-		r.warnErr(ctx, "event", "creating a Kubernetes Event", err, "object", k.kind+"/"+k.name, "namespace", k.namespace, "reason", k.reason)
+		retry = ctx.Err() == nil && r.eventFailed(ctx, "creating a Kubernetes Event", err, now, about...)
 		return
 	}
+	r.evBackoff.Reset()
 	rec.apiName = name
 	r.log.Debug("created Event", "object", k.kind+"/"+k.name, "namespace", k.namespace, "reason", k.reason, "message", k.message)
 }
 
 // nodeUIDFor is the Node's UID, read once. Until it can be read, the
 // node's name stands in: the kubelet's own Node Events use it, and
-// kubectl describe node finds Events by either.
-func (r *Reporter) nodeUIDFor(ctx context.Context) string {
+// kubectl describe node finds Events by either. The error is the read's.
+func (r *Reporter) nodeUIDFor(ctx context.Context) (string, error) {
 	if r.nodeUID == "" {
 		n, err := r.api.GetNode(ctx, r.o.Node)
 		if err != nil {
-			r.warnErr(ctx, "node", "reading the Node's UID", err, "node", r.o.Node)
-			return r.o.Node
+			if kubeapi.Classify(err) != kubeapi.Throttled {
+				r.warnErr(ctx, "node", "reading the Node's UID", err, "node", r.o.Node)
+			}
+			return r.o.Node, err
 		}
 		r.nodeUID = n.Metadata.UID
 	}
-	return r.nodeUID
+	return r.nodeUID, nil
 }
 
 // uniqueNano makes Event names unique, as client-go does (name.hex

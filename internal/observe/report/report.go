@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
@@ -72,8 +73,8 @@ const (
 	// events.k8s.io refuses notes over 1 kB, and a condition listing
 	// every GPU of a broken node should stay readable.
 	maxMessage = 1024
-	retryMin   = time.Second
-	retryMax   = 2 * time.Minute
+	// conditionInterval spaces a condition's PATCHes.
+	conditionInterval = time.Second
 )
 
 // Pod names a Pod.
@@ -119,6 +120,9 @@ type Options struct {
 	Log       *slog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Backoff is the retry policy after a failed write; zero is
+	// backoff.Default.
+	Backoff backoff.Policy
 }
 
 type devKey struct{ resource, id string }
@@ -164,6 +168,13 @@ type Reporter struct {
 	nodeUID  string
 	lastDrop time.Time
 	warned   map[string]warnState
+	// evBackoff is the run of failed Event requests; no Event is sent
+	// before evPause.
+	evBackoff backoff.Backoff
+	evPause   time.Time
+	// hold is when the server's last throttle (429, or a 5xx with
+	// Retry-After) ends: nothing at all is sent before.
+	hold time.Time
 }
 
 // New builds a Reporter; Run sends what it reports.
@@ -183,14 +194,19 @@ func New(api API, o Options) (*Reporter, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Reporter{
+	r := &Reporter{
 		api: api, o: o, log: o.Log, now: o.Now,
-		wake:    make(chan struct{}, 1),
-		devs:    map[devKey]*devState{},
-		records: map[evKey]*record{},
-		bucket:  bucket{burst: eventBurst, every: eventRefill},
-		warned:  map[string]warnState{},
-	}, nil
+		wake:      make(chan struct{}, 1),
+		devs:      map[devKey]*devState{},
+		records:   map[evKey]*record{},
+		bucket:    bucket{burst: eventBurst, every: eventRefill},
+		warned:    map[string]warnState{},
+		evBackoff: backoff.Backoff{Policy: o.Backoff},
+	}
+	for c := range r.conds {
+		r.conds[c].backoff.Policy = o.Backoff
+	}
+	return r, nil
 }
 
 // Transition reports a device's health now. It may be called for every

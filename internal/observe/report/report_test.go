@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
@@ -536,14 +537,18 @@ func TestConditionKeepsTransitionTimeAcrossRestart(t *testing.T) {
 	}
 }
 
+// ceilings is the backoff policy with its jitter at the top: each wait
+// is the ceiling (2 s, 4 s, … for transient errors).
+var ceilings = backoff.Policy{Rand: func() float64 { return 1 }}
+
 func TestConditionRetriesWithBackoff(t *testing.T) {
 	api := newFakeAPI()
 	api.failNext("getNode", errors.New("connection refused"))
 	api.failNext("patchCondition", errors.New("connection refused"), &kubeapi.StatusError{Code: 500}, nil)
-	r, clk := newReporter(t, api, Options{NodeCondition: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true, Backoff: ceilings})
 	ctx := context.Background()
 	r.Synced(GPU)
-	if next := r.pump(ctx); !next.Equal(t0.Add(time.Second)) {
+	if next := r.pump(ctx); !next.Equal(t0.Add(2 * time.Second)) {
 		t.Fatalf("first retry at %v", next)
 	}
 	// A transport error reading the Node: read again with the retry.
@@ -551,19 +556,19 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 	if len(ops(c, "getNode")) != 1 || len(ops(c, "patchCondition")) != 1 {
 		t.Fatalf("calls %+v", c)
 	}
-	clk.advance(500 * time.Millisecond)
+	clk.advance(time.Second)
 	r.pump(ctx)
 	if c := api.take(); len(c) != 0 {
 		t.Fatalf("retried early: %+v", c)
 	}
-	clk.advance(500 * time.Millisecond)
-	if next := r.pump(ctx); !next.Equal(t0.Add(3 * time.Second)) {
-		t.Fatalf("second retry at %v", next)
+	clk.advance(time.Second)
+	if next := r.pump(ctx); !next.Equal(t0.Add(6 * time.Second)) {
+		t.Fatalf("second retry at %v, want 4 s later", next)
 	}
 	if c := api.take(); len(ops(c, "getNode")) != 1 || len(ops(c, "patchCondition")) != 1 {
 		t.Fatalf("calls %+v", c)
 	}
-	clk.advance(2 * time.Second)
+	clk.advance(4 * time.Second)
 	if next := r.pump(ctx); !next.IsZero() {
 		t.Fatalf("next wake %v after success", next)
 	}
@@ -571,16 +576,17 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 		t.Fatalf("calls %+v", c)
 	}
 	// The backoff starts over after a success.
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	api.failNext("patchCondition", errors.New("refused"))
-	if next := r.pump(ctx); !next.Equal(clk.now().Add(time.Second)) {
+	if next := r.pump(ctx); !next.Equal(clk.now().Add(2 * time.Second)) {
 		t.Fatalf("retry at %v", next)
 	}
 }
 
 func TestNICConditionAndForget(t *testing.T) {
 	api := newFakeAPI()
-	r, _ := newReporter(t, api, Options{NodeCondition: true, NICs: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true, NICs: true})
 	ctx := context.Background()
 	r.Transition("example.com/rdma", "0000:3b:00.0", "", false, "removed: gone from sysfs")
 	r.Transition("example.com/rdma", "0000:3c:00.0", "", true, "")
@@ -591,6 +597,7 @@ func TestNICConditionAndForget(t *testing.T) {
 		c[0].cond.Message != "0000:3b:00.0 (example.com/rdma): removed: gone from sysfs" {
 		t.Fatalf("NIC condition %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Forget("example.com/rdma", "0000:3b:00.0")
 	r.pump(ctx)
 	c = ops(api.take(), "patchCondition")
@@ -663,7 +670,7 @@ func TestEventsOffSendsNoEvents(t *testing.T) {
 // every GPU is healthy, keeps the status True, and goes when cleared.
 func TestConditionNotice(t *testing.T) {
 	api := newFakeAPI()
-	r, _ := newReporter(t, api, Options{NodeCondition: true})
+	r, clk := newReporter(t, api, Options{NodeCondition: true})
 	ctx := context.Background()
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
 	r.Synced(GPU)
@@ -673,11 +680,13 @@ func TestConditionNotice(t *testing.T) {
 	if c.Status != "True" || c.Reason != "CDIHookMissing" || c.Message != "all 1 GPUs are healthy; CDI hook missing at /x" {
 		t.Fatalf("with the notice: %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	r.pump(ctx)
 	if c = lastCondition(t, api); c.Status != "False" || c.Reason != "GPUUnhealthy" || !strings.HasSuffix(c.Message, "; CDI hook missing at /x") {
 		t.Fatalf("unhealthy with the notice: %+v", c)
 	}
+	clk.advance(time.Second)
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
 	r.SetNotice(GPU, "", "")
 	r.pump(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,9 +62,31 @@ type Options struct {
 	// HealthResend is how often health is re-sent unchanged; the kubelet
 	// takes health not refreshed in HealthTimeout as unknown.
 	HealthResend, HealthTimeout time.Duration
-	Log                         *slog.Logger
-	Now                         func() time.Time
+	// PublishQuiet and PublishMaxDelay debounce the ResourceSlice
+	// updates that health changes make: a change is published once no
+	// other came for PublishQuiet, at most PublishMaxDelay after the first
+	// change of the burst, and health changes publish at most once per
+	// PublishMaxDelay. Zero is DefaultPublishQuiet, DefaultPublishMaxDelay.
+	PublishQuiet, PublishMaxDelay time.Duration
+	Log                           *slog.Logger
+	Now                           func() time.Time
+	// AfterFunc runs f in its own goroutine after d, as time.AfterFunc
+	// does (the default); tests pass their own clock's.
+	AfterFunc func(d time.Duration, f func()) Timer
 }
+
+// Timer is a pending AfterFunc; *time.Timer is one.
+type Timer interface {
+	Stop() bool
+}
+
+// The debounce bounds (docs/api-load.md states them): an XID storm on one
+// node is one slice update a second at most, and a change reaches the
+// API server within a second.
+const (
+	DefaultPublishQuiet    = 250 * time.Millisecond
+	DefaultPublishMaxDelay = time.Second
+)
 
 // devHealth is one device's health as last reported by the model.
 type devHealth struct {
@@ -90,8 +113,21 @@ type Driver struct {
 	// every WatchHealthStatus stream at once.
 	changed chan struct{}
 
-	pubMu sync.Mutex // orders publications
-	pub   Publisher
+	pubMu   sync.Mutex // orders publications
+	pub     Publisher
+	pubCtx  context.Context
+	lastPub *resourceslice.DriverResources // as last published
+
+	deb debounce
+}
+
+// debounce is the publication pending after health changes.
+type debounce struct {
+	mu    sync.Mutex
+	timer Timer
+	gen   uint64    // of the pending timer: a stale one does nothing
+	first time.Time // first change not yet published; zero: none
+	last  time.Time // when the last publication was made
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -117,6 +153,15 @@ func New(o Options) (*Driver, error) {
 	if o.GPUCDIID == nil || o.NICCDIID == nil {
 		return nil, errors.New("dra: CDI naming functions are required")
 	}
+	if o.PublishQuiet <= 0 {
+		o.PublishQuiet = DefaultPublishQuiet
+	}
+	if o.PublishMaxDelay <= 0 {
+		o.PublishMaxDelay = DefaultPublishMaxDelay
+	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+	}
 	cp, err := loadCheckpoint(o.CheckpointPath)
 	if err != nil {
 		o.Log.Error("DRA checkpoint", "err", err)
@@ -138,17 +183,17 @@ func New(o Options) (*Driver, error) {
 func (d *Driver) NodeName() string { return d.o.NodeName }
 
 // SetPublisher starts publishing through p, at once if every source has
-// reported.
+// reported. Debounced publications use ctx; they stop when it ends.
 func (d *Driver) SetPublisher(ctx context.Context, p Publisher) {
 	d.pubMu.Lock()
-	d.pub = p
+	d.pub, d.pubCtx = p, ctx
 	d.pubMu.Unlock()
 	d.publish(ctx)
 }
 
-// SetGPUs replaces the node's GPUs and publishes; none when NVML is not
-// there (yet). Their health starts as what SetHealth said last for the
-// same UUID, else healthy.
+// SetGPUs replaces the node's GPUs and publishes at once; none when NVML
+// is not there (yet). Their health starts as what SetHealth said last for
+// the same UUID, else healthy.
 func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
 	es := draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
 	d.mu.Lock()
@@ -160,8 +205,8 @@ func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
 }
 
 // SetNICPool replaces one pool's NICs and their health (devs, by PCI
-// address) and publishes when anything changed. A pool reports once at
-// start like a source.
+// address) and publishes: at once for the scan at start (first), when a
+// pool reports like a source, debounced like a health change after.
 func (d *Driver) SetNICPool(ctx context.Context, p draslice.NICPool, devs []device.Device, first bool) {
 	es := draslice.NICDevices(p, d.o.SysfsRoot, d.o.NICCDIID, d.o.Log)
 	d.mu.Lock()
@@ -174,19 +219,24 @@ func (d *Driver) SetNICPool(ctx context.Context, p draslice.NICPool, devs []devi
 		d.setHealthLocked(dv.ID, dv.Healthy, dv.Reason)
 	}
 	d.mu.Unlock()
-	d.publish(ctx)
+	if first {
+		d.publish(ctx)
+		return
+	}
+	d.schedulePublish()
 }
 
 // SetHealth records a GPU's or MIG device's health (by its UUID, which is
-// the device's model ID) and, on a change, publishes its taints and wakes
-// the health streams. It is health.Notifier. The health of a MIG-enabled
-// GPU itself reaches no device: it is published as its MIG devices.
+// the device's model ID) and, on a change, wakes the health streams at
+// once and publishes its taints, debounced (schedulePublish). It is
+// health.Notifier. The health of a MIG-enabled GPU itself reaches no
+// device: it is published as its MIG devices.
 func (d *Driver) SetHealth(uuid string, healthy bool, reason string) bool {
 	d.mu.Lock()
 	changed := d.setHealthLocked(uuid, healthy, reason)
 	d.mu.Unlock()
 	if changed {
-		d.publish(context.Background())
+		d.schedulePublish()
 	}
 	return changed
 }
@@ -262,6 +312,55 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: {Slices: sl}}}
 }
 
+// schedulePublish publishes after a health change, debounced: a burst of
+// changes (an XID storm, a NIC flapping) is one publication, made once no
+// change came for PublishQuiet, at most PublishMaxDelay after the burst's
+// first change, and never sooner than PublishMaxDelay after the last
+// publication. The kubelet's health streams are not delayed.
+func (d *Driver) schedulePublish() {
+	now := d.o.Now()
+	d.deb.mu.Lock()
+	defer d.deb.mu.Unlock()
+	if d.deb.first.IsZero() {
+		d.deb.first = now
+	}
+	due := d.deb.first.Add(d.o.PublishMaxDelay)
+	if quiet := now.Add(d.o.PublishQuiet); quiet.Before(due) {
+		due = quiet
+	}
+	if spaced := d.deb.last.Add(d.o.PublishMaxDelay); due.Before(spaced) {
+		due = spaced
+	}
+	if d.deb.timer != nil {
+		d.deb.timer.Stop()
+	}
+	d.deb.gen++
+	gen := d.deb.gen
+	d.deb.timer = d.o.AfterFunc(max(due.Sub(now), 0), func() { d.flush(gen) })
+}
+
+// flush makes the publication timer gen was set for, unless another
+// publication took its place.
+func (d *Driver) flush(gen uint64) {
+	d.deb.mu.Lock()
+	stale := gen != d.deb.gen
+	d.deb.mu.Unlock()
+	if stale {
+		return
+	}
+	d.pubMu.Lock()
+	ctx := d.pubCtx
+	d.pubMu.Unlock()
+	if ctx == nil || ctx.Err() != nil {
+		return
+	}
+	d.publish(ctx)
+}
+
+// publish hands the slices to the publisher now, unless they are the
+// ones it has: the helper's controller would find nothing to write, and
+// at rest nothing is sent. It takes the place of any pending debounced
+// publication, whose changes it carries.
 func (d *Driver) publish(ctx context.Context) {
 	d.pubMu.Lock()
 	defer d.pubMu.Unlock()
@@ -273,11 +372,27 @@ func (d *Driver) publish(ctx context.Context) {
 		d.mu.Unlock()
 		return
 	}
+	d.deb.mu.Lock()
+	if d.deb.timer != nil {
+		d.deb.timer.Stop()
+		d.deb.timer = nil
+	}
+	d.deb.gen++
+	d.deb.first = time.Time{}
+	d.deb.mu.Unlock()
 	res := d.resourcesLocked()
 	d.mu.Unlock()
+	if d.lastPub != nil && apiequality.Semantic.DeepEqual(*d.lastPub, res) {
+		return
+	}
 	if err := d.pub.PublishResources(ctx, res); err != nil {
 		d.o.Log.Error("publishing ResourceSlices", "err", err)
+		return
 	}
+	d.lastPub = &res
+	d.deb.mu.Lock()
+	d.deb.last = d.o.Now()
+	d.deb.mu.Unlock()
 }
 
 // PrepareResourceClaims answers each claim with the CDI device IDs of its

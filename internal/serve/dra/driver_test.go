@@ -31,7 +31,12 @@ const (
 type fakePublisher struct {
 	mu   sync.Mutex
 	pubs []resourceslice.DriverResources
+	// clock runs the driver's debounce timers.
+	clock *fakeClock
 }
+
+// settle lets every debounced publication out.
+func (f *fakePublisher) settle() { f.clock.advance(DefaultPublishMaxDelay) }
 
 func (f *fakePublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
 	f.mu.Lock()
@@ -106,11 +111,18 @@ func newTestDriver(t *testing.T, dir string, o Options) (*Driver, *fakePublisher
 	o.CheckpointPath = filepath.Join(dir, "checkpoint.json")
 	o.GPUCDIID = func(uuid string) string { return "gpu-device-plugin.github.io/gpu=" + uuid }
 	o.NICCDIID = func(pool, addr string) string { return "example.com/rdma=" + addr }
+	clk := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if o.Now == nil {
+		o.Now = clk.Now
+	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = clk.AfterFunc
+	}
 	d, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &fakePublisher{}
+	pub := &fakePublisher{clock: clk}
 	d.SetPublisher(context.Background(), pub)
 	return d, pub
 }
@@ -208,6 +220,7 @@ func TestNICDevices(t *testing.T) {
 	// A link going down taints the NIC; coming back removes it.
 	d.SetNICPool(context.Background(), draslice.NICPool{Name: "example.com/rdma", NICs: []sysfs.NIC{nic}},
 		[]device.Device{{ID: nic.Address, Healthy: false, Reason: "link-down"}}, false)
+	pub.settle()
 	if ts := byName(pub.last(t))["nic-0000-0c-00-0"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/link-down" {
 		t.Errorf("taints of a down NIC = %+v", ts)
 	}
@@ -220,6 +233,7 @@ func TestTaintsFollowHealth(t *testing.T) {
 	if !d.SetHealth("GPU-b", false, "xid=79") {
 		t.Fatal("SetHealth reported no change")
 	}
+	pub.settle()
 	ts := byName(pub.last(t))["gpu-1"].Taints
 	if len(ts) != 1 || ts[0].Key != testDriver+"/xid" || ts[0].Value != "79" || ts[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Fatalf("taints = %+v, want %s/xid=79:NoSchedule", ts, testDriver)
@@ -231,6 +245,7 @@ func TestTaintsFollowHealth(t *testing.T) {
 	// Another condition joins: the first taint keeps its time.
 	now = now.Add(time.Minute)
 	d.SetHealth("GPU-b", false, "xid=79, thermal=95C>=slowdown 90C")
+	pub.settle()
 	ts = byName(pub.last(t))["gpu-1"].Taints
 	if len(ts) != 2 || !ts[0].TimeAdded.Equal(added) || ts[1].Key != testDriver+"/thermal" || ts[1].Value != "95C-slowdown-90C" {
 		t.Errorf("taints = %+v", ts)
@@ -239,6 +254,7 @@ func TestTaintsFollowHealth(t *testing.T) {
 		t.Error("the same health again counted as a change")
 	}
 	d.SetHealth("GPU-b", true, "")
+	pub.settle()
 	if ts := byName(pub.last(t))["gpu-1"].Taints; len(ts) != 0 {
 		t.Errorf("taints after recovery = %+v, want none", ts)
 	}

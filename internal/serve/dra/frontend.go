@@ -143,8 +143,31 @@ func makePluginDirs(cfg config.Config) error {
 	return nil
 }
 
+// The DRA executable's client-side request limit (client-go's token
+// bucket), stated rather than left to client-go's defaults. Its requests
+// are the ResourceSlice writes (debounced to one a second at most), a
+// ResourceClaim read per claim prepared and the slice informer's watch:
+// bursts of Prepare fit in the burst, and no bug of ours can make one
+// node send more than kubeQPS requests a second for long.
+const (
+	kubeQPS   = 5
+	kubeBurst = 10
+)
+
 // kubeClient reads cfg.Kubeconfig, or the pod's service account.
 func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
+	rc, err := restConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("DRA: API client: %w", err)
+	}
+	return c, nil
+}
+
+func restConfig(cfg config.Config) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if cfg.Kubeconfig != "" {
@@ -156,11 +179,8 @@ func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("DRA mode needs API access for ResourceSlices: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
 	}
 	rc.UserAgent = "gpu-device-plugin"
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("DRA: API client: %w", err)
-	}
-	return c, nil
+	rc.QPS, rc.Burst = kubeQPS, kubeBurst
+	return rc, nil
 }
 
 // Run stops the helper when ctx ends. Prepared claims stay in the

@@ -36,3 +36,26 @@ func TestMakePluginDirs(t *testing.T) {
 		t.Errorf("err = %v, want one naming draPluginDir", err)
 	}
 }
+
+// The client's request limit is ours, not client-go's default.
+func TestRestConfigLimits(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	body := "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
+		"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:6443'}\nusers:\n- name: u\n  user: {token: t}\n"
+	if err := os.WriteFile(kc, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Kubeconfig = kc
+	rc, err := restConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.QPS != kubeQPS || rc.Burst != kubeBurst || rc.UserAgent != "gpu-device-plugin" {
+		t.Errorf("QPS %v burst %d user agent %q", rc.QPS, rc.Burst, rc.UserAgent)
+	}
+	cfg.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := restConfig(cfg); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Errorf("missing kubeconfig: %v", err)
+	}
+}

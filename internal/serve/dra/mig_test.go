@@ -126,6 +126,7 @@ func TestMIGHealth(t *testing.T) {
 	if !d.SetHealth("MIG-1-9", false, "xid=79") {
 		t.Fatal("SetHealth reported no change")
 	}
+	pub.settle()
 	for _, dv := range pub.last(t) {
 		ts := dv.Taints
 		if dv.Name != "gpu-1-mig-9-0" {
@@ -140,6 +141,7 @@ func TestMIGHealth(t *testing.T) {
 	}
 	// A whole GPU's UUID still reaches its device.
 	d.SetHealth("GPU-3", false, "gpu-lost")
+	pub.settle()
 	if ts := byName(pub.last(t))["gpu-3"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/gpu-lost" {
 		t.Errorf("gpu-3 taints %+v", ts)
 	}
@@ -176,6 +178,7 @@ func TestMIGSliceLimits(t *testing.T) {
 	}
 	d.SetGPUs(context.Background(), in)
 	d.SetHealth("MIG-15-13", false, "xid=48, xid=79")
+	pub.settle()
 	pub.mu.Lock()
 	sl := pub.pubs[len(pub.pubs)-1].Pools[testNode].Slices
 	pub.mu.Unlock()
