@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 )
 
 // checkpointVersion is the newest format this release writes. Releases
@@ -25,14 +26,14 @@ const checkpointVersion = 1
 type checkpoint struct {
 	Version int                         `json:"version"`
 	Claims  map[types.UID]preparedClaim `json:"claims"`
-	extra   unknownFields
+	extra   jsonkeep.Fields
 }
 
 type preparedClaim struct {
 	Namespace string           `json:"namespace"`
 	Name      string           `json:"name"`
 	Devices   []preparedDevice `json:"devices"`
-	extra     unknownFields
+	extra     jsonkeep.Fields
 }
 
 type preparedDevice struct {
@@ -42,48 +43,48 @@ type preparedDevice struct {
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 	// AdminAccess devices (monitoring) may be shared with another claim.
 	AdminAccess bool `json:"adminAccess,omitempty"`
-	extra       unknownFields
+	extra       jsonkeep.Fields
 }
 
-// The JSON methods keep what a newer release wrote (unknownFields).
+// The JSON methods keep what a newer release wrote (jsonkeep).
 
 func (c *checkpoint) UnmarshalJSON(b []byte) error {
 	type plain checkpoint
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*c, c.extra = checkpoint(p), x
 	return err
 }
 
 func (c checkpoint) MarshalJSON() ([]byte, error) {
 	type plain checkpoint
-	return encodeKeeping(plain(c), c.extra)
+	return jsonkeep.Encode(plain(c), c.extra)
 }
 
 func (c *preparedClaim) UnmarshalJSON(b []byte) error {
 	type plain preparedClaim
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*c, c.extra = preparedClaim(p), x
 	return err
 }
 
 func (c preparedClaim) MarshalJSON() ([]byte, error) {
 	type plain preparedClaim
-	return encodeKeeping(plain(c), c.extra)
+	return jsonkeep.Encode(plain(c), c.extra)
 }
 
 func (d *preparedDevice) UnmarshalJSON(b []byte) error {
 	type plain preparedDevice
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*d, d.extra = preparedDevice(p), x
 	return err
 }
 
 func (d preparedDevice) MarshalJSON() ([]byte, error) {
 	type plain preparedDevice
-	return encodeKeeping(plain(d), d.extra)
+	return jsonkeep.Encode(plain(d), d.extra)
 }
 
 // errCorrupt marks a checkpoint that did not parse and was set aside.
