@@ -90,21 +90,29 @@ func (d preparedDevice) MarshalJSON() ([]byte, error) {
 // errCorrupt marks a checkpoint that did not parse and was set aside.
 var errCorrupt = errors.New("corrupt DRA checkpoint")
 
-// loadCheckpoint reads path. A missing file is an empty checkpoint. A file
-// that does not parse is renamed to path+".corrupt" and reported in err
-// next to an empty checkpoint, so the plugin serves on (and says so)
-// instead of crash-looping on a file only a person can judge.
+// loadCheckpoint reads path (see readCheckpoint).
 func loadCheckpoint(path string) (checkpoint, error) {
+	c, _, err := readCheckpoint(path)
+	return c, err
+}
+
+// readCheckpoint reads path and says whether the file was there. A missing
+// file is an empty checkpoint. A file that does not parse is renamed to
+// path+".corrupt" and reported in err (errCorrupt) next to an empty
+// checkpoint, so the plugin serves on (and says so) instead of
+// crash-looping on a file only a person can judge; the Driver then rebuilds
+// the claims it held from the kubelet and the API server.
+func readCheckpoint(path string) (checkpoint, bool, error) {
 	empty := checkpoint{Version: checkpointVersion, Claims: map[types.UID]preparedClaim{}}
 	if path == "" {
-		return empty, nil
+		return empty, false, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return empty, nil
+		return empty, false, nil
 	}
 	if err != nil {
-		return empty, fmt.Errorf("reading DRA checkpoint %s: %w", path, err)
+		return empty, true, fmt.Errorf("reading DRA checkpoint %s: %w", path, err)
 	}
 	var c checkpoint
 	perr := json.Unmarshal(data, &c)
@@ -115,13 +123,13 @@ func loadCheckpoint(path string) (checkpoint, error) {
 		// Version 1 is the first format: an older or missing number has
 		// nothing to migrate. A newer one keeps its number.
 		c.Version = max(c.Version, checkpointVersion)
-		return c, nil
+		return c, true, nil
 	}
 	aside := path + ".corrupt"
 	if err := os.Rename(path, aside); err != nil {
-		return empty, fmt.Errorf("DRA checkpoint %s is unreadable (%v) and could not be set aside: %w", path, perr, err)
+		return empty, true, fmt.Errorf("%w: %s is unreadable (%v) and could not be set aside: %w", errCorrupt, path, perr, err)
 	}
-	return empty, fmt.Errorf("%w: %s does not parse (%v); moved to %s and starting with no prepared claims: claims prepared before are prepared again when their pods start", errCorrupt, path, perr, aside)
+	return empty, true, fmt.Errorf("%w: %s does not parse (%v); moved to %s, and the claims it held are rebuilt from the kubelet and the API server", errCorrupt, path, perr, aside)
 }
 
 // save writes the checkpoint atomically and durably: a claim is reported
