@@ -94,8 +94,11 @@ type Driver struct {
 	// rebuild says why the checkpoint's claims must be rebuilt from the
 	// kubelet and the API server; empty when they need not be.
 	rebuild string
-	// rebuildTries counts rebuilds tried, so a failure is said once.
+	// rebuildTries counts rebuilds tried, so a failure is said once;
+	// rebuildSkip are the claims (namespace/name) that cannot be rebuilt
+	// for good, not asked for again while a rebuild is retried.
 	rebuildTries int
+	rebuildSkip  map[string]bool
 	// changed is closed and replaced at every health change, waking
 	// every WatchHealthStatus stream at once.
 	changed chan struct{}

@@ -97,16 +97,20 @@ func (d *Driver) rebuildLocked(ctx context.Context) (again bool) {
 	for _, c := range d.cp.Claims {
 		known[c.Namespace+"/"+c.Name] = true
 	}
+	if d.rebuildSkip == nil {
+		d.rebuildSkip = map[string]bool{}
+	}
 	var rebuilt []string
 	for _, h := range d.heldClaims(resp) {
 		key := h.namespace + "/" + h.name
-		if known[key] {
+		if known[key] || d.rebuildSkip[key] {
 			continue
 		}
 		c, err := d.o.Claims.GetClaim(ctx, h.namespace, h.name)
 		switch {
 		case apierrors.IsNotFound(err):
 			log.Warn("DRA: a claim the kubelet's pods hold is gone from the API server; not rebuilt, its devices are not guarded until its pods end", "claim", key, "pods", h.pods)
+			d.rebuildSkip[key] = true
 			continue
 		case err != nil:
 			log.Log(ctx, level, "DRA: rebuilding prepared claims: reading a claim; trying again before the next Prepare", "claim", key, "err", err)
@@ -116,6 +120,7 @@ func (d *Driver) rebuildLocked(ctx context.Context) (again bool) {
 		p, err := d.rebuiltClaim(c, h)
 		if err != nil {
 			log.Warn("DRA: a claim the kubelet's pods hold is not rebuilt", "claim", key, "pods", h.pods, "err", err)
+			d.rebuildSkip[key] = true
 			continue
 		}
 		if _, ok := d.cp.Claims[c.UID]; ok {
@@ -130,6 +135,15 @@ func (d *Driver) rebuildLocked(ctx context.Context) (again bool) {
 			log.Debug("DRA: no prepared claim to rebuild: the kubelet's pods hold none of this driver's claims that the checkpoint lacks")
 		}
 		return again
+	}
+	// During a rolling update the other process may have written the file
+	// since this one read it: what it prepared meanwhile is kept.
+	if cur, found, err := readCheckpoint(d.o.CheckpointPath); err == nil && found {
+		for uid, c := range cur.Claims {
+			if _, ok := d.cp.Claims[uid]; !ok {
+				d.cp.Claims[uid] = c
+			}
+		}
 	}
 	if err := d.cp.save(d.o.CheckpointPath); err != nil {
 		// Kept in memory: the guard and Unprepare work in this process.
@@ -247,6 +261,6 @@ func (d *Driver) rebuildIfNeededLocked(ctx context.Context) {
 		return
 	}
 	if !d.rebuildLocked(ctx) {
-		d.rebuild, d.rebuildTries = "", 0
+		d.rebuild, d.rebuildTries, d.rebuildSkip = "", 0, nil
 	}
 }
