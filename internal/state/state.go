@@ -5,10 +5,17 @@
 // silently re-admit a GPU that is still broken; a reboot resets the GPUs,
 // so a file written on another boot is ignored.
 //
-// The file is JSON with lowerCamelCase keys: the boot it was written on and
-// the caller's value (the health watcher's sticky conditions):
+// The file is JSON with lowerCamelCase keys: its format version, the boot
+// it was written on and the caller's value (the health watcher's sticky
+// conditions):
 //
-//	{"bootID": "6c1b…", "state": [{"device": "GPU-…", "kind": "xid", "xid": 79, "since": "2026-…"}]}
+//	{"version": 1, "bootID": "6c1b…", "state": [{"device": "GPU-…", "kind": "xid", "xid": 79, "since": "2026-…"}]}
+//
+// The previous and the next release read each other's file: keys are only
+// ever added, a file without a version (before it was written) is version
+// 1, a newer version is read for what this release knows and keeps its
+// number, and keys of the envelope this release does not know are written
+// back by Save (the caller's value keeps its own, see health.StickyCondition).
 package state
 
 import (
@@ -21,15 +28,38 @@ import (
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 )
 
 // DefaultBootIDPath is where Linux says which boot this is.
 const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
 
-// file is the envelope: the boot it was written on, and the value.
+// version is the newest format this release writes. Releases before it
+// wrote none, and read a file that has one.
+const version = 1
+
+// file is the envelope: its format, the boot it was written on, and the
+// value.
 type file struct {
-	BootID string          `json:"bootID"`
-	State  json.RawMessage `json:"state"`
+	Version int             `json:"version"`
+	BootID  string          `json:"bootID"`
+	State   json.RawMessage `json:"state"`
+	// extra are the keys a newer release wrote that this one has no
+	// field for.
+	extra jsonkeep.Fields
+}
+
+func (f *file) UnmarshalJSON(b []byte) error {
+	type plain file
+	var p plain
+	x, err := jsonkeep.Decode(b, &p)
+	*f, f.extra = file(p), x
+	return err
+}
+
+func (f file) MarshalJSON() ([]byte, error) {
+	type plain file
+	return jsonkeep.Encode(plain(f), f.extra)
 }
 
 // Store reads and writes the state file.
@@ -65,19 +95,9 @@ func (s Store) Load(v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	b, err := os.ReadFile(s.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
-	}
-	var f file
-	if err := json.Unmarshal(b, &f); err != nil {
-		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
-	}
-	if f.BootID != boot || len(f.State) == 0 {
-		return false, nil
+	f, found, err := s.read()
+	if err != nil || !found || f.BootID != boot || len(f.State) == 0 {
+		return false, err
 	}
 	if err := json.Unmarshal(f.State, v); err != nil {
 		return false, fmt.Errorf("reading state %s: %w", s.Path, err)
@@ -85,7 +105,26 @@ func (s Store) Load(v any) (bool, error) {
 	return true, nil
 }
 
-// Save replaces the file atomically with v, for this boot.
+// read decodes the envelope; a missing file is not found and no error.
+func (s Store) read() (file, bool, error) {
+	b, err := os.ReadFile(s.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return file{}, false, nil
+	}
+	if err != nil {
+		return file{}, false, fmt.Errorf("reading state %s: %w", s.Path, err)
+	}
+	var f file
+	if err := json.Unmarshal(b, &f); err != nil {
+		return file{}, false, fmt.Errorf("reading state %s: %w", s.Path, err)
+	}
+	return f, true, nil
+}
+
+// Save replaces the file atomically with v, for this boot. What a newer
+// release wrote in the envelope of this boot's file (keys this release does
+// not know, a higher version) is written back: the file on disk is read
+// again rather than remembered, so Store stays a plain value.
 func (s Store) Save(v any) error {
 	boot, err := s.bootID()
 	if err != nil {
@@ -95,7 +134,12 @@ func (s Store) Save(v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	b, err := json.MarshalIndent(file{BootID: boot, State: state}, "", "  ")
+	f := file{Version: version, BootID: boot, State: state}
+	// An unreadable file or another boot's has nothing worth keeping.
+	if old, found, err := s.read(); err == nil && found && old.BootID == boot {
+		f.Version, f.extra = max(old.Version, version), old.extra
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}

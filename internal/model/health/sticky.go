@@ -3,12 +3,19 @@ package health
 import (
 	"slices"
 	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 )
 
 // StickyCondition is a condition that outlives its cause: a fatal XID or
 // a double-bit ECC error. Watcher.Sticky exports them and WithSticky
 // restores them, so a restarted plugin keeps a GPU out that the driver has
 // not yet said is fine.
+//
+// The previous and the next release read what this one saved: keys a
+// newer release wrote are kept on the condition and written back with it,
+// and a condition of a kind this release does not know is restored as it
+// was and exported again, changing no device's health.
 type StickyCondition struct {
 	// Device is the GPU's device ID, as passed to NewWatcher (its UUID).
 	Device string `json:"device"`
@@ -22,6 +29,24 @@ type StickyCondition struct {
 	// GPU since the condition began: the condition clears when the driver
 	// reports none again.
 	ActionSeen bool `json:"actionSeen,omitempty"`
+	// extra are the keys a newer release wrote that this one has no
+	// field for.
+	extra jsonkeep.Fields
+}
+
+// UnmarshalJSON keeps the keys this release has no field for.
+func (a *StickyCondition) UnmarshalJSON(b []byte) error {
+	type plain StickyCondition
+	var p plain
+	x, err := jsonkeep.Decode(b, &p)
+	*a, a.extra = StickyCondition(p), x
+	return err
+}
+
+// MarshalJSON writes the kept keys back.
+func (a StickyCondition) MarshalJSON() ([]byte, error) {
+	type plain StickyCondition
+	return jsonkeep.Encode(plain(a), a.extra)
 }
 
 func (a StickyCondition) equal(b StickyCondition) bool {
@@ -56,18 +81,18 @@ func (w *Watcher) stickyNow() []StickyCondition {
 	for i := range w.gpus {
 		g := &w.gpus[i]
 		if c := g.conds[condXID]; c.sticky() {
-			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen})
+			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen, extra: c.kept})
 		}
 		if c := g.conds[condECC]; c.sticky() {
-			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyECC, Since: c.since, ActionSeen: c.actionSeen})
+			out = append(out, StickyCondition{Device: w.ids[i], Kind: StickyECC, Since: c.since, ActionSeen: c.actionSeen, extra: c.kept})
 		}
 		for _, p := range w.parts[i] {
 			if c := p.xid; c.sticky() {
-				out = append(out, StickyCondition{Device: p.ID, Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen})
+				out = append(out, StickyCondition{Device: p.ID, Kind: StickyXID, XID: c.xid, Since: c.since, ActionSeen: c.actionSeen, extra: c.kept})
 			}
 		}
 	}
-	return out
+	return append(out, w.foreign...)
 }
 
 // syncSticky refreshes the snapshot and calls the hook when it changed.

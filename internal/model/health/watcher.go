@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
@@ -59,6 +60,9 @@ type condition struct {
 	since      time.Time
 	xid        uint64
 	actionSeen bool
+	// kept is what a newer release saved on the condition beyond the
+	// fields above: written back with it while it lasts.
+	kept jsonkeep.Fields
 }
 
 func (c *condition) sticky() bool { return c != nil && c.until.IsZero() }
@@ -122,6 +126,10 @@ type Watcher struct {
 	warned      map[string]warnState
 	onSticky    func([]StickyCondition)
 
+	// foreign are the saved sticky conditions of kinds this release does
+	// not know, exported again unchanged.
+	foreign []StickyCondition
+
 	mu     sync.Mutex        // guards sticky, which other goroutines read
 	sticky []StickyCondition // the sticky conditions at the last change
 }
@@ -160,7 +168,7 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 	}
 	for _, sc := range o.sticky {
 		i := slices.Index(ids, sc.Device)
-		c := &condition{since: sc.Since, actionSeen: sc.ActionSeen}
+		c := &condition{since: sc.Since, actionSeen: sc.ActionSeen, kept: sc.extra}
 		var k kind
 		switch sc.Kind {
 		case StickyXID:
@@ -168,7 +176,11 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 		case StickyECC:
 			k, c.reason = condECC, "ecc=double-bit"
 		default:
-			log.Warn("dropping a saved sticky condition of unknown kind", "device", sc.Device, "kind", sc.Kind)
+			// A newer release's kind, saved before a rollback: kept for
+			// it to read again, but no business of this release's.
+			log.Info("keeping a saved sticky condition of a kind this release does not know (a newer release wrote it); it changes no device's health",
+				"device", sc.Device, "kind", sc.Kind)
+			w.foreign = append(w.foreign, sc)
 			continue
 		}
 		if i < 0 {

@@ -623,6 +623,11 @@ func TestCDI(t *testing.T) {
 	if spec.Kind != "example.com/rdma_numa0" || len(spec.Devices) != 4 {
 		t.Fatalf("spec kind %q with %d devices", spec.Kind, len(spec.Devices))
 	}
+	// Pinned: runtimes vendoring the CDI library v0.5.x (containerd 1.7)
+	// read at most 0.5.0, and a PCI address as a device name needs it.
+	if spec.Version != "0.5.0" {
+		t.Errorf("cdiVersion %s, want 0.5.0 (internal/model/cdi/ondisk/compat_test.go)", spec.Version)
+	}
 	for _, d := range spec.Devices {
 		if len(d.ContainerEdits.DeviceNodes) != 1 || !strings.HasPrefix(d.ContainerEdits.DeviceNodes[0].Path, "/dev/infiniband/uverbs") {
 			t.Errorf("device %s edits %+v", d.Name, d.ContainerEdits)

@@ -23,7 +23,7 @@ import (
 // the kubelet answered with.
 var ErrUnavailable = errors.New("kubelet PodResources API unavailable")
 
-// DefaultTimeout bounds one Holders call, dial included, when the context
+// DefaultTimeout bounds one List or Holders call, dial included, when the context
 // has no earlier deadline.
 const DefaultTimeout = 5 * time.Second
 
@@ -147,10 +147,21 @@ type Client struct {
 
 // Holders lists every container's devices once.
 func (c Client) Holders(ctx context.Context) (Holders, error) {
+	resp, err := c.List(ctx)
+	if err != nil {
+		return Holders{}, err
+	}
+	return FromList(resp), nil
+}
+
+// List is the kubelet's answer to one List call: every pod's containers
+// with their devices and DRA claims (name, namespace, and each device's
+// driver, pool, name and CDI device IDs).
+func (c Client) List(ctx context.Context) (*v1.ListPodResourcesResponse, error) {
 	// Stat first: "no such file" or "permission denied" on the path says
 	// more than gRPC's connection error.
 	if _, err := os.Stat(c.Socket); err != nil {
-		return Holders{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -165,7 +176,7 @@ func (c Client) Holders(ctx context.Context) (Holders, error) {
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
 	if err != nil {
-		return Holders{}, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
+		return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
 	}
 	defer conn.Close()
 	// Fail-fast (the default): a socket nobody listens on, or one we may
@@ -173,9 +184,9 @@ func (c Client) Holders(ctx context.Context) (Holders, error) {
 	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
 	if err != nil {
 		if status.Code(err) == codes.Unavailable {
-			return Holders{}, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
+			return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
 		}
-		return Holders{}, fmt.Errorf("kubelet PodResources List at %s: %w", c.Socket, err)
+		return nil, fmt.Errorf("kubelet PodResources List at %s: %w", c.Socket, err)
 	}
-	return FromList(resp), nil
+	return resp, nil
 }

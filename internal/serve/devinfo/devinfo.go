@@ -77,8 +77,10 @@ func FileName(resource, deviceID string) string {
 
 func escape(s string) string { return strings.ReplaceAll(s, "/", "-") }
 
-// bdf is a canonical PCI address, the device ID of every NIC pool.
-var bdf = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+// bdf is a canonical PCI address, the device ID of every NIC pool: the
+// kernel prints the domain with %04x, so a NIC behind VMD (domains 10000
+// and up) has five digits, and its file must be pruned too.
+var bdf = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
 // Dir is a Device Plugin Device Information directory.
 type Dir struct {

@@ -244,3 +244,80 @@ func TestPrune(t *testing.T) {
 		t.Errorf("pruning a missing directory: %v", err)
 	}
 }
+
+// testdata/c596a2d/rdma_numa0-0000_18_00.0.json is the file the release
+// this one follows (commit c596a2d, Dir.Write) wrote for the DGX H100
+// fixture's first NIC of example.com/rdma_numa0, stored under a name a Go
+// module may hold; oldName is the name it had. This release finds it
+// under the same name, leaves its identical bytes alone (no rewrite, no
+// second file), and prunes it when the NIC leaves the pool.
+func TestFileOfThePreviousRelease(t *testing.T) {
+	const resource, oldName = "example.com/rdma_numa0", "example.com-rdma_numa0-0000:18:00.0-device.json"
+	old, err := os.ReadFile(filepath.Join("testdata", "c596a2d", "rdma_numa0-0000_18_00.0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dir{Path: t.TempDir()}
+	p := filepath.Join(d.Path, oldName)
+	if err := os.WriteFile(p, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Stat(p)
+	nic := sysfs.NIC{Address: "0000:18:00.0", IBDevices: []string{"mlx5_0"}, RDMADevices: []string{"uverbs0"}}
+	if !d.Exists(resource, nic.Address) {
+		t.Fatal("the previous release's file is not found under this release's name")
+	}
+	if got, err := d.Write(resource, nic); err != nil || got != p {
+		t.Fatalf("wrote %s (%v), want %s", got, err, p)
+	}
+	if after, _ := os.Stat(p); !os.SameFile(before, after) {
+		t.Error("the same NIC's file was rewritten: this release's bytes differ from the previous release's")
+	}
+	if entries, _ := os.ReadDir(d.Path); len(entries) != 1 {
+		t.Errorf("directory holds %v, want the one file", entries)
+	}
+	if removed, err := d.Prune(map[string][]string{resource: {"0000:40:00.0"}}); err != nil || len(removed) != 1 || removed[0] != p {
+		t.Errorf("pruning the previous release's file of a NIC gone: %v, %v", removed, err)
+	}
+}
+
+// A newer release may write more of the spec's keys; this one, rolled
+// back, replaces the file whole with what it knows of the NIC (the file is
+// derived from sysfs, not kept), under the same name.
+func TestFileOfANewerReleaseIsReplaced(t *testing.T) {
+	const resource = "example.com/rdma_numa0"
+	d := Dir{Path: t.TempDir()}
+	p := filepath.Join(d.Path, FileName(resource, "0000:18:00.2"))
+	newer := `{"type":"pci","version":"1.2.0","pci":{"pci-address":"0000:18:00.2","rdma-device":"mlx5_2","representor-device":"pf0vf0"}}`
+	if err := os.WriteFile(p, []byte(newer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Write(resource, sysfs.NIC{Address: "0000:18:00.2", PF: "0000:18:00.0", IBDevices: []string{"mlx5_2"}}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil || checkSpec(data) != nil {
+		t.Fatalf("%s, %v", data, err)
+	}
+	var info Info
+	if err := json.Unmarshal(data, &info); err != nil || info.Version != Version || info.PCI.PFAddress != "0000:18:00.0" {
+		t.Errorf("file holds %s", data)
+	}
+	if entries, _ := os.ReadDir(d.Path); len(entries) != 1 {
+		t.Errorf("directory holds %v, want the one file", entries)
+	}
+}
+
+// A NIC behind VMD has a five-digit PCI domain: its file is ours and is
+// pruned like any other.
+func TestPruneWideDomain(t *testing.T) {
+	const resource = "example.com/rdma"
+	d := Dir{Path: t.TempDir()}
+	p, err := d.Write(resource, sysfs.NIC{Address: "10000:01:00.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := d.Prune(map[string][]string{resource: {"10000:01:00.1"}}); err != nil || !slices.Equal(removed, []string{p}) {
+		t.Errorf("removed %v (%v), want %s", removed, err, p)
+	}
+}

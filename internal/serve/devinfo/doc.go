@@ -8,4 +8,11 @@
 // It takes NIC values from discovery and never reads hardware itself. The
 // file format and name are the spec's, not ours: its keys are kebab-case
 // ("pci-address"), unlike the lowerCamelCase JSON the plugin emits elsewhere.
+//
+// The files are derived, not kept: each release writes its whole view of
+// a NIC from sysfs and never reads a file's content back, only its name.
+// Names are therefore the contract between releases (pinned by tests with
+// the previous release's file): the same NIC of the same pool is the same
+// file, which the other release overwrites in place or prunes, never a
+// second file beside it.
 package devinfo

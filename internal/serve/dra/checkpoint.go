@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 )
 
 // checkpointVersion is the newest format this release writes. Releases
@@ -25,14 +26,14 @@ const checkpointVersion = 1
 type checkpoint struct {
 	Version int                         `json:"version"`
 	Claims  map[types.UID]preparedClaim `json:"claims"`
-	extra   unknownFields
+	extra   jsonkeep.Fields
 }
 
 type preparedClaim struct {
 	Namespace string           `json:"namespace"`
 	Name      string           `json:"name"`
 	Devices   []preparedDevice `json:"devices"`
-	extra     unknownFields
+	extra     jsonkeep.Fields
 }
 
 type preparedDevice struct {
@@ -42,68 +43,76 @@ type preparedDevice struct {
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 	// AdminAccess devices (monitoring) may be shared with another claim.
 	AdminAccess bool `json:"adminAccess,omitempty"`
-	extra       unknownFields
+	extra       jsonkeep.Fields
 }
 
-// The JSON methods keep what a newer release wrote (unknownFields).
+// The JSON methods keep what a newer release wrote (jsonkeep).
 
 func (c *checkpoint) UnmarshalJSON(b []byte) error {
 	type plain checkpoint
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*c, c.extra = checkpoint(p), x
 	return err
 }
 
 func (c checkpoint) MarshalJSON() ([]byte, error) {
 	type plain checkpoint
-	return encodeKeeping(plain(c), c.extra)
+	return jsonkeep.Encode(plain(c), c.extra)
 }
 
 func (c *preparedClaim) UnmarshalJSON(b []byte) error {
 	type plain preparedClaim
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*c, c.extra = preparedClaim(p), x
 	return err
 }
 
 func (c preparedClaim) MarshalJSON() ([]byte, error) {
 	type plain preparedClaim
-	return encodeKeeping(plain(c), c.extra)
+	return jsonkeep.Encode(plain(c), c.extra)
 }
 
 func (d *preparedDevice) UnmarshalJSON(b []byte) error {
 	type plain preparedDevice
 	var p plain
-	x, err := decodeKeeping(b, &p)
+	x, err := jsonkeep.Decode(b, &p)
 	*d, d.extra = preparedDevice(p), x
 	return err
 }
 
 func (d preparedDevice) MarshalJSON() ([]byte, error) {
 	type plain preparedDevice
-	return encodeKeeping(plain(d), d.extra)
+	return jsonkeep.Encode(plain(d), d.extra)
 }
 
 // errCorrupt marks a checkpoint that did not parse and was set aside.
 var errCorrupt = errors.New("corrupt DRA checkpoint")
 
-// loadCheckpoint reads path. A missing file is an empty checkpoint. A file
-// that does not parse is renamed to path+".corrupt" and reported in err
-// next to an empty checkpoint, so the plugin serves on (and says so)
-// instead of crash-looping on a file only a person can judge.
+// loadCheckpoint reads path (see readCheckpoint).
 func loadCheckpoint(path string) (checkpoint, error) {
+	c, _, err := readCheckpoint(path)
+	return c, err
+}
+
+// readCheckpoint reads path and says whether the file was there. A missing
+// file is an empty checkpoint. A file that does not parse is renamed to
+// path+".corrupt" and reported in err (errCorrupt) next to an empty
+// checkpoint, so the plugin serves on (and says so) instead of
+// crash-looping on a file only a person can judge; the Driver then rebuilds
+// the claims it held from the kubelet and the API server.
+func readCheckpoint(path string) (checkpoint, bool, error) {
 	empty := checkpoint{Version: checkpointVersion, Claims: map[types.UID]preparedClaim{}}
 	if path == "" {
-		return empty, nil
+		return empty, false, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return empty, nil
+		return empty, false, nil
 	}
 	if err != nil {
-		return empty, fmt.Errorf("reading DRA checkpoint %s: %w", path, err)
+		return empty, true, fmt.Errorf("reading DRA checkpoint %s: %w", path, err)
 	}
 	var c checkpoint
 	perr := json.Unmarshal(data, &c)
@@ -114,13 +123,13 @@ func loadCheckpoint(path string) (checkpoint, error) {
 		// Version 1 is the first format: an older or missing number has
 		// nothing to migrate. A newer one keeps its number.
 		c.Version = max(c.Version, checkpointVersion)
-		return c, nil
+		return c, true, nil
 	}
 	aside := path + ".corrupt"
 	if err := os.Rename(path, aside); err != nil {
-		return empty, fmt.Errorf("DRA checkpoint %s is unreadable (%v) and could not be set aside: %w", path, perr, err)
+		return empty, true, fmt.Errorf("%w: %s is unreadable (%v) and could not be set aside: %w", errCorrupt, path, perr, err)
 	}
-	return empty, fmt.Errorf("%w: %s does not parse (%v); moved to %s and starting with no prepared claims: claims prepared before are prepared again when their pods start", errCorrupt, path, perr, aside)
+	return empty, true, fmt.Errorf("%w: %s does not parse (%v); moved to %s, and the claims it held are rebuilt from the kubelet and the API server", errCorrupt, path, perr, aside)
 }
 
 // save writes the checkpoint atomically and durably: a claim is reported

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -80,15 +79,35 @@ func TestCheckpointFromAnOlderRelease(t *testing.T) {
 	}
 }
 
-func TestJSONKeys(t *testing.T) {
-	type x struct {
-		A      int `json:"a,omitempty"`
-		B      int
-		C      int `json:"-"`
-		hidden int
+// testdata/c596a2d/checkpoint.json was written by the release this one
+// follows (commit c596a2d's checkpoint.save): it is read as it stands,
+// and written back byte for byte, so that release reads this one's file.
+func TestCheckpointOfThePreviousRelease(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join("testdata", "c596a2d", "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	_ = x{}.hidden
-	if got := strings.Join(jsonKeys(reflect.TypeOf(x{})), ","); got != "a,B" {
-		t.Errorf("keys %q", got)
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := loadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, dcgm := cp.Claims["2f6c1a0e-7d3b-4c5a-9e8f-1b2c3d4e5f60"], cp.Claims["5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c10"]
+	if len(cp.Claims) != 2 || train.Name != "train-gpu" || len(train.Devices) != 1 || train.Devices[0].Device != "gpu-0" ||
+		train.Devices[0].AdminAccess || len(dcgm.Devices) != 1 || !dcgm.Devices[0].AdminAccess {
+		t.Fatalf("claims read: %+v", cp.Claims)
+	}
+	if err := cp.save(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("written back as\n%s\nwant the previous release's bytes\n%s", got, want)
 	}
 }

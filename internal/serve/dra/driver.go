@@ -55,6 +55,11 @@ type Options struct {
 	NICCDIID func(pool, address string) string
 	// Specs, when set, gates Prepare on each CDI kind's spec being on disk.
 	Specs CDISpecs
+	// PodResources and Claims rebuild the prepared claims when the
+	// checkpoint does not parse or is missing (see Rebuild); without
+	// either, such claims are logged as lost.
+	PodResources PodResources
+	Claims       ClaimGetter
 	// Sources is how many device sources (GPUs, NIC pools) report before
 	// the first publication, so a restart does not briefly publish a
 	// slice without the devices of a slower source.
@@ -109,6 +114,14 @@ type Driver struct {
 	health   map[string]*devHealth
 	reported map[string]bool // sources that have reported
 	cp       checkpoint
+	// rebuild says why the checkpoint's claims must be rebuilt from the
+	// kubelet and the API server; empty when they need not be.
+	rebuild string
+	// rebuildTries counts rebuilds tried, so a failure is said once;
+	// rebuildSkip are the claims (namespace/name) that cannot be rebuilt
+	// for good, not asked for again while a rebuild is retried.
+	rebuildTries int
+	rebuildSkip  map[string]bool
 	// changed is closed and replaced at every health change, waking
 	// every WatchHealthStatus stream at once.
 	changed chan struct{}
@@ -132,8 +145,9 @@ type debounce struct {
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-// New makes a driver and loads its checkpoint. An unreadable checkpoint
-// is set aside and logged; the driver starts with no prepared claims.
+// New makes a driver and loads its checkpoint. A checkpoint that does not
+// parse is set aside and logged, and a missing one may have lost claims
+// too: Rebuild then brings back the claims the kubelet's pods still hold.
 func New(o Options) (*Driver, error) {
 	if o.DriverName == "" || o.NodeName == "" {
 		return nil, errors.New("dra: driver and node names are required")
@@ -162,13 +176,21 @@ func New(o Options) (*Driver, error) {
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 	}
-	cp, err := loadCheckpoint(o.CheckpointPath)
-	if err != nil {
+	cp, found, err := readCheckpoint(o.CheckpointPath)
+	var rebuild string
+	switch {
+	case errors.Is(err, errCorrupt):
 		o.Log.Error("DRA checkpoint", "err", err)
-	} else if len(cp.Claims) > 0 {
+		rebuild = whyCorrupt
+	case err != nil:
+		o.Log.Error("DRA checkpoint", "err", err)
+	case !found && o.CheckpointPath != "":
+		rebuild = whyMissing
+	case len(cp.Claims) > 0:
 		o.Log.Info("restored prepared claims", "count", len(cp.Claims), "path", o.CheckpointPath)
 	}
 	return &Driver{
+		rebuild:  rebuild,
 		o:        o,
 		nics:     map[string][]draslice.Device{},
 		byName:   map[string]*draslice.Device{},
@@ -403,10 +425,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()
+	d.rebuildIfNeededLocked(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []types.UID
+	filled := false
 	for _, c := range claims {
 		if p, ok := d.cp.Claims[c.UID]; ok {
+			if d.fillCDILocked(&p) {
+				d.cp.Claims[c.UID], filled = p, true
+			}
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
 			continue
 		}
@@ -419,7 +446,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		added = append(added, c.UID)
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
 	}
-	if len(added) > 0 {
+	if len(added) > 0 || filled {
 		if err := d.cp.save(d.o.CheckpointPath); err != nil {
 			for _, uid := range added {
 				delete(d.cp.Claims, uid)
@@ -476,18 +503,27 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 // reloadLocked reads the checkpoint again: during a rolling update two
 // plugin processes serve side by side, the helper serialising their calls
 // with a file lock, and the other one may have prepared or unprepared a
-// claim since. A file that cannot be read keeps what this process knows;
-// one that does not parse is set aside (loadCheckpoint).
+// claim since. A file that cannot be read keeps what this process knows.
+// So does one that does not parse (it is set aside, see readCheckpoint) or
+// that vanished while this process holds claims: neither is a reason to
+// forget them, and the claims the other process prepared are rebuilt.
 func (d *Driver) reloadLocked() {
 	if d.o.CheckpointPath == "" {
 		return
 	}
-	cp, err := loadCheckpoint(d.o.CheckpointPath)
-	if err != nil {
+	cp, found, err := readCheckpoint(d.o.CheckpointPath)
+	switch {
+	case errors.Is(err, errCorrupt):
 		d.o.Log.Error("DRA checkpoint", "err", err)
-		if !errors.Is(err, errCorrupt) {
-			return
-		}
+		d.rebuild = whyCorrupt
+		return
+	case err != nil:
+		d.o.Log.Error("DRA checkpoint", "err", err)
+		return
+	case !found && len(d.cp.Claims) > 0:
+		d.o.Log.Error("DRA checkpoint vanished; keeping the claims this process knows and rebuilding the others", "path", d.o.CheckpointPath, "claims", len(d.cp.Claims))
+		d.rebuild = whyVanished
+		return
 	}
 	d.cp = cp
 }
@@ -523,6 +559,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()
+	d.rebuildIfNeededLocked(ctx)
 	out := make(map[types.UID]error, len(claims))
 	removed := map[types.UID]preparedClaim{}
 	for _, c := range claims {

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,6 +26,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
@@ -89,6 +92,10 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		return nil, err
 	}
 	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}}
+	var held PodResources
+	if cfg.PodResourcesSocket != "" {
+		held = podresources.Client{Socket: cfg.PodResourcesSocket}
+	}
 	drv, err := New(Options{
 		DriverName:     config.DRADriverName,
 		NodeName:       node,
@@ -97,6 +104,8 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		GPUCDIID:       func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
 		NICCDIID:       f.nicCDIID,
 		Specs:          f,
+		PodResources:   held,
+		Claims:         apiClaims{client},
 		Sources:        1 + len(cfg.NICResources),
 		Log:            log,
 	})
@@ -104,6 +113,9 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		return nil, err
 	}
 	f.drv = drv
+	// Before the kubelet can call: a claim prepared before a checkpoint
+	// that no longer reads must guard its devices from the first Prepare.
+	drv.Rebuild(ctx)
 	// The helper logs through klog's context logger: ours, so there is
 	// one structured log.
 	f.ctx = klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
@@ -181,6 +193,14 @@ func restConfig(cfg config.Config) (*rest.Config, error) {
 	rc.UserAgent = "gpu-device-plugin"
 	rc.QPS, rc.Burst = kubeQPS, kubeBurst
 	return rc, nil
+}
+
+// apiClaims reads ResourceClaims through the API server, one namespaced
+// GET each: the RBAC the chart grants (resourceclaims get) and no more.
+type apiClaims struct{ client kubernetes.Interface }
+
+func (a apiClaims) GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+	return a.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // Run stops the helper when ctx ends. Prepared claims stay in the

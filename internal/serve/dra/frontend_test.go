@@ -1,10 +1,20 @@
 package dra
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 )
@@ -57,5 +67,43 @@ func TestRestConfigLimits(t *testing.T) {
 	cfg.Kubeconfig = filepath.Join(t.TempDir(), "missing")
 	if _, err := restConfig(cfg); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("missing kubeconfig: %v", err)
+	}
+}
+
+// The rebuild reads a claim with one namespaced GET, the only access the
+// chart's RBAC grants on ResourceClaims (get), and never lists them.
+func TestAPIClaimsIsOneNamespacedGET(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/train" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"ResourceClaim","apiVersion":"resource.k8s.io/v1","metadata":{"name":"train","namespace":"team-a","uid":"uid-1"},`+
+			`"status":{"allocation":{"devices":{"results":[{"request":"gpus","driver":"gpu-device-plugin.github.io","pool":"node-a","device":"gpu-0"}]}}}}`)
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := apiClaims{client}.GetClaim(context.Background(), "team-a", "train")
+	if err != nil || c.UID != "uid-1" || len(c.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("GetClaim = %+v, %v", c, err)
+	}
+	if _, err := (apiClaims{client}).GetClaim(context.Background(), "team-a", "gone"); !apierrors.IsNotFound(err) {
+		t.Errorf("a missing claim: %v, want NotFound", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"GET /apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/train", "GET /apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/gone"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("requests %v, want %v", seen, want)
 	}
 }
