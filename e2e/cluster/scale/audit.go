@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -16,9 +17,10 @@ import (
 
 // auditEvent is what is read of one audit.k8s.io/v1 Event line.
 type auditEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	User  struct {
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
@@ -35,6 +37,7 @@ type auditEvent struct {
 // request is one API request of the fleet.
 type request struct {
 	verb, resource string // resource includes "/subresource"
+	uri            string
 	code           int
 	latency        time.Duration // 0 for a watch (long-running)
 	at             time.Time
@@ -95,7 +98,7 @@ func (a *auditTail) read() ([]request, error) {
 		if (e.Verb == "watch") != (e.Stage == "ResponseStarted") || e.Stage != "ResponseStarted" && e.Stage != "ResponseComplete" {
 			continue
 		}
-		q := request{verb: e.Verb, resource: e.ObjectRef.Resource, at: e.RequestReceived}
+		q := request{verb: e.Verb, resource: e.ObjectRef.Resource, uri: e.RequestURI, at: e.RequestReceived}
 		if e.ObjectRef.Subresource != "" {
 			q.resource += "/" + e.ObjectRef.Subresource
 		}
@@ -185,4 +188,20 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1 // nearest rank
 	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// clusterWide lists the phase's lists and watches that are not narrowed to
+// one node by a field selector: a node agent must never make one.
+func (p phase) clusterWide() []string {
+	var out []string
+	for _, r := range p.reqs {
+		if r.verb != "list" && r.verb != "watch" {
+			continue
+		}
+		u, err := url.Parse(r.uri)
+		if err != nil || !strings.Contains(u.Query().Get("fieldSelector"), "spec.nodeName=") {
+			out = append(out, r.verb+" "+r.uri)
+		}
+	}
+	return out
 }

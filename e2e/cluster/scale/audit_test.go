@@ -13,9 +13,10 @@ import (
 func TestAuditTail(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	lines := `{"stage":"ResponseComplete","verb":"create","user":{"username":"fleet"},"objectRef":{"resource":"events"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-27T09:00:00.000000Z","stageTimestamp":"2026-11-27T09:00:00.004000Z"}
-{"stage":"ResponseStarted","verb":"watch","user":{"username":"fleet"},"objectRef":{"resource":"resourceslices"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T09:00:01.000000Z","stageTimestamp":"2026-11-27T09:00:01.001000Z"}
+{"stage":"ResponseStarted","verb":"watch","requestURI":"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dd%2Cspec.nodeName%3Dn1\u0026watch=true","user":{"username":"fleet"},"objectRef":{"resource":"resourceslices"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T09:00:01.000000Z","stageTimestamp":"2026-11-27T09:00:01.001000Z"}
 {"stage":"ResponseComplete","verb":"watch","user":{"username":"fleet"},"objectRef":{"resource":"resourceslices"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T09:00:01.000000Z","stageTimestamp":"2026-11-27T09:30:01.000000Z"}
 {"stage":"ResponseComplete","verb":"patch","user":{"username":"fleet"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-27T09:00:02.000000Z","stageTimestamp":"2026-11-27T09:00:02.010000Z"}
+{"stage":"ResponseComplete","verb":"list","requestURI":"/api/v1/pods","user":{"username":"fleet"},"objectRef":{"resource":"pods"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T09:00:02.500000Z","stageTimestamp":"2026-11-27T09:00:02.501000Z"}
 {"stage":"ResponseComplete","verb":"get","user":{"username":"someone-else"},"objectRef":{"resource":"nodes"},"requestReceivedTimestamp":"2026-11-27T09:00:03.000000Z","stageTimestamp":"2026-11-27T09:00:03.001000Z"}
 {"stage":"ResponseComplete","verb":"update","user":{"username":"fleet"},"objectRef":{"resource":"resourceslices"}`
 	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
@@ -27,7 +28,7 @@ func TestAuditTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := phase{reqs: reqs}
-	if got := p.summary(); got != "create events ×1, patch nodes/status ×1, watch resourceslices ×1" {
+	if got := p.summary(); got != "create events ×1, patch nodes/status ×1, list pods ×1, watch resourceslices ×1" {
 		t.Errorf("requests: %s", got)
 	}
 	if got := p.writes(); got != 2 {
@@ -36,8 +37,11 @@ func TestAuditTail(t *testing.T) {
 	if got := p.codes(); got != "1×429" {
 		t.Errorf("codes: %s", got)
 	}
-	if l := p.latencies(); len(l) != 2 || l[0] != 4*time.Millisecond || l[1] != 10*time.Millisecond {
-		t.Errorf("latencies: %v, want [4ms 10ms]", l)
+	if l := p.latencies(); len(l) != 3 || l[0] != time.Millisecond || l[2] != 10*time.Millisecond {
+		t.Errorf("latencies: %v, want [1ms 4ms 10ms]", l)
+	}
+	if wide := p.clusterWide(); len(wide) != 1 || wide[0] != "list /api/v1/pods" {
+		t.Errorf("cluster-wide reads: %q, want the list of all pods only", wide)
 	}
 	// The partial last line is read once it is whole.
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)

@@ -181,6 +181,11 @@ func TestScale(t *testing.T) {
 	}
 
 	// The budget.
+	for _, p := range r.phases {
+		if wide := p.clusterWide(); len(wide) > 0 {
+			t.Errorf("%s: %d lists or watches not narrowed to the node, e.g. %s", p.name, len(wide), wide[0])
+		}
+	}
 	if n := rest.writes(); n != 0 {
 		t.Errorf("at rest the fleet wrote %d times in %s (%s); the budget is 0", n, s.rest, rest.summary())
 	}
