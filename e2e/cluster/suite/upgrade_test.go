@@ -42,7 +42,8 @@ import (
 // .report/upgrade.txt.
 const (
 	upHeld      = "upgrade-held"        // two GPUs (one gets the XID) and a NUMA 0 NIC
-	upHeldOne   = "upgrade-held-one"    // one GPU (DRA: nvidia.com/gpu through DRA)
+	upHeldOne   = "upgrade-held-one"    // one GPU
+	upOneTmpl   = "upgrade-one-gpu"     // DRA: upHeldOne's claim
 	upAfter     = "upgrade-after"       // made after each step, then deleted
 	upAfterTmpl = "upgrade-gpu-and-nic" // DRA: one GPU and a NUMA 1 NIC
 	restoredMsg = "restoring health conditions kept from an earlier run on this boot"
@@ -231,7 +232,16 @@ func (l *upgradeLane) hold(t *testing.T, ctx context.Context) {
 		if err := createTemplate(ctx, alignedTmpl, alignedClaimSpec(nicClass)); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []*corev1.Pod{claimProbePod(upHeld, alignedTmpl), probePod(upHeldOne, 1)} {
+		if err := createTemplate(ctx, upOneTmpl, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass},
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		// A claim, not nvidia.com/gpu through DRA (TestDRANode's): after
+		// the device-plugin lanes the kubelet still knows a device plugin
+		// for nvidia.com/gpu for five minutes, and rejects such a pod
+		// (UnexpectedAdmissionError: no healthy devices present).
+		for _, p := range []*corev1.Pod{claimProbePod(upHeld, alignedTmpl), claimProbePod(upHeldOne, upOneTmpl)} {
 			pod, err := createPod(ctx, p, true)
 			if err != nil {
 				t.Fatal(err)
@@ -1040,7 +1050,7 @@ func (l *upgradeLane) finish(t *testing.T, ctx context.Context) {
 // objects, the slices, the CDI specs and the kept health.
 func (l *upgradeLane) cleanUp(ctx context.Context) error {
 	errs := []error{deletePods(ctx, upgradePods...)}
-	for _, n := range []string{alignedTmpl, upAfterTmpl} {
+	for _, n := range []string{alignedTmpl, upOneTmpl, upAfterTmpl} {
 		if err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
