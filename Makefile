@@ -159,6 +159,7 @@ deploy-test:
 #                          once per version), the plugin's chart on the mock NVML library,
 #                          and the suite; the cluster stays up for kubectl until
 #   make e2e-cluster-down  which stops it and removes everything it made.
+#                          E2E_RUN=TestUpgrade (a go test -run pattern) runs only those lanes.
 #   make e2e-kind          the same suite on a kind cluster (e2e/kind/kind.sh): Docker if none
 #                          answers (Debian's docker.io, a daemon of its own), kind built from
 #                          its module, and a node image built here (KIND_NODE_IMAGE=local, the
@@ -167,10 +168,11 @@ deploy-test:
 #   make e2e-kind-down     which deletes it, stops that daemon and removes everything it made.
 .PHONY: e2e-cluster e2e-scale e2e-cluster-down e2e-kind e2e-kind-down
 
+E2E_RUN ?=
 e2e-cluster:
 	e2e/cluster/build.sh
 	e2e/cluster/cluster.sh up
-	e2e/cluster/suite.sh e2e/cluster/.run/suite.env
+	e2e/cluster/suite.sh e2e/cluster/.run/suite.env $(if $(E2E_RUN),-run '$(E2E_RUN)')
 
 # The API server's load from a fleet of plugins (e2e/cluster/scale): N real
 # plugin processes in DRA mode as fake nodes (E2E_SCALE_NODES, default 100)
@@ -183,7 +185,7 @@ e2e-cluster-down:
 
 e2e-kind:
 	e2e/kind/kind.sh up
-	e2e/cluster/suite.sh e2e/kind/.run/suite.env
+	e2e/cluster/suite.sh e2e/kind/.run/suite.env $(if $(E2E_RUN),-run '$(E2E_RUN)')
 
 e2e-kind-down:
 	e2e/kind/kind.sh down

@@ -6,6 +6,8 @@
 #   kubeadm:    kubeadm (kind's node image; not part of "all")
 #   nfd:        nfd-master, nfd-worker (Node Feature Discovery, for the labels lane)
 #   nvidia:     nvidia-device-plugin, gpu-feature-discovery (NVIDIA's, for the migration lane)
+#   previous:   the plugin's previous release (PREVIOUS_RELEASE) from git, its image built by
+#               its own make image, into .cache/previous/<commit>/ (the upgrade lane)
 # Each goes to .cache/bin/<component>-<version>/, written only when the whole
 # build succeeded, so an existing directory means "done" and is never rebuilt.
 # Kubernetes is built from a scratch module that requires k8s.io/kubernetes
@@ -173,6 +175,31 @@ build_nvidia() {
 	finish "$out" "$NVIDIA_BIN"
 }
 
+# The previous release (PREVIOUS_RELEASE, lib.sh), for the upgrade lane:
+# its tree from git (git archive: no worktree registered, nothing of this
+# checkout's state), its image from that tree's own make image, so it is
+# installed exactly as that release would be. Keyed by the full commit, so a
+# warm machine reuses it. VERSION, COMMIT and SOURCE_DATE_EPOCH are given:
+# the tree has no .git, and git there would describe the checkout above.
+build_previous() {
+	local commit; commit=$(previous_commit)
+	local dest=$CACHE_DIR/previous/$commit
+	[ -f "$dest/image/gpu-device-plugin-image.tar" ] && return
+	local out=$CACHE_DIR/previous/.$commit.tmp version epoch
+	version=$(git -C "$REPO_ROOT" describe --tags --always "$commit")
+	epoch=$(git -C "$REPO_ROOT" log -1 --format=%ct "$commit")
+	log "building the previous release $PREVIOUS_RELEASE ($version, ${commit:0:12}) with its own make image"
+	rm -rf "$out" && mkdir -p "$out/src"
+	git -C "$REPO_ROOT" archive "$commit" | tar -x -C "$out/src"
+	# Its own Makefile and go.mod, as a checkout of it would build: cgo on
+	# (NVML), no -mod=mod.
+	(cd "$out/src" && env -u GOFLAGS CGO_ENABLED=1 make --no-print-directory image \
+		VERSION="$version" COMMIT="${commit:0:7}" SOURCE_DATE_EPOCH="$epoch" \
+		IMAGE_REPO="$PLUGIN_REPO" PCI_IDS=none BIN="$out/image") >&2
+	echo "$version" >"$out/version"
+	finish "$out" "$dest"
+}
+
 mkdir -p "$CACHE_DIR/bin"
 case "${1:-all}" in
 kubernetes) build_kubernetes ;;
@@ -181,6 +208,7 @@ etcd) build_etcd ;;
 containerd) build_containerd ;;
 nfd) build_nfd ;;
 nvidia) build_nvidia ;;
-all) build_etcd; build_containerd; build_kubernetes; build_nfd; build_nvidia ;;
-*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd|nfd|nvidia]" ;;
+previous) build_previous ;;
+all) build_etcd; build_containerd; build_kubernetes; build_nfd; build_nvidia; build_previous ;;
+*) die "usage: $0 [all|kubernetes|kubeadm|etcd|containerd|nfd|nvidia|previous]" ;;
 esac

@@ -369,6 +369,29 @@ import_images() {
 		"$IMAGES/nvidia-device-plugin.tar" "$IMAGES/gpu-feature-discovery.tar"; do
 		ctr -n k8s.io images import "$tar" >&2
 	done
+	# The previous release (build.sh previous), for the upgrade lane.
+	local prev
+	if prev=$(previous_dir) && [ -f "$prev/image/gpu-device-plugin-image.tar" ]; then
+		ctr -n k8s.io images import "$prev/image/gpu-device-plugin-image.tar" >&2
+	else
+		log "no previous release built (e2e/cluster/build.sh previous): the upgrade lane will skip"
+	fi
+}
+
+# previous_dir prints the previous release's build directory (build.sh previous).
+previous_dir() {
+	local commit; commit=$(previous_commit) || return 1
+	echo "$CACHE_DIR/previous/$commit"
+}
+
+# previous_env prints the upgrade lane's settings when the previous release is built.
+previous_env() {
+	local prev
+	prev=$(previous_dir 2>/dev/null) && [ -f "$prev/image/gpu-device-plugin-image.tar" ] || return 0
+	suite_env \
+		E2E_PREVIOUS_RELEASE="$PREVIOUS_RELEASE" \
+		E2E_PREVIOUS_IMAGE="$PLUGIN_REPO:$(cat "$prev/version")" \
+		E2E_PREVIOUS_CHART="$prev/src/deploy/helm/gpu-device-plugin"
 }
 
 # --------------------------------------------------------------------- up/down
@@ -394,6 +417,7 @@ write_suite_env() {
 		E2E_SCALE_KUBECONFIG="$KCONF/scale.conf" \
 		E2E_AUDIT_LOG="$AUDIT_LOG" \
 		>"$RUN_DIR/suite.env"
+	previous_env >>"$RUN_DIR/suite.env"
 }
 
 up() {

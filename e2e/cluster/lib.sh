@@ -23,6 +23,19 @@ CONTAINERD_BIN=$CACHE_DIR/bin/containerd-$CONTAINERD_VERSION
 NFD_BIN=$CACHE_DIR/bin/nfd-$NFD_VERSION
 NVIDIA_BIN=$CACHE_DIR/bin/nvidia-$NVIDIA_VERSION
 
+# The previous release, for the upgrade lane (TestUpgrade): any commit or tag
+# git resolves (the main commit issue 29 starts from until a release is
+# tagged). build.sh previous builds it from git with its own make image into
+# $CACHE_DIR/previous/<full commit>/: src/ (its tree, the chart among it),
+# image/gpu-device-plugin-image.tar, version (its image tag).
+PREVIOUS_RELEASE=${PREVIOUS_RELEASE:-c596a2d}
+
+# previous_commit prints PREVIOUS_RELEASE's full commit, or fails saying why.
+previous_commit() {
+	git -C "$REPO_ROOT" rev-parse --verify --quiet "$PREVIOUS_RELEASE^{commit}" ||
+		die "PREVIOUS_RELEASE=$PREVIOUS_RELEASE is not a commit of $REPO_ROOT (a shallow clone? git fetch --unshallow, or set PREVIOUS_RELEASE to a commit or tag it has)"
+}
+
 # Loopback ports. Kubernetes' own defaults, except etcd's, so an etcd
 # already on the machine does not clash.
 APISERVER_PORT=${APISERVER_PORT:-6443}

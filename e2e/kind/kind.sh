@@ -177,6 +177,7 @@ up() {
 		E2E_KUBELET_RESTART="${docker_env}docker exec $NODE systemctl restart kubelet" \
 		E2E_REPORT_DIR="$KIND_DIR/.report" \
 		E2E_NFD_SKIP="kind lane: no Node Feature Discovery here; the local cluster (make e2e-cluster) runs the node-labels lane, nothing of which differs on kind, and NFD's 60 s rescan plus 60 s at rest would add ~2.5 min" \
+		E2E_UPGRADE_SKIP="kind lane: the upgrade lane runs on the local cluster (make e2e-cluster), where the previous release's image is built and imported; nothing of an upgrade differs on kind" \
 		>"$KIND_RUN/suite.env"
 	trap - EXIT
 	log "kind cluster $CLUSTER up; KUBECONFIG=$KIND_RUN/kubeconfig"

@@ -53,12 +53,8 @@ func chartValues(strategies ...string) (chartutil.Values, error) {
 // chartValues are the values that put the plugin on the fixture s describes.
 func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 	fixture := s.Fixture
-	repo, tag := s.PluginImage, "latest"
-	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo, tag = repo[:i], repo[i+1:]
-	}
 	v := chartutil.Values{
-		"image":              map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
+		"image":              imageValues(s.PluginImage),
 		"hostNetwork":        true,
 		"driverRoot":         s.driverRoot(),
 		"cdiSpecDir":         s.CDISpecDir,
@@ -119,6 +115,16 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 	return v, nil
 }
 
+// imageValues are the chart's image values for ref (repository:tag), an
+// image the node has.
+func imageValues(ref string) map[string]any {
+	repo, tag := ref, "latest"
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo, tag = repo[:i], repo[i+1:]
+	}
+	return map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"}
+}
+
 // renderChart renders deploy/helm/gpu-device-plugin with chartValues, and
 // what operators read turned on (the device-plugin lane).
 func renderChart(strategies ...string) (*release, error) {
@@ -136,9 +142,15 @@ func renderValues(values chartutil.Values) (*release, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := loader.Load(filepath.Join(root, "deploy", "helm", "gpu-device-plugin"))
+	return renderChartDir(filepath.Join(root, "deploy", "helm", "gpu-device-plugin"), values)
+}
+
+// renderChartDir renders the chart in dir (this tree's, or another
+// release's) with values.
+func renderChartDir(dir string, values chartutil.Values) (*release, error) {
+	c, err := loader.Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("loading the chart: %w", err)
+		return nil, fmt.Errorf("loading the chart %s: %w", dir, err)
 	}
 	// The cluster's version, as helm install would see it.
 	caps := chartutil.DefaultCapabilities.Copy()
@@ -254,6 +266,34 @@ func (r *release) uninstall(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// objectKey names an object across two renderings of the chart.
+func objectKey(u *unstructured.Unstructured) string {
+	gvk := u.GroupVersionKind()
+	return gvk.Group + "/" + gvk.Kind + "/" + u.GetName()
+}
+
+// upgradeFrom applies r over from, the rendering installed now, and deletes
+// the objects from has that r does not, as `helm upgrade` (and rollback)
+// does; it returns what it deleted.
+func (r *release) upgradeFrom(ctx context.Context, from *release) ([]string, error) {
+	if err := r.apply(ctx); err != nil {
+		return nil, err
+	}
+	keep := map[string]bool{}
+	for _, u := range r.objects {
+		keep[objectKey(u)] = true
+	}
+	gone := &release{}
+	var names []string
+	for _, u := range from.objects {
+		if !keep[objectKey(u)] {
+			gone.objects = append(gone.objects, u)
+			names = append(names, u.GetKind()+"/"+u.GetName())
+		}
+	}
+	return names, gone.uninstall(ctx)
 }
 
 // daemonSetName is the name of the release's DaemonSet.

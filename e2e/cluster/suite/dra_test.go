@@ -387,25 +387,35 @@ func (s *draScenario) extendedPod(t *testing.T, ctx context.Context) {
 	checkGPUDevices(t, rep, []string{uuidOf(devs[0])})
 }
 
-func (s *draScenario) alignedClaim(t *testing.T, ctx context.Context) {
-	nicClass := ""
-	for _, u := range s.release.objects {
-		if u.GetKind() == "DeviceClass" && u.GetName() != gpuClass && strings.Contains(u.GetName(), "numa0") {
-			nicClass = u.GetName()
+// nicClass is the DeviceClass r makes for the NIC pool of NUMA node numa.
+func (r *release) nicClass(numa int) (string, error) {
+	for _, u := range r.objects {
+		if u.GetKind() == "DeviceClass" && u.GetName() != gpuClass && strings.Contains(u.GetName(), fmt.Sprintf("numa%d", numa)) {
+			return u.GetName(), nil
 		}
 	}
-	if nicClass == "" {
-		t.Fatalf("the chart made no DeviceClass for the NUMA 0 NIC pool: %s", s.release)
-	}
+	return "", fmt.Errorf("the chart made no DeviceClass for the NUMA %d NIC pool: %s", numa, r)
+}
+
+// alignedClaimSpec asks for two GPUs and an RDMA NIC of nicClass on one
+// NUMA node.
+func alignedClaimSpec(nicClass string) resourceapi.DeviceClaim {
 	numa := resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode")
-	err := createTemplate(ctx, alignedTmpl, resourceapi.DeviceClaim{
+	return resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{
 			{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}},
 			{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nicClass}},
 		},
 		Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpus", "nic"}, MatchAttribute: &numa}},
-	})
+	}
+}
+
+func (s *draScenario) alignedClaim(t *testing.T, ctx context.Context) {
+	nicClass, err := s.release.nicClass(0)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := createTemplate(ctx, alignedTmpl, alignedClaimSpec(nicClass)); err != nil {
 		t.Fatal(err)
 	}
 	pod := claimProbePod(draPodPair, alignedTmpl)

@@ -73,6 +73,15 @@ type settings struct {
 	// NFDSkip, when set, is why the node-labels lane does not run on this
 	// cluster (kind.sh says so).
 	NFDSkip string
+	// PreviousImage is the previous release's image, on the node, and
+	// PreviousChart its chart directory (build.sh previous: both from that
+	// release's own tree); PreviousRelease names it. Empty: the upgrade
+	// lane skips.
+	PreviousImage   string
+	PreviousChart   string
+	PreviousRelease string
+	// UpgradeSkip, when set, is why the upgrade lane does not run here.
+	UpgradeSkip string
 }
 
 func loadSettings() (*settings, error) {
@@ -96,6 +105,10 @@ func loadSettings() (*settings, error) {
 		NFDSkip:           os.Getenv("E2E_NFD_SKIP"),
 		NVIDIAPluginImage: os.Getenv("E2E_NVIDIA_PLUGIN_IMAGE"),
 		NVIDIAGFDImage:    os.Getenv("E2E_NVIDIA_GFD_IMAGE"),
+		PreviousImage:     os.Getenv("E2E_PREVIOUS_IMAGE"),
+		PreviousChart:     os.Getenv("E2E_PREVIOUS_CHART"),
+		PreviousRelease:   os.Getenv("E2E_PREVIOUS_RELEASE"),
+		UpgradeSkip:       os.Getenv("E2E_UPGRADE_SKIP"),
 	}
 	if s.NodeAddress == "" {
 		s.NodeAddress = "127.0.0.1"
