@@ -50,6 +50,13 @@ func TestGPUNode(t *testing.T) {
 		{"GPU container restarts while the plugin is down", s.restartWithoutPlugin},
 		{"uninstall leaves only the CDI specs, which the documented step removes", s.uninstall},
 	}
+	// The node's /proc says which boot this is, as a real node's does, so
+	// the plugin keeps the fatal XID across its restart (internal/state).
+	bootID, err := fixtureBootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(bootID); os.Remove(healthStateFile()) })
 	cleanUpOnFailure(t, func() *release { return s.release }, false, allPods...)
 	runSteps(t, ctx, steps)
 }
@@ -317,8 +324,43 @@ func (s *scenario) pluginRestart(t *testing.T, ctx context.Context) {
 	if err := socketNewerThan(ctx, deleted); err != nil {
 		t.Fatal(err)
 	}
-	// A new process on a fresh mock: the fatal XID is forgotten.
-	if err := waitAllocatable(ctx, int64(len(env.Profile.GPUs)), 2*time.Minute); err != nil {
+	// The new process keeps the fatal XID seen on this boot: the GPU stays
+	// out of allocatable and the condition says why...
+	if line, err := waitLog(ctx, next, restoredMsg); err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	} else {
+		t.Logf("the new plugin kept the XID: %s", line)
+	}
+	total := int64(len(env.Profile.GPUs))
+	if err := waitAllocatable(ctx, total-1, time.Minute); err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	if _, err := waitCondition(ctx, "GPUHealthy", corev1.ConditionFalse, "xid=79"); err != nil {
+		t.Fatal(err)
+	}
+	// ...until the driver says the GPU was reset: a recovery action, then none.
+	ctl, err := mocknvml.OpenControl(env.controlFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	xidIndex := env.uuidIndex()[s.gpusA[0]]
+	for _, c := range []struct{ cmd, part string }{
+		{fmt.Sprintf("recovery %d reset", xidIndex), "recovery-action=reset"},
+		{fmt.Sprintf("recovery %d none", xidIndex), ""},
+	} {
+		if err := ctl.InjectContext(ctx, c.cmd); err != nil {
+			t.Fatal(err)
+		}
+		status := corev1.ConditionFalse
+		if c.part == "" {
+			status = corev1.ConditionTrue
+		}
+		if _, err := waitCondition(ctx, "GPUHealthy", status, c.part); err != nil {
+			t.Fatalf("after %q: %v%s", c.cmd, err, pluginLogs(ctx))
+		}
+	}
+	if err := waitAllocatable(ctx, total, time.Minute); err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
 	}
 	if c, err := waitCondition(ctx, "GPUHealthy", corev1.ConditionTrue, ""); err != nil {
