@@ -582,3 +582,42 @@ func TestDRAHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestDRATaintKeepsItsTimeAcrossRestart: a GPU kept Unhealthy across a
+// plugin restart (its fatal XID restored from the state file) keeps the
+// timeAdded its taint was published with: the restarted plugin reads its
+// node's slices once (internal/serve/dra pins that LIST's field selector)
+// and neither rewrites the slice nor shows operators the restart's time.
+func TestDRATaintKeepsItsTimeAcrossRestart(t *testing.T) {
+	s := startDRANode(t)
+	s.events <- gonvml.EventData{Device: s.lib.Devices[1], EventType: gonvml.EventTypeXidCriticalError, EventData: 79}
+	s.waitSlices(t, "gpu-1 tainted", func(d map[string]resourceapi.Device) bool { return len(d["gpu-1"].Taints) > 0 })
+	if err := s.stop(); err != nil {
+		t.Fatalf("daemon.Run: %v", err)
+	}
+	// What an earlier process published, an hour back: a restart within
+	// the same second as the XID could not tell a kept time from a new one.
+	was := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for _, sl := range s.slices(t) {
+		for i, d := range sl.Spec.Devices {
+			if d.Name == "gpu-1" {
+				sl.Spec.Devices[i].Taints[0].TimeAdded = &was
+				if _, err := s.k.Client.ResourceV1().ResourceSlices().Update(context.Background(), &sl, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	s.start(t)
+	// Another XID after the restart: once its taint is in the API server,
+	// the restarted plugin's first publication is too.
+	s.events <- gonvml.EventData{Device: s.lib.Devices[2], EventType: gonvml.EventTypeXidCriticalError, EventData: 79}
+	devs := s.waitSlices(t, "gpu-2 tainted", func(d map[string]resourceapi.Device) bool { return len(d["gpu-2"].Taints) > 0 })
+	if ts := devs["gpu-1"].Taints; len(ts) != 1 || ts[0].Key != draXIDTaint || ts[0].TimeAdded == nil || !ts[0].TimeAdded.Equal(&was) {
+		t.Errorf("gpu-1 taints after the restart = %+v, want %s=79 added %v, as published before", ts, draXIDTaint, was)
+	}
+	if ts := devs["gpu-2"].Taints; len(ts) != 1 || ts[0].TimeAdded == nil || !ts[0].TimeAdded.After(was.Time) {
+		t.Errorf("gpu-2 taints (an XID after the restart) = %+v, want one added now", ts)
+	}
+}

@@ -122,6 +122,11 @@ type Driver struct {
 	// for good, not asked for again while a rebuild is retried.
 	rebuildTries int
 	rebuildSkip  map[string]bool
+	// seeds are the taints this node's slices carried when the process
+	// started, by device name (SeedTaints); published tells they are
+	// spent: the first publication carries their times into health.
+	seeds     map[string][]draslice.Taint
+	published bool
 	// changed is closed and replaced at every health change, waking
 	// every WatchHealthStatus stream at once.
 	changed chan struct{}
@@ -211,6 +216,20 @@ func (d *Driver) SetPublisher(ctx context.Context, p Publisher) {
 	d.pub, d.pubCtx = p, ctx
 	d.pubMu.Unlock()
 	d.publish(ctx)
+}
+
+// SeedTaints gives the driver the taints this node's slices carry now,
+// as an earlier process published them, by device name: a device still
+// unhealthy for the same condition keeps its taint's timeAdded, so a
+// restart or an upgrade neither rewrites the slice nor shows operators
+// the restart's time. Only before the first publication; later, it does
+// nothing.
+func (d *Driver) SeedTaints(byDevice map[string][]draslice.Taint) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.published {
+		d.seeds = byDevice
+	}
 }
 
 // SetGPUs replaces the node's GPUs and publishes at once; none when NVML
@@ -315,6 +334,10 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 		for _, e := range es {
 			var taints []draslice.Taint
 			if h := d.health[e.ID]; h != nil {
+				if s := d.seeds[e.Name]; len(s) > 0 && len(h.taints) > 0 {
+					// Kept in health, so the time stays once the seeds go.
+					h.taints = draslice.Backdate(h.taints, s)
+				}
 				taints = h.taints
 			}
 			devs = append(devs, apiDevice(e, taints))
@@ -403,6 +426,9 @@ func (d *Driver) publish(ctx context.Context) {
 	d.deb.first = time.Time{}
 	d.deb.mu.Unlock()
 	res := d.resourcesLocked()
+	// The seeds' times are in health now; a device unhealthy only from
+	// here on is a new condition.
+	d.seeds, d.published = nil, true
 	d.mu.Unlock()
 	if d.lastPub != nil && apiequality.Semantic.DeepEqual(*d.lastPub, res) {
 		return

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -135,6 +137,7 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
 	log.Info("serving through DRA", "driver", config.DRADriverName, "node", node, "pluginDir", cfg.DRAPluginDir)
+	seedTaints(ctx, client, drv, log)
 	drv.SetPublisher(f.ctx, f.helper)
 	return f, nil
 }
@@ -201,6 +204,57 @@ type apiClaims struct{ client kubernetes.Interface }
 
 func (a apiClaims) GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	return a.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// seedReadTimeout bounds the read of the node's slices at start: it only
+// keeps taints' times, and must not hold the first publication for long.
+const seedReadTimeout = 10 * time.Second
+
+// seedTaints gives drv the taints this node's slices carry, as the
+// previous process published them (Driver.SeedTaints). A read that fails
+// costs only fresh timeAdded values: it is said once, and nothing else
+// changes.
+func seedTaints(ctx context.Context, client kubernetes.Interface, drv *Driver, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, seedReadTimeout)
+	defer cancel()
+	seeds, err := publishedTaints(ctx, client, drv.o.DriverName, drv.o.NodeName)
+	if err != nil {
+		log.Info("DRA: could not read this node's ResourceSlices; device taints kept across the restart get a new timeAdded", "err", err)
+		return
+	}
+	drv.SeedTaints(seeds)
+}
+
+// publishedTaints reads the taints on this node's devices, by device name,
+// from its ResourceSlices of driver: one LIST narrowed by field selector to
+// the driver and the node (never the cluster's slices; the Node authorizer
+// requires the node too), served from the API server's cache
+// (resourceVersion 0), as a slightly stale answer only costs a timestamp.
+func publishedTaints(ctx context.Context, client kubernetes.Interface, driver, node string) (map[string][]draslice.Taint, error) {
+	sel := fields.Set{
+		resourceapi.ResourceSliceSelectorDriver:   driver,
+		resourceapi.ResourceSliceSelectorNodeName: node,
+	}.String()
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices (%s): %w", sel, err)
+	}
+	out := map[string][]draslice.Taint{}
+	for _, sl := range list.Items {
+		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != node {
+			continue
+		}
+		for _, dv := range sl.Spec.Devices {
+			for _, t := range dv.Taints {
+				if t.TimeAdded == nil {
+					continue
+				}
+				at := t.TimeAdded.Time
+				out[dv.Name] = append(out[dv.Name], draslice.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect), TimeAdded: &at})
+			}
+		}
+	}
+	return out, nil
 }
 
 // Run stops the helper when ctx ends. Prepared claims stay in the

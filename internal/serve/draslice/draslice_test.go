@@ -64,6 +64,36 @@ func TestStampKeepsTimes(t *testing.T) {
 	}
 }
 
+// A restart's seeds (the taints the previous process published) keep an
+// unchanged condition's earlier time; another value, a later or missing
+// seed time, leave the fresh one.
+func TestBackdate(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	now := Stamp(TaintsOf("d", "xid=79, gpu-lost, thermal=95C"), nil, t0.Add(time.Hour))
+	earlier, later := t0, t0.Add(2*time.Hour)
+	seeds := []Taint{
+		{Key: "d/xid", Value: "79", Effect: EffectNoSchedule, TimeAdded: &later},
+		{Key: "d/xid", Value: "79", Effect: EffectNoSchedule, TimeAdded: &earlier},
+		{Key: "d/gpu-lost", Effect: EffectNoSchedule},
+		{Key: "d/thermal", Value: "90C", Effect: EffectNoSchedule, TimeAdded: &earlier},
+	}
+	got := Backdate(now, seeds)
+	if !got[0].TimeAdded.Equal(earlier) {
+		t.Errorf("xid=79 seeded earlier: %v, want %v", got[0].TimeAdded, earlier)
+	}
+	for _, i := range []int{1, 2} {
+		if !got[i].TimeAdded.Equal(*now[i].TimeAdded) {
+			t.Errorf("%s: %v, want its own %v", got[i].Key, got[i].TimeAdded, now[i].TimeAdded)
+		}
+	}
+	if !now[0].TimeAdded.Equal(t0.Add(time.Hour)) {
+		t.Error("Backdate changed its argument")
+	}
+	if Backdate(nil, seeds) != nil {
+		t.Error("no taints, but some")
+	}
+}
+
 func TestBytes(t *testing.T) {
 	for n, want := range map[uint64]string{80 << 30: "80Gi", 40960 << 20: "40Gi", 1536 << 20: "1536Mi", 1000: "1000", 0: "0"} {
 		if got := Bytes(n); got != want {

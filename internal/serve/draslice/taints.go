@@ -97,3 +97,24 @@ func Stamp(ts, old []Taint, now time.Time) []Taint {
 	}
 	return out
 }
+
+// Backdate gives each of ts the TimeAdded of the same taint (key and
+// value) in seeds where that is earlier: seeds are the taints a previous
+// process published, so a condition that outlived a restart keeps the
+// time it was first seen, and the restart rewrites no slice. A seed for
+// another condition, or without a time, changes nothing.
+func Backdate(ts, seeds []Taint) []Taint {
+	out := slices.Clone(ts)
+	for i, t := range out {
+		for _, s := range seeds {
+			if s.Key != t.Key || s.Value != t.Value || s.TimeAdded == nil {
+				continue
+			}
+			if t.TimeAdded == nil || s.TimeAdded.Before(*out[i].TimeAdded) {
+				at := *s.TimeAdded
+				out[i].TimeAdded = &at
+			}
+		}
+	}
+	return out
+}
