@@ -522,6 +522,19 @@ func (l *upgradeLane) step(dir string, releases func() (to, from *release)) func
 				note, err := sw.verdict()
 				return fmt.Sprintf("%s; watched until %.1fs after the publication", note, time.Since(published).Seconds()), err
 			})
+			// This tree reads the taints its node already published and
+			// keeps their time; the previous release restamps them once.
+			added, restamps := sw.xidTimeAdded()
+			if dir == "upgrade" {
+				c.check("the XID taint keeps its timeAdded (no slice rewrite for it)", func() (string, error) {
+					if len(restamps) > 0 {
+						return strings.Join(restamps, "; "), fmt.Errorf("the XID taint was restamped: %s", strings.Join(restamps, "; "))
+					}
+					return "timeAdded " + added, nil
+				})
+			} else {
+				c.fig("XID taint timeAdded %s, changes %v (the previous release restamps it)", added, restamps)
+			}
 		} else {
 			l.dpChecks(ctx, c)
 			nw.stop()
@@ -1100,6 +1113,8 @@ type sliceWatch struct {
 	emptySince time.Time
 	fewest     int
 	untainted  []string
+	xidAdded   string   // the XID taint's timeAdded when first seen
+	restamps   []string // later changes of it
 	changes    []string
 	err        error
 	started    time.Time
@@ -1237,6 +1252,9 @@ func (w *sliceWatch) observe() {
 			if d.Name == w.xidDev && !hasXIDTaint(d) {
 				w.untainted = append(w.untainted, fmt.Sprintf("+%.2fs in %s", now.Sub(w.started).Seconds(), s.Name))
 			}
+			if d.Name == w.xidDev {
+				w.noteXIDAdded(d, now)
+			}
 		}
 	}
 	if w.fewest < 0 || devs < w.fewest {
@@ -1250,6 +1268,30 @@ func (w *sliceWatch) observe() {
 		w.emptyFor += now.Sub(w.emptySince)
 		w.emptySince = time.Time{}
 	}
+}
+
+// noteXIDAdded records the XID taint's timeAdded, and any change of it;
+// w.mu held.
+func (w *sliceWatch) noteXIDAdded(d resourceapi.Device, now time.Time) {
+	for _, tt := range d.Taints {
+		if !(tt.Key == draDriver+"/xid" && tt.Value == "79") || tt.TimeAdded == nil {
+			continue
+		}
+		at := tt.TimeAdded.UTC().Format(time.RFC3339)
+		switch {
+		case w.xidAdded == "":
+			w.xidAdded = at
+		case at != w.xidAdded && !strings.HasSuffix(strings.Join(w.restamps, ""), at):
+			w.restamps = append(w.restamps, fmt.Sprintf("+%.2fs %s -> %s", now.Sub(w.started).Seconds(), w.xidAdded, at))
+		}
+	}
+}
+
+// xidTimeAdded is the XID taint's first timeAdded and its changes since.
+func (w *sliceWatch) xidTimeAdded() (string, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.xidAdded, slices.Clone(w.restamps)
 }
 
 func (w *sliceWatch) untaintedAt() []string {
