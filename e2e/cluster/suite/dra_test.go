@@ -48,6 +48,7 @@ func TestDRANode(t *testing.T) {
 		{"two GPUs and an RDMA NIC on one NUMA node in one claim", s.alignedClaim},
 		{"XID 79 reaches the pod status and taints the device until it recovers", s.xid},
 		{"plugin restart keeps prepared claims", s.pluginRestart},
+		{"a corrupt checkpoint: the claims are rebuilt from the kubelet and the API server", s.corruptCheckpoint},
 		{"deleting the pods unprepares their claims", s.unprepare},
 		{"uninstall removes the slices; the documented step the CDI specs", s.uninstall},
 	}
@@ -613,6 +614,53 @@ func (s *draScenario) pluginRestart(t *testing.T, ctx context.Context) {
 		t.Errorf("after the restart the checkpoint holds %v, want %v", after, want)
 	}
 	// The pods keep running on their devices.
+	for _, p := range draPods {
+		if _, err := waitPod(ctx, p, 30*time.Second, "running", func(p *corev1.Pod) (bool, error) {
+			return p.Status.Phase == corev1.PodRunning, nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// corruptCheckpoint overwrites the checkpoint with bytes that do not parse
+// and kills the plugin: the next one sets the file aside and rebuilds the
+// claims the pods hold from PodResources and a GET of each claim, so the
+// next step's Unprepare still finds them.
+func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
+	want, err := checkpointClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(draPluginDir(), "checkpoint.json")
+	os.Remove(path + ".corrupt")
+	t.Cleanup(func() { os.Remove(path + ".corrupt") })
+	if err := os.WriteFile(path, []byte(`{"version": 1, "claims": {"trunc`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, s.plugin, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	old := s.plugin
+	if s.plugin, err = waitPluginRunning(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	line, err := waitLog(ctx, s.plugin, "DRA: rebuilt prepared claims from the kubelet and the API server")
+	if err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	t.Logf("rebuilt: %s", line)
+	if _, err := os.Stat(path + ".corrupt"); err != nil {
+		t.Errorf("the corrupt checkpoint was not set aside: %v", err)
+	}
+	got, err := checkpointClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rebuilt checkpoint holds %v, want the pods' claims %v", got, want)
+	}
 	for _, p := range draPods {
 		if _, err := waitPod(ctx, p, 30*time.Second, "running", func(p *corev1.Pod) (bool, error) {
 			return p.Status.Phase == corev1.PodRunning, nil
