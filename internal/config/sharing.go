@@ -45,6 +45,7 @@ func placements() []string { return []string{PlacementDistributed, PlacementPack
 // flag), like nicResources.
 type Sharing struct {
 	TimeSlicing TimeSlicing `json:"timeSlicing,omitempty"`
+	MPS         MPS         `json:"mps,omitempty"`
 }
 
 // TimeSlicing serves each selected device as several replicas, so that
@@ -102,8 +103,45 @@ type SharedResource struct {
 // lists, checkpoints and sends in every ListAndWatch update.
 const MaxReplicas = 1024
 
+// MPS serves each selected GPU as several replicas shared through an MPS
+// control daemon that the plugin runs per GPU: unlike time-slicing, each
+// container's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and of
+// the memory (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) is capped, at k/replicas
+// for a container given k replicas. It shares whole GPUs only (MPS does
+// not run on MIG devices) and shapes the device-plugin API only.
+//
+// Example, from internal/config/testdata/example-mps.yaml:
+//
+//	sharing:
+//	  mps:
+//	    renameByDefault: true
+//	    resources:
+//	      - name: nvidia.com/gpu          # H100s: 8 shares each, as nvidia.com/gpu.shared
+//	        replicas: 8
+//	        devices: ["NVIDIA H100 80GB HBM3"]
+type MPS struct {
+	// RenameByDefault and FailRequestsGreaterThanOne are as in
+	// TimeSlicing. Unlike NVIDIA's plugin, FailRequestsGreaterThanOne is
+	// off by default: here two replicas are twice the share.
+	RenameByDefault            bool             `json:"renameByDefault,omitempty"`
+	FailRequestsGreaterThanOne bool             `json:"failRequestsGreaterThanOne,omitempty"`
+	Resources                  []SharedResource `json:"resources,omitempty"`
+}
+
+// MaxMPSReplicas bounds MPS replicas: an MPS server takes at most 48
+// clients per GPU (Volta and later), and each replica may be a client.
+const MaxMPSReplicas = 48
+
 // Enabled says whether any device is time-sliced.
 func (t TimeSlicing) Enabled() bool { return len(t.Resources) > 0 }
+
+// Enabled says whether any GPU is shared through MPS.
+func (m MPS) Enabled() bool { return len(m.Resources) > 0 }
+
+// Replicas is TimeSlicing.Replicas for MPS.
+func (m MPS) Replicas(resource, uuid, model string) (replicas int, name string) {
+	return replicasOf(m.Resources, m.RenameByDefault, resource, uuid, model)
+}
 
 // Replicas returns how many replicas a device gets and the resource name
 // to serve them under, for a device of resource `resource` with UUID uuid
@@ -112,9 +150,14 @@ func (t TimeSlicing) Enabled() bool { return len(t.Resources) > 0 }
 // Name when replicated: Rename if set, else resource+".shared" when
 // RenameByDefault, else resource. UUIDs and models match in any case.
 func (t TimeSlicing) Replicas(resource, uuid, model string) (replicas int, name string) {
+	return replicasOf(t.Resources, t.RenameByDefault, resource, uuid, model)
+}
+
+// replicasOf is Replicas for either section.
+func replicasOf(resources []SharedResource, renameByDefault bool, resource, uuid, model string) (replicas int, name string) {
 	var byUUID, byModel, catchAll *SharedResource
-	for i := range t.Resources {
-		r := &t.Resources[i]
+	for i := range resources {
+		r := &resources[i]
 		if r.Name != resource {
 			continue
 		}
@@ -135,7 +178,7 @@ func (t TimeSlicing) Replicas(resource, uuid, model string) (replicas int, name 
 	if r == nil {
 		return 1, resource
 	}
-	return r.Replicas, t.servedName(*r)
+	return r.Replicas, servedName(*r, renameByDefault)
 }
 
 // firstOf is a if set, else b: the first match in file order wins
@@ -148,11 +191,11 @@ func firstOf(a, b *SharedResource) *SharedResource {
 }
 
 // servedName is the resource an entry's replicas are served under.
-func (t TimeSlicing) servedName(r SharedResource) string {
+func servedName(r SharedResource, renameByDefault bool) string {
 	switch {
 	case r.Rename != "":
 		return r.Rename
-	case t.RenameByDefault:
+	case renameByDefault:
 		return r.Name + ".shared"
 	}
 	return r.Name
@@ -189,19 +232,26 @@ func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "
 func sharingShape(raw json.RawMessage) []error {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing (see %s)", sharingExample)}
+		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing or mps (see %s)", sharingExample)}
 	}
 	errs := unknownKeys("sharing", top, jsonKeys(Sharing{}))
-	if isNull(top["timeSlicing"]) {
-		return errs
+	errs = append(errs, sectionShape[TimeSlicing]("sharing.timeSlicing", top["timeSlicing"])...)
+	return append(errs, sectionShape[MPS]("sharing.mps", top["mps"])...)
+}
+
+// sectionShape checks one sharing section, T its type (TimeSlicing or
+// MPS), at its key path.
+func sectionShape[T any](at string, raw json.RawMessage) []error {
+	if isNull(raw) {
+		return nil
 	}
-	const at = "sharing.timeSlicing"
+	var zero T
 	var ts map[string]json.RawMessage
-	if err := json.Unmarshal(top["timeSlicing"], &ts); err != nil {
-		return append(errs, fmt.Errorf("%s: want a map of keys such as resources (see %s)", at, sharingExample))
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return []error{fmt.Errorf("%s: want a map of keys such as resources (see %s)", at, sharingExample)}
 	}
-	errs = append(errs, unknownKeys(at, ts, jsonKeys(TimeSlicing{}))...)
-	errs = append(errs, decodeKeys[TimeSlicing](at, ts, "resources")...)
+	errs := unknownKeys(at, ts, jsonKeys(zero))
+	errs = append(errs, decodeKeys[T](at, ts, "resources")...)
 	if isNull(ts["resources"]) {
 		return errs
 	}
@@ -262,40 +312,110 @@ func validateSharing(c Config, withStrategy bool) []error {
 	t := c.Sharing.TimeSlicing
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	const ts = "sharing.timeSlicing"
 	if t.Placement != "" && !slices.Contains(placements(), t.Placement) {
-		bad("%s.placement: %q is not allowed; use one of %s, or leave it out for %s", ts, t.Placement, strings.Join(placements(), ", "), PlacementDistributed)
+		bad("sharing.timeSlicing.placement: %q is not allowed; use one of %s, or leave it out for %s", t.Placement, strings.Join(placements(), ", "), PlacementDistributed)
 	}
-	type seenAt struct{ entry, device int }
-	catchAll := map[string]int{}   // resource name -> entry
-	devices := map[string]seenAt{} // resource name + "\x00" + lower-case device -> where
-	served := map[string]int{}     // replicated resource name -> first entry serving it
-	nicPools := map[string]int{}   // NIC pool name -> index
+	v := sharingCheck{c: c, withStrategy: withStrategy, bad: bad, served: map[string]entryAt{}, nicPools: map[string]int{}}
 	for i, p := range c.NICResources {
-		if _, dup := nicPools[p.Name]; !dup {
-			nicPools[p.Name] = i
+		if _, dup := v.nicPools[p.Name]; !dup {
+			v.nicPools[p.Name] = i
 		}
 	}
-	for i, r := range t.Resources {
+	slicing := v.section(section{at: "sharing.timeSlicing", renameByDefault: t.RenameByDefault, resources: t.Resources})
+	m := c.Sharing.MPS
+	mps := v.section(section{at: "sharing.mps", renameByDefault: m.RenameByDefault, resources: m.Resources, mps: true})
+	// A GPU is shared one way. What validation cannot see (one section
+	// naming a GPU's UUID, the other its model) the layout settles.
+	for name, i := range mps.catchAll {
+		if j, both := slicing.catchAll[name]; both {
+			bad("sharing.mps.resources[%d]: every %s would be shared through MPS, and sharing.timeSlicing.resources[%d] time-slices every %s too; a GPU is shared one way: give one of them devices", i, name, j, name)
+		}
+	}
+	for key, w := range mps.devices {
+		if o, both := slicing.devices[key]; both {
+			bad("sharing.mps.resources[%d].devices[%d]: %q is also time-sliced by sharing.timeSlicing.resources[%d].devices[%d]; a GPU is shared one way: remove one", w.entry, w.device, m.Resources[w.entry].Devices[w.device], o.entry, o.device)
+		}
+	}
+	if withStrategy && m.Enabled() {
+		// Load accepts a correct section so that a file can be readied;
+		// serving it needs the MPS daemons and Allocate answers (issue 30),
+		// and serving its GPUs unshared meanwhile would surprise.
+		bad("sharing.mps: MPS sharing is not served by this release yet (the section is otherwise valid); remove it, or share with sharing.timeSlicing meanwhile")
+	}
+	return errs
+}
+
+// section is one sharing section as validateSharing sees it.
+type section struct {
+	at              string // key path: sharing.timeSlicing or sharing.mps
+	renameByDefault bool
+	resources       []SharedResource
+	mps             bool // whole GPUs only
+}
+
+type entryAt struct {
+	at   string // the entry's key path
+	name string // its resource
+}
+
+type seenAt struct{ entry, device int }
+
+// selected is what a section selects: per resource name, the entry
+// without devices, and per resource name + "\x00" + lower-case device,
+// where it is named.
+type selected struct {
+	catchAll map[string]int
+	devices  map[string]seenAt
+}
+
+// sharingCheck holds what the checks of both sections share: replicas of
+// either are served under names that must not collide.
+type sharingCheck struct {
+	c            Config
+	withStrategy bool
+	bad          func(format string, a ...any)
+	served       map[string]entryAt // replicated resource name -> first entry serving it
+	nicPools     map[string]int     // NIC pool name -> index
+}
+
+// section checks one section's entries.
+func (v sharingCheck) section(sec section) selected {
+	c, bad, ts := v.c, v.bad, sec.at
+	sel := selected{catchAll: map[string]int{}, devices: map[string]seenAt{}}
+	for i, r := range sec.resources {
 		at := fmt.Sprintf("%s.resources[%d]", ts, i)
 		nameOK := true
 		switch {
+		case r.Name == "" && sec.mps:
+			nameOK = false
+			bad("%s.name: missing; use nvidia.com/gpu (MPS shares whole GPUs)", at)
 		case r.Name == "":
 			nameOK = false
 			bad("%s.name: missing; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at)
-		case r.Name == gpuResource || migResource.MatchString(r.Name):
+		case r.Name == gpuResource:
+		case sec.mps && strings.HasPrefix(r.Name, "nvidia.com/mig-"):
+			nameOK = false
+			bad("%s.name: %q is a MIG resource, and MPS does not run on MIG devices; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing", at, r.Name)
+		case migResource.MatchString(r.Name):
 		case strings.HasPrefix(r.Name, "nvidia.com/mig-") && strings.Contains(r.Name, "+"):
 			nameOK = false
 			bad("%s.name: %q is not served: MIG resource names write a profile's \"+\" as \".\"; use %q", at, r.Name, strings.ReplaceAll(r.Name, "+", "."))
+		case sec.mps:
+			nameOK = false
+			bad("%s.name: %q is not a resource MPS can share; use nvidia.com/gpu", at, r.Name)
 		default:
 			nameOK = false
 			bad("%s.name: %q is not a resource the plugin serves; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at, r.Name)
 		}
+		maxReplicas, why := MaxReplicas, ""
+		if sec.mps {
+			maxReplicas, why = MaxMPSReplicas, " (an MPS server takes at most 48 clients per GPU)"
+		}
 		switch {
 		case r.Replicas < 2:
 			bad("%s.replicas: %d is too few; use 2 or more (1 is not sharing: remove the entry)", at, r.Replicas)
-		case r.Replicas > MaxReplicas:
-			bad("%s.replicas: %d is too many; use at most %d", at, r.Replicas, MaxReplicas)
+		case r.Replicas > maxReplicas:
+			bad("%s.replicas: %d is too many; use at most %d%s", at, r.Replicas, maxReplicas, why)
 		}
 		if r.Rename != "" {
 			switch err := checkResourceName(r.Rename); {
@@ -308,23 +428,25 @@ func validateSharing(c Config, withStrategy bool) []error {
 			}
 		}
 		if nameOK {
-			as := t.servedName(r)
-			pool, isPool := nicPools[as]
-			first, isServed := served[as]
+			as := servedName(r, sec.renameByDefault)
+			pool, isPool := v.nicPools[as]
+			first, isServed := v.served[as]
 			switch {
 			case isPool:
 				bad("%s: replicas would be served as %q, already the name of nicResources[%d]; set another rename", at, as, pool)
-			case isServed && t.Resources[first].Name != r.Name:
-				bad("%s: replicas of %s would be served as %q, as are those of %s (%s.resources[%d]); a resource serves one kind of device: set another rename", at, r.Name, as, t.Resources[first].Name, ts, first)
+			case isServed && first.name != r.Name:
+				bad("%s: replicas of %s would be served as %q, as are those of %s (%s); a resource serves one kind of device: set another rename", at, r.Name, as, first.name, first.at)
+			case isServed && !strings.HasPrefix(first.at, ts+"."):
+				bad("%s: replicas would be served as %q, as are those of %s, which shares its devices the other way; a resource is shared one way: set another rename", at, as, first.at)
 			case !isServed:
-				served[as] = i
+				v.served[as] = entryAt{at: at, name: r.Name}
 			}
 		}
 		if len(r.Devices) == 0 {
-			if j, dup := catchAll[r.Name]; dup {
+			if j, dup := sel.catchAll[r.Name]; dup {
 				bad("%s: a second entry for %s without devices (%s.resources[%d] has none either), so two replica counts would apply to the same devices; give one devices, or remove one", at, r.Name, ts, j)
 			} else {
-				catchAll[r.Name] = i
+				sel.catchAll[r.Name] = i
 			}
 		}
 		for k, d := range r.Devices {
@@ -339,18 +461,21 @@ func validateSharing(c Config, withStrategy bool) []error {
 			case isAllDigits(d):
 				bad("%s: %q looks like a device index, which is not accepted (indexes change when a GPU fails or MIG is reconfigured); use the UUID (as `gpu-device-plugin list` shows) or the model name", dat, d)
 				continue
+			case sec.mps && strings.HasPrefix(strings.ToUpper(d), "MIG-"):
+				bad("%s: %q is a MIG device, and MPS does not run on MIG devices; name a GPU (GPU- UUID or model name), or share the MIG device with sharing.timeSlicing", dat, d)
+				continue
 			case strings.HasPrefix(strings.ToUpper(d), "GPU-") && migResource.MatchString(r.Name):
 				bad("%s: %q is a GPU UUID, which names no device of %s; use the MIG device's MIG- UUID, or the model name of its GPU", dat, d, r.Name)
 				continue
 			}
 			key := r.Name + "\x00" + strings.ToLower(d)
-			if w, dup := devices[key]; dup {
+			if w, dup := sel.devices[key]; dup {
 				bad("%s: %q is already selected for %s by %s.resources[%d].devices[%d]; a device gets one replica count: remove one", dat, d, r.Name, ts, w.entry, w.device)
 			} else {
-				devices[key] = seenAt{i, k}
+				sel.devices[key] = seenAt{i, k}
 			}
 		}
-		if !withStrategy || !nameOK || !slices.Contains(migStrategies(), c.MIGStrategy) {
+		if !v.withStrategy || !nameOK || !slices.Contains(migStrategies(), c.MIGStrategy) {
 			continue // an unknown migStrategy is reported on its own
 		}
 		switch {
@@ -366,7 +491,7 @@ func validateSharing(c Config, withStrategy bool) []error {
 			}
 		}
 	}
-	return errs
+	return sel
 }
 
 func isAllDigits(s string) bool {

@@ -1,0 +1,134 @@
+package config
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const notServedYet = "sharing.mps: MPS sharing is not served by this release yet"
+
+func TestLoadExampleMPS(t *testing.T) {
+	c, err := Load("testdata/example-mps.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Sharing{
+		TimeSlicing: TimeSlicing{Placement: PlacementDistributed, Resources: []SharedResource{
+			{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A100-SXM4-40GB"}},
+		}},
+		MPS: MPS{RenameByDefault: true, Resources: []SharedResource{
+			{Name: "nvidia.com/gpu", Replicas: 8, Rename: "nvidia.com/h100.mps", Devices: []string{"NVIDIA H100 80GB HBM3"}},
+			{Name: "nvidia.com/gpu", Replicas: 2, Devices: []string{h100UUID}},
+		}},
+	}
+	if !reflect.DeepEqual(c.Sharing, want) {
+		t.Errorf("sharing = %+v\nwant %+v", c.Sharing, want)
+	}
+	if !c.Sharing.MPS.Enabled() || Default().Sharing.MPS.Enabled() {
+		t.Error("Enabled() wrong")
+	}
+	// Until the daemons serve it, the whole check refuses it, with this
+	// one error only: the section itself is valid.
+	err = c.Validate()
+	if err == nil || !strings.Contains(err.Error(), notServedYet) || strings.Count(err.Error(), "\n") > 0 {
+		t.Errorf("Validate: %v, want only %q", err, notServedYet)
+	}
+	js, err := json.Marshal(c.Sharing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"mps":{"renameByDefault":true,"resources":[{"name":"nvidia.com/gpu","rename":"nvidia.com/h100.mps","replicas":8,`) {
+		t.Errorf("JSON: %s", js)
+	}
+	var back Sharing
+	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(back, c.Sharing) {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+}
+
+func TestMPSReplicas(t *testing.T) {
+	m := MPS{RenameByDefault: true, Resources: []SharedResource{
+		{Name: "nvidia.com/gpu", Replicas: 8, Devices: []string{"NVIDIA H100 80GB HBM3"}},
+		{Name: "nvidia.com/gpu", Replicas: 2, Rename: "example.com/half", Devices: []string{h100UUID}},
+	}}
+	for _, tt := range []struct {
+		uuid, model string
+		n           int
+		name        string
+	}{
+		{"GPU-other", "NVIDIA H100 80GB HBM3", 8, "nvidia.com/gpu.shared"},
+		{strings.ToLower(h100UUID), "NVIDIA H100 80GB HBM3", 2, "example.com/half"},
+		{"GPU-other", "NVIDIA A100-SXM4-40GB", 1, "nvidia.com/gpu"},
+	} {
+		if n, name := m.Replicas("nvidia.com/gpu", tt.uuid, tt.model); n != tt.n || name != tt.name {
+			t.Errorf("Replicas(%s, %s) = %d, %s; want %d, %s", tt.uuid, tt.model, n, name, tt.n, tt.name)
+		}
+	}
+}
+
+func TestMPSErrors(t *testing.T) {
+	const res = "sharing:\n  mps:\n    resources:\n"
+	const ts = "  timeSlicing:\n    resources:\n"
+	tests := []struct {
+		name string
+		body string
+		want []string
+	}{
+		{name: "MIG resource", body: "migStrategy: mixed\n" + res + "      - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n",
+			want: []string{`sharing.mps.resources[0].name: "nvidia.com/mig-1g.10gb" is a MIG resource, and MPS does not run on MIG devices; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing`}},
+		{name: "MIG UUID", body: res + "      - {name: nvidia.com/gpu, replicas: 2, devices: [MIG-1]}\n",
+			want: []string{`sharing.mps.resources[0].devices[0]: "MIG-1" is a MIG device, and MPS does not run on MIG devices`}},
+		{name: "too many replicas", body: res + "      - {name: nvidia.com/gpu, replicas: 64}\n",
+			want: []string{"sharing.mps.resources[0].replicas: 64 is too many; use at most 48 (an MPS server takes at most 48 clients per GPU)"}},
+		{name: "one replica", body: res + "      - {name: nvidia.com/gpu, replicas: 1}\n",
+			want: []string{"sharing.mps.resources[0].replicas: 1 is too few"}},
+		{name: "name missing", body: res + "      - {replicas: 2}\n",
+			want: []string{"sharing.mps.resources[0].name: missing; use nvidia.com/gpu (MPS shares whole GPUs)"}},
+		{name: "other name", body: res + "      - {name: example.com/gpu, replicas: 2}\n",
+			want: []string{`sharing.mps.resources[0].name: "example.com/gpu" is not a resource MPS can share; use nvidia.com/gpu`}},
+		{name: "both catch-all", body: res + "      - {name: nvidia.com/gpu, replicas: 2, rename: example.com/mps}\n" + ts + "      - {name: nvidia.com/gpu, replicas: 4}\n",
+			want: []string{"sharing.mps.resources[0]: every nvidia.com/gpu would be shared through MPS, and sharing.timeSlicing.resources[0] time-slices every nvidia.com/gpu too; a GPU is shared one way"}},
+		{name: "same model both ways", body: res + "      - {name: nvidia.com/gpu, replicas: 2, rename: example.com/mps, devices: [\"NVIDIA H100 80GB HBM3\"]}\n" + ts + "      - {name: nvidia.com/gpu, replicas: 4, devices: [\"nvidia h100 80gb hbm3\"]}\n",
+			want: []string{`sharing.mps.resources[0].devices[0]: "NVIDIA H100 80GB HBM3" is also time-sliced by sharing.timeSlicing.resources[0].devices[0]; a GPU is shared one way: remove one`}},
+		{name: "one name both ways", body: res + "      - {name: nvidia.com/gpu, replicas: 2, devices: [GPU-1]}\n" + ts + "      - {name: nvidia.com/gpu, replicas: 4, devices: [GPU-2]}\n",
+			want: []string{`sharing.mps.resources[0]: replicas would be served as "nvidia.com/gpu", as are those of sharing.timeSlicing.resources[0], which shares its devices the other way`}},
+		{name: "misspelt key", body: "sharing:\n  mps:\n    replicas: 2\n",
+			want: []string{`sharing.mps: unknown key "replicas"; known keys: renameByDefault, failRequestsGreaterThanOne, resources`}},
+		{name: "placement is time-slicing's", body: "sharing:\n  mps:\n    placement: packed\n",
+			want: []string{`sharing.mps: unknown key "placement"`}},
+		{name: "not a map", body: "sharing:\n  mps: on\n",
+			want: []string{"sharing.mps: want a map of keys such as resources"}},
+		{name: "entry key mistyped", body: res + "      - {name: nvidia.com/gpu, replicas: two}\n",
+			want: []string{"sharing.mps.resources[0].replicas: got a string, want a whole number"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeFile(t, tt.body))
+			if err == nil {
+				err = c.Validate()
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Sharing different GPUs each way, under different names, is fine.
+func TestMPSBesideTimeSlicing(t *testing.T) {
+	c, err := Load(writeFile(t, "sharing:\n  mps:\n    resources: [{name: nvidia.com/gpu, replicas: 4, rename: example.com/mps, devices: [GPU-1]}]\n"+
+		"  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 4, devices: [GPU-2]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := validateSharing(c, true); len(errs) != 1 || !strings.Contains(errs[0].Error(), notServedYet) {
+		t.Errorf("errors %v, want only %q", errs, notServedYet)
+	}
+}
