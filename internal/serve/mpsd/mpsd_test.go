@@ -1,0 +1,214 @@
+package mpsd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+)
+
+// fakeClock hands out timers that fire when the test says.
+type fakeClock struct {
+	mu      sync.Mutex
+	waiters []waiter
+	added   chan struct{}
+}
+
+type waiter struct {
+	d  time.Duration
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{added: make(chan struct{}, 1)} }
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.waiters = append(c.waiters, waiter{d, ch})
+	c.mu.Unlock()
+	select {
+	case c.added <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+// fire waits for a timer of d and fires it.
+func (c *fakeClock) fire(t *testing.T, d time.Duration) {
+	t.Helper()
+	c.await(t, d, true)
+}
+
+// await waits for a timer of d to be started, and fires it if told to.
+func (c *fakeClock) await(t *testing.T, d time.Duration, fire bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		i := slices.IndexFunc(c.waiters, func(w waiter) bool { return w.d == d })
+		if i >= 0 {
+			w := c.waiters[i]
+			if fire {
+				c.waiters = slices.Delete(c.waiters, i, i+1)
+			}
+			c.mu.Unlock()
+			if fire {
+				w.ch <- time.Time{}
+			}
+			return
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.added:
+		case <-deadline:
+			t.Fatalf("no timer of %v was started", d)
+		}
+	}
+}
+
+func waitState(t *testing.T, m *Manager, uuid string, up bool) State {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if s, ok := m.State(uuid); ok && s.Up == up {
+			return s
+		}
+		select {
+		case <-m.Changes():
+		case <-deadline:
+			s, ok := m.State(uuid)
+			t.Fatalf("%s: state %+v (%v), want up %v", uuid, s, ok, up)
+		}
+	}
+}
+
+func recorded(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+const (
+	probe   = 10 * time.Second
+	backoff = time.Second
+)
+
+func newManager(t *testing.T, bin string) (*Manager, *fakeClock, string) {
+	root := filepath.Join(t.TempDir(), "mps")
+	clk := newFakeClock()
+	m := New(Options{Binary: bin, Root: root, Clock: clk, ProbeInterval: probe, MinBackoff: backoff, MaxBackoff: 4 * backoff})
+	t.Cleanup(func() { m.Set(context.Background(), nil) }) // no daemon left behind by a failed test
+	return m, clk, root
+}
+
+func TestLimits(t *testing.T) {
+	g := GPU{UUID: "GPU-a", Replicas: 8, Memory: 80 << 30}
+	if g.DefaultThreadPercentage() != 12 || g.DefaultMemoryMiB() != 10240 {
+		t.Errorf("one of 8: %d%%, %d MiB", g.DefaultThreadPercentage(), g.DefaultMemoryMiB())
+	}
+}
+
+// A daemon is started with its limits, killed, seen down, restarted after
+// the backoff with its limits again, and stopped with its directories
+// removed when its GPU is no longer shared.
+func TestDaemonLifecycle(t *testing.T) {
+	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
+	record := filepath.Join(t.TempDir(), "record")
+	t.Setenv("MOCKMPS_RECORD", record)
+	m, clk, root := newManager(t, bin)
+	ctx := t.Context()
+	g := GPU{UUID: "GPU-a", Replicas: 4, Memory: 80 << 30}
+
+	m.Set(ctx, []GPU{g})
+	waitState(t, m, g.UUID, true)
+	started := []string{"start", "set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 20480M"}
+	if got := recorded(t, record); !slices.Equal(got, started) {
+		t.Fatalf("told %q, want %q", got, started)
+	}
+	if log := recorded(t, filepath.Join(m.LogDir(g.UUID), "control.log")); !slices.Equal(log, started) {
+		t.Errorf("the GPU's own log dir has %q", log)
+	}
+	clk.fire(t, probe)         // answers: still up,
+	clk.await(t, probe, false) // and waits for the next probe
+	pipe := m.PipeDir(g.UUID)
+	pipeInode := inode(t, pipe)
+
+	b, err := os.ReadFile(filepath.Join(pipe, "nvidia-cuda-mps-control.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	clk.fire(t, probe)
+	s := waitState(t, m, g.UUID, false)
+	if s.Reason != ReasonDown || s.Err == nil {
+		t.Errorf("dead daemon: %+v", s)
+	}
+	clk.fire(t, backoff)
+	waitState(t, m, g.UUID, true)
+	if got := recorded(t, record); !slices.Equal(got, append(append(slices.Clone(started), "get_default_active_thread_percentage"), started...)) {
+		t.Errorf("after the restart, told %q", got)
+	}
+	if inode(t, pipe) != pipeInode {
+		t.Error("the pipe directory was replaced: clients' mounts would not see the new daemon")
+	}
+
+	m.Set(ctx, nil)
+	if _, ok := m.State(g.UUID); ok {
+		t.Error("a state after sharing was turned off")
+	}
+	if got := recorded(t, record); got[len(got)-1] != "quit" {
+		t.Errorf("not told quit: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {
+		t.Errorf("directories left: %v", err)
+	}
+}
+
+// A daemon that does not start keeps its GPU down, retried with doubling
+// backoff up to the maximum; its replicas changing restarts it.
+func TestStartFailure(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho no GPU >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, clk, root := newManager(t, bin)
+	g := GPU{UUID: "GPU-b", Replicas: 2}
+	m.Set(t.Context(), []GPU{g})
+	for _, d := range []time.Duration{backoff, 2 * backoff, 4 * backoff, 4 * backoff} {
+		clk.fire(t, d)
+	}
+	s := waitState(t, m, g.UUID, false)
+	if s.Reason != ReasonDown || s.Err == nil || !strings.Contains(s.Err.Error(), "no GPU") {
+		t.Errorf("state %+v", s)
+	}
+	m.Set(t.Context(), nil)
+	if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {
+		t.Errorf("directories left: %v", err)
+	}
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
