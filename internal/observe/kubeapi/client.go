@@ -227,12 +227,22 @@ func (c *Client) do(ctx context.Context, method, resource, path, contentType str
 	return nil
 }
 
-// verbs are the API's names for the methods used.
-var verbs = map[string]string{http.MethodGet: "get", http.MethodPost: "create", http.MethodPatch: "patch"}
+// verb is the API's name for an HTTP method used.
+func verb(method string) string {
+	switch method {
+	case http.MethodGet:
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPatch:
+		return "patch"
+	}
+	return strings.ToLower(method)
+}
 
 func (c *Client) observe(method, resource, code string) {
 	if c.observer != nil {
-		c.observer.ObserveRequest(cmpOr(verbs[method], strings.ToLower(method)), resource, code)
+		c.observer.ObserveRequest(verb(method), resource, code)
 	}
 }
 
