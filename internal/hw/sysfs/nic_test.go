@@ -1,7 +1,6 @@
 package sysfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,33 +8,15 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 )
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func scanner(t *testing.T, root string) (*NICScanner, *logBuffer) {
+func scanner(t *testing.T, root string) (*NICScanner, *logtest.Buffer) {
 	t.Helper()
-	var logs logBuffer
+	var logs logtest.Buffer
 	s := NewNICScanner(NICOptions{
 		SysfsRoot: filepath.Join(root, "sys"),
 		ProcRoot:  filepath.Join(root, "proc"),
@@ -45,7 +26,7 @@ func scanner(t *testing.T, root string) (*NICScanner, *logBuffer) {
 	return s, &logs
 }
 
-func scanFixture(t *testing.T, name string) ([]NIC, *logBuffer) {
+func scanFixture(t *testing.T, name string) ([]NIC, *logtest.Buffer) {
 	t.Helper()
 	s, logs := scanner(t, sysfstest.Load(t, name))
 	nics, err := s.Scan()
@@ -346,7 +327,7 @@ func TestPCIIDs(t *testing.T) {
 	t.Run("truncated file does not panic", func(t *testing.T) {
 		root := sysfstest.Load(t, "dgx-h100")
 		sysfstest.Apply(t, root, "file usr/share/misc/pci.ids C")
-		var logs logBuffer
+		var logs logtest.Buffer
 		nics, err := DiscoverNICs(NICOptions{SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), HostRoot: root,
 			Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil || len(nics) != 9 || nics[1].VendorName != "" {
@@ -402,7 +383,7 @@ func TestScanHostSysfs(t *testing.T) {
 	if _, err := os.Stat("/sys/bus/pci/devices"); err != nil {
 		t.Skip("no /sys/bus/pci/devices here")
 	}
-	var logs logBuffer
+	var logs logtest.Buffer
 	nics, err := DiscoverNICs(NICOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"bytes"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 )
 
 // clock is a manual clock for the removal grace period.
@@ -28,23 +28,6 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func duration(d time.Duration) *config.Duration { return &config.Duration{Duration: d} }
@@ -157,7 +140,7 @@ func TestManagementNICUnknown(t *testing.T) {
 	const podRoute = "file proc/net/route <<EOF\nIface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\neth0\t00000000\t0100580A\t0003\t0\t0\t0\t00000000\t0\t0\t0\nEOF"
 	f := load(t, "dgx-h100")
 	f.apply(t, podRoute)
-	var logs logBuffer
+	var logs logtest.Buffer
 	ps, err := NewPools([]config.NICResource{
 		pool("example.com/named", config.NICSelectors{PCIAddresses: []string{"0000:18:00.0"}}),
 		pool("example.com/by_netdev", config.NICSelectors{Netdevs: []string{"ibp64s0"}}),

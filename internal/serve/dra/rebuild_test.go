@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
@@ -81,24 +81,6 @@ func holding(pod, claimName string, devices map[string][]string) *podresourcesap
 	return podresourcestest.Pod("ns", pod, podresourcestest.ClaimContainer("main", dr))
 }
 
-// logBuffer is a log sink tests read after the driver wrote.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 const gpuA = "gpu-device-plugin.github.io/gpu=GPU-a"
 
 // trainClaim is claim ns/train (UID uid-1) with GPU gpu-0.
@@ -119,7 +101,7 @@ func TestCorruptCheckpointRebuildsClaims(t *testing.T) {
 	}
 	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
 	api := newFakeClaims(trainClaim())
-	var logs logBuffer
+	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{
 		Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -237,7 +219,7 @@ func TestMissingCheckpointNothingHeld(t *testing.T) {
 // said once, not tried again before each Prepare.
 func TestMissingCheckpointWithoutTheSocket(t *testing.T) {
 	ctx := context.Background()
-	var logs logBuffer
+	var logs logtest.Buffer
 	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, PodResources: podresources.Client{Socket: filepath.Join(t.TempDir(), "kubelet.sock")},
 		Claims: newFakeClaims(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(ctx)
@@ -283,7 +265,7 @@ func TestRebuildRetriesBeforePrepare(t *testing.T) {
 		holding("ghost", "gone", map[string][]string{"gpu-2": nil}))
 	kubelet.Fail(status.Error(codes.Unavailable, "kubelet restarting"))
 	api := newFakeClaims(trainClaim())
-	var logs logBuffer
+	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(ctx)
@@ -334,7 +316,7 @@ func TestRebuildRefusesAClaimMadeAgain(t *testing.T) {
 	dir := t.TempDir()
 	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
 	api := newFakeClaims(claim("uid-new", "train", result("gpus", "gpu-1")))
-	var logs logBuffer
+	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(context.Background())
@@ -372,7 +354,7 @@ func TestNoRebuildWithoutPodResources(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "checkpoint.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{Sources: 1, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(context.Background())
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"DRA: prepared claims cannot be rebuilt") || d.rebuild != "" {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
@@ -147,7 +148,7 @@ func TestPublishedTaintsIsOneNarrowedList(t *testing.T) {
 	var s sliceServer
 	client := s.start(t, http.StatusOK, twoSlices)
 	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1})
-	var logs logBuffer
+	var logs logtest.Buffer
 	seedTaints(context.Background(), client, d, slog.New(slog.NewTextHandler(&logs, nil)))
 	reqs := s.requests()
 	if len(reqs) != 1 {
@@ -178,7 +179,7 @@ func TestPublishedTaintsReadFails(t *testing.T) {
 	var s sliceServer
 	client := s.start(t, http.StatusForbidden, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`)
 	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1})
-	var logs logBuffer
+	var logs logtest.Buffer
 	seedTaints(context.Background(), client, d, slog.New(slog.NewTextHandler(&logs, nil)))
 	if n := len(s.requests()); n != 1 {
 		t.Errorf("%d requests, want 1 (no retry)", n)

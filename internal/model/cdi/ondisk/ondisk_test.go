@@ -1,7 +1,6 @@
 package ondisk
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,35 +8,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
-
-// syncBuffer is a log sink tests can read while the daemon writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func listDir(t *testing.T, dir string) []string {
 	t.Helper()
@@ -102,7 +83,7 @@ func TestSpecStoreStart(t *testing.T) {
 			cfg.StateDir = ""
 			cfg.CDISpecDir = dir
 			cfg.DeviceListStrategy = tt.strategies
-			var logs syncBuffer
+			var logs logtest.Buffer
 			s, err := NewStore(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
@@ -134,7 +115,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	cfg.DevRoot = t.TempDir()
 	cfg.DriverRoot = t.TempDir()
 	cfg.CDIHookPath = ""
-	var logs syncBuffer
+	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store, err := NewStore(cfg, log)
 	if err != nil {
@@ -226,7 +207,7 @@ func TestGPUSpecsFollowTheHook(t *testing.T) {
 	cfg.DevRoot = filepath.Join(root, "dev")
 	cfg.DriverRoot = root
 	cfg.CDIHookPath = filepath.Join(t.TempDir(), cdi.HookName)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	store, err := NewStore(cfg, log)
 	if err != nil {
