@@ -86,20 +86,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "relative kubeconfig for nodeCondition", body: "nodeCondition: true\nkubeconfig: kubelet.conf\n", want: []string{"kubeconfig (--kubeconfig)", "absolute"}},
 	}...)
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Load(writeFile(t, tt.body))
-			if err == nil {
-				err = c.Validate()
-			}
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantConfigErrors(t, tt.body, tt.want...) })
 	}
 }
 
@@ -364,6 +351,24 @@ func TestSettingsSetTheFieldOfTheirKey(t *testing.T) {
 		}
 		if !slices.Equal(changed, []string{s.Key}) {
 			t.Errorf("setting %s changed %v", s.Key, changed)
+		}
+	}
+}
+
+// wantConfigErrors loads a config file with body and validates it, and
+// wants an error that mentions each of want.
+func wantConfigErrors(t *testing.T, body string, want ...string) {
+	t.Helper()
+	c, err := Load(writeFile(t, body))
+	if err == nil {
+		err = c.Validate()
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
 		}
 	}
 }

@@ -104,20 +104,7 @@ func TestMPSErrors(t *testing.T) {
 			want: []string{"sharing.mps.resources[0].replicas: got a string, want a whole number"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Load(writeFile(t, tt.body))
-			if err == nil {
-				err = c.Validate()
-			}
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantConfigErrors(t, tt.body, tt.want...) })
 	}
 }
 
