@@ -598,14 +598,7 @@ func (s *draScenario) pluginRestart(t *testing.T, ctx context.Context) {
 	if !slices.Equal(before, want) {
 		t.Fatalf("checkpoint holds %v, want the pods' claims %v", before, want)
 	}
-	zero := int64(0)
-	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, s.plugin, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	old := s.plugin
-	if s.plugin, err = waitPluginRunning(ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	s.killPlugin(t, ctx)
 	after, err := checkpointClaims()
 	if err != nil {
 		t.Fatal(err)
@@ -614,13 +607,7 @@ func (s *draScenario) pluginRestart(t *testing.T, ctx context.Context) {
 		t.Errorf("after the restart the checkpoint holds %v, want %v", after, want)
 	}
 	// The pods keep running on their devices.
-	for _, p := range draPods {
-		if _, err := waitPod(ctx, p, 30*time.Second, "running", func(p *corev1.Pod) (bool, error) {
-			return p.Status.Phase == corev1.PodRunning, nil
-		}); err != nil {
-			t.Error(err)
-		}
-	}
+	draPodsRunning(t, ctx)
 }
 
 // corruptCheckpoint overwrites the checkpoint with bytes that do not parse
@@ -638,14 +625,7 @@ func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
 	if err := os.WriteFile(path, []byte(`{"version": 1, "claims": {"trunc`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	zero := int64(0)
-	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, s.plugin, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	old := s.plugin
-	if s.plugin, err = waitPluginRunning(ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	s.killPlugin(t, ctx)
 	line, err := waitLog(ctx, s.plugin, "DRA: rebuilt prepared claims from the kubelet and the API server")
 	if err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
@@ -661,6 +641,27 @@ func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
 	if !slices.Equal(got, want) {
 		t.Errorf("rebuilt checkpoint holds %v, want the pods' claims %v", got, want)
 	}
+	draPodsRunning(t, ctx)
+}
+
+// killPlugin deletes the plugin's pod at once (SIGKILL) and waits for the
+// DaemonSet's next one to run.
+func (s *draScenario) killPlugin(t *testing.T, ctx context.Context) {
+	t.Helper()
+	zero := int64(0)
+	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, s.plugin, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := waitPluginRunning(ctx, s.plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.plugin = next
+}
+
+// draPodsRunning wants every pod of the lane running.
+func draPodsRunning(t *testing.T, ctx context.Context) {
+	t.Helper()
 	for _, p := range draPods {
 		if _, err := waitPod(ctx, p, 30*time.Second, "running", func(p *corev1.Pod) (bool, error) {
 			return p.Status.Phase == corev1.PodRunning, nil
