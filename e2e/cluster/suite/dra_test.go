@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
@@ -611,9 +612,11 @@ func (s *draScenario) pluginRestart(t *testing.T, ctx context.Context) {
 }
 
 // corruptCheckpoint overwrites the checkpoint with bytes that do not parse
-// and kills the plugin: the next one sets the file aside and rebuilds the
-// claims the pods hold from PodResources and a GET of each claim, so the
-// next step's Unprepare still finds them.
+// while no plugin runs (a running one would set the file aside itself at
+// its next Prepare or Unprepare, which the kubelet may send at any time):
+// the next plugin sets it aside and rebuilds the claims the pods hold from
+// PodResources and a GET of each claim, so the next step's Unprepare
+// still finds them.
 func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
 	want, err := checkpointClaims()
 	if err != nil {
@@ -622,10 +625,19 @@ func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
 	path := filepath.Join(draPluginDir(), "checkpoint.json")
 	os.Remove(path + ".corrupt")
 	t.Cleanup(func() { os.Remove(path + ".corrupt") })
+	ds := s.release.daemonSetName()
+	if err := pausePlugin(ctx, ds, true); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(`{"version": 1, "claims": {"trunc`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.killPlugin(t, ctx)
+	if err := pausePlugin(ctx, ds, false); err != nil {
+		t.Fatal(err)
+	}
+	if s.plugin, err = waitPluginRunning(ctx, s.plugin); err != nil {
+		t.Fatal(err)
+	}
 	line, err := waitLog(ctx, s.plugin, "DRA: rebuilt prepared claims from the kubelet and the API server")
 	if err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
@@ -642,6 +654,26 @@ func (s *draScenario) corruptCheckpoint(t *testing.T, ctx context.Context) {
 		t.Errorf("rebuilt checkpoint holds %v, want the pods' claims %v", got, want)
 	}
 	draPodsRunning(t, ctx)
+}
+
+// pausePlugin takes the plugin off the node (a nodeSelector no node has)
+// and waits until no plugin pod is left, or puts it back.
+func pausePlugin(ctx context.Context, daemonSet string, pause bool) error {
+	v := "null"
+	if pause {
+		v = `"true"`
+	}
+	patch := `{"spec":{"template":{"spec":{"nodeSelector":{"gpu-device-plugin.github.io/e2e-paused":` + v + `}}}}}`
+	if _, err := k8s.kube.AppsV1().DaemonSets(releaseNamespace).Patch(ctx, daemonSet, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("pausing the plugin (%v): %w", pause, err)
+	}
+	if !pause {
+		return nil
+	}
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := pluginPods(ctx)
+		return err == nil && len(pods) == 0, nil
+	})
 }
 
 // killPlugin deletes the plugin's pod at once (SIGKILL) and waits for the
