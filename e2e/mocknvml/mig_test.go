@@ -465,7 +465,7 @@ func TestChildMIGNames(t *testing.T) {
 		}
 	}
 
-	layout, err := gpu.Layout(gpus, gpu.MIGMixed, nil, log)
+	layout, err := gpu.Layout(gpus, gpu.MIGMixed, gpu.Sharings{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,9 @@ type Config struct {
 	HealthChecksDisabled   []string `json:"healthChecksDisabled"`
 	// StateDir keeps what must survive a plugin restart on one boot
 	// (conditions only the driver or a reboot clears); empty keeps nothing.
-	StateDir       string `json:"stateDir"`
+	StateDir string `json:"stateDir"`
+	// MPSRoot holds the MPS control daemons' directories (sharing.mps).
+	MPSRoot        string `json:"mpsRoot"`
 	MetricsAddress string `json:"metricsAddress"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
@@ -167,6 +169,10 @@ const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"
 // DefaultPodResourcesSocket is where the kubelet serves its PodResources
 // API.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// DefaultMPSRoot is where MPS control daemons keep their directories: on
+// the host's /run, a tmpfs, as MPS's shared memory wants.
+const DefaultMPSRoot = "/run/gpu-device-plugin/mps"
 
 // DefaultStateDir is the state directory of the node package's unit
 // (StateDirectory=gpu-device-plugin) and the chart's hostPath.

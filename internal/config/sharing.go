@@ -336,11 +336,9 @@ func validateSharing(c Config, withStrategy bool) []error {
 			bad("sharing.mps.resources[%d].devices[%d]: %q is also time-sliced by sharing.timeSlicing.resources[%d].devices[%d]; a GPU is shared one way: remove one", w.entry, w.device, m.Resources[w.entry].Devices[w.device], o.entry, o.device)
 		}
 	}
-	if withStrategy && m.Enabled() {
-		// Load accepts a correct section so that a file can be readied;
-		// serving it needs the MPS daemons and Allocate answers (issue 30),
-		// and serving its GPUs unshared meanwhile would surprise.
-		bad("sharing.mps: MPS sharing is not served by this release yet (the section is otherwise valid); remove it, or share with sharing.timeSlicing meanwhile")
+	if withStrategy && m.Enabled() && c.KubeletAPI == KubeletAPIDRA {
+		// Serving its GPUs unshared instead would surprise.
+		bad("sharing.mps: MPS through DRA is not served by this release (the device-plugin API serves it); remove the section, or set kubeletAPI (--kubelet-api) to %s", KubeletAPIDevicePlugin)
 	}
 	return errs
 }

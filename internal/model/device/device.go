@@ -31,6 +31,15 @@ type Node struct {
 	Permissions string
 }
 
+// Mount is a host directory bound into the container.
+type Mount struct {
+	ContainerPath string
+	// HostPath is the directory on the host, as the container runtime
+	// sees it.
+	HostPath string
+	ReadOnly bool
+}
+
 // Answer is what a container gets for a set of devices, in no API's
 // terms. A nil field means the allocation sets none of it.
 type Answer struct {
@@ -38,6 +47,9 @@ type Answer struct {
 	Env map[string]string
 	// Nodes are the device nodes to create in the container.
 	Nodes []Node
+	// Mounts are host directories to bind into the container (an MPS
+	// control daemon's pipe directory and shared memory).
+	Mounts []Mount
 	// CDIDevices are fully qualified CDI device names
 	// (vendor/class=name) for a CDI-aware runtime to inject.
 	CDIDevices []string

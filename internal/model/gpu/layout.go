@@ -31,9 +31,12 @@ type Unit struct {
 	Pos int
 	// MIG is the MIG device; nil for a whole GPU.
 	MIG *nvml.MIGDevice
-	// Replicas is how many containers may share the unit by time-slicing;
-	// 0 or 1 is not shared.
+	// Replicas is how many containers may share the unit, by
+	// time-slicing or, with MPS, as shares of an MPS control daemon; 0 or
+	// 1 is not shared.
 	Replicas int
+	// MPS says the replicas are MPS shares (whole GPUs only).
+	MPS bool
 }
 
 // UUID is the unit's NVML UUID: GPU-… or MIG-….
@@ -64,10 +67,18 @@ func MIGResourceName(profile string) string {
 	return "nvidia.com/mig-" + strings.ReplaceAll(profile, "+", ".")
 }
 
-// Sharing decides time-slicing: how many replicas a unit of resource gets
-// and the resource name they are served under. config.TimeSlicing is one.
+// Sharing decides one way of sharing: how many replicas a unit of
+// resource gets and the resource name they are served under.
+// config.TimeSlicing and config.MPS are such.
 type Sharing interface {
 	Replicas(resource, uuid, model string) (replicas int, name string)
+}
+
+// Sharings are both ways of sharing; nil fields share nothing. A GPU
+// both would share is shared through MPS (validation refuses the
+// overlaps it can see).
+type Sharings struct {
+	TimeSlicing, MPS Sharing
 }
 
 // Served is one resource to serve and its units, in inventory order.
@@ -77,12 +88,13 @@ type Served struct {
 }
 
 // Layout decides what the device-plugin API serves from gpus under the
-// MIG strategy, then applies sharing (nil: none). A layout that does not
+// MIG strategy, then applies sharing: MPS to whole GPUs, time-slicing to
+// the other units. A layout that does not
 // fit the strategy is logged with the reason and served as far as it
 // safely can: under single, only MIG devices of the most common profile,
 // since one resource name must mean one size of device. The result is
 // sorted by resource name.
-func Layout(gpus []nvml.GPU, strategy string, sharing Sharing, log *slog.Logger) ([]Served, error) {
+func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger) ([]Served, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -135,11 +147,16 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharing, log *slog.Logger)
 	var out []Served
 	for k, u := range units {
 		name := names[k]
-		if sharing != nil {
-			n, rename := sharing.Replicas(name, u.UUID(), u.Model())
-			if n > 1 {
-				u.Replicas = n
-				name = rename
+		if sharing.MPS != nil && u.MIG == nil {
+			// MPS does not run on MIG devices, which single serves as
+			// nvidia.com/gpu too.
+			if n, rename := sharing.MPS.Replicas(name, u.UUID(), u.Model()); n > 1 {
+				u.Replicas, u.MPS, name = n, true, rename
+			}
+		}
+		if sharing.TimeSlicing != nil && !u.MPS {
+			if n, rename := sharing.TimeSlicing.Replicas(name, u.UUID(), u.Model()); n > 1 {
+				u.Replicas, name = n, rename
 			}
 		}
 		i, ok := byName[name]

@@ -34,7 +34,7 @@ func mixedNode() ([]nvml.GPU, nvml.Topology) {
 	return gpus, topo
 }
 
-func layoutOf(t *testing.T, gpus []nvml.GPU, strategy string, sharing Sharing) (map[string][]string, string) {
+func layoutOf(t *testing.T, gpus []nvml.GPU, strategy string, sharing Sharings) (map[string][]string, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	served, err := Layout(gpus, strategy, sharing, slog.New(slog.NewTextHandler(&buf, nil)))
@@ -47,6 +47,9 @@ func layoutOf(t *testing.T, gpus []nvml.GPU, strategy string, sharing Sharing) (
 			id := u.UUID()
 			if u.Replicas > 1 {
 				id = fmt.Sprintf("%s×%d", id, u.Replicas)
+			}
+			if u.MPS {
+				id += " mps"
 			}
 			out[s.Name] = append(out[s.Name], id)
 		}
@@ -77,7 +80,7 @@ func TestLayoutStrategies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy, func(t *testing.T) {
-			got, logs := layoutOf(t, gpus, tt.strategy, nil)
+			got, logs := layoutOf(t, gpus, tt.strategy, Sharings{})
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("layout = %v\nwant %v", got, tt.want)
 			}
@@ -88,7 +91,7 @@ func TestLayoutStrategies(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Layout(gpus, "half", nil, nil); err == nil || !strings.Contains(err.Error(), "none, single or mixed") {
+	if _, err := Layout(gpus, "half", Sharings{}, nil); err == nil || !strings.Contains(err.Error(), "none, single or mixed") {
 		t.Errorf("bad strategy: %v", err)
 	}
 }
@@ -122,7 +125,7 @@ func (f fixedSharing) Replicas(resource, uuid, model string) (int, string) {
 
 func TestLayoutSharing(t *testing.T) {
 	gpus, _ := mixedNode()
-	got, _ := layoutOf(t, gpus, MIGMixed, fixedSharing{replicas: map[string]int{"GPU-00000003": 4, "MIG-0-0": 2}, rename: "nvidia.com/gpu.shared"})
+	got, _ := layoutOf(t, gpus, MIGMixed, Sharings{TimeSlicing: fixedSharing{replicas: map[string]int{"GPU-00000003": 4, "MIG-0-0": 2}, rename: "nvidia.com/gpu.shared"}})
 	want := map[string][]string{
 		"nvidia.com/gpu.shared":  {"MIG-0-0×2", "GPU-00000003×4"},
 		"nvidia.com/mig-2g.20gb": {"MIG-0-1", "MIG-0-2"},
@@ -133,10 +136,38 @@ func TestLayoutSharing(t *testing.T) {
 	}
 }
 
+// MPS shares whole GPUs only, and a GPU both would share is MPS's.
+func TestLayoutMPS(t *testing.T) {
+	gpus, _ := eightGPUs()
+	gpus = gpus[:3]
+	ts := fixedSharing{replicas: map[string]int{"GPU-00000001": 4, "GPU-00000002": 2}, rename: "nvidia.com/gpu.sliced"}
+	mps := fixedSharing{replicas: map[string]int{"GPU-00000000": 8, "GPU-00000001": 3}, rename: "nvidia.com/gpu.mps"}
+	got, _ := layoutOf(t, gpus, MIGNone, Sharings{TimeSlicing: ts, MPS: mps})
+	want := map[string][]string{
+		"nvidia.com/gpu.mps":    {"GPU-00000000×8 mps", "GPU-00000001×3 mps"},
+		"nvidia.com/gpu.sliced": {"GPU-00000002×2"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("layout = %v\nwant %v", got, want)
+	}
+	// Under single, nvidia.com/gpu are MIG devices: MPS leaves them alone.
+	node, _ := mixedNode()
+	node[3].MIGEnabled = true
+	node[3].MIG = []nvml.MIGDevice{mig(3, 0, 1, 0, "1g.10gb")}
+	got, _ = layoutOf(t, node, MIGSingle, Sharings{MPS: fixedSharing{replicas: map[string]int{"MIG-3-0": 2, "GPU-00000003": 2}}})
+	for _, ids := range got {
+		for _, id := range ids {
+			if strings.HasSuffix(id, " mps") {
+				t.Errorf("MIG device shared through MPS: %v", got)
+			}
+		}
+	}
+}
+
 func migResource(t *testing.T, strategy string, o Options) *Resource {
 	t.Helper()
 	gpus, topo := mixedNode()
-	served, err := Layout(gpus, strategy, nil, nil)
+	served, err := Layout(gpus, strategy, Sharings{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

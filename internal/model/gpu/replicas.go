@@ -63,6 +63,9 @@ func (r *Resource) preferReplicas(available, mustInclude []string, size int) ([]
 //     else the one with the fewest free replicas (the most used), then the
 //     best linked, then the first; as many replicas of it as still needed.
 func (r *Resource) pickReplicas(available, mustInclude []string, size int) ([]Pick, error) {
+	if r.mps {
+		return r.pickMPS(available, mustInclude, size)
+	}
 	n := len(r.units)
 	// free[u] counts unit u's available replicas not yet taken; avail
 	// marks them by flat device number (r.offset[u] + replica).

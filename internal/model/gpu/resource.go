@@ -68,6 +68,9 @@ type Options struct {
 	// FailRequestsGreaterThanOne refuses a request for more than one
 	// replica of a shared resource.
 	FailRequestsGreaterThanOne bool
+	// MPSRoot holds the MPS control daemons' directories (MPSDir), for
+	// units shared through MPS.
+	MPSRoot string
 }
 
 // Replica placements (time-slicing's placement setting).
@@ -115,6 +118,8 @@ type Resource struct {
 	shared  bool
 	failGT1 bool
 	packed  bool
+	mps     bool // the units are shared through MPS
+	mpsRoot string
 
 	envvar, cdiCRI, cdiAnnotations bool
 }
@@ -147,6 +152,7 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		byUUID: make(map[string]int, len(units)), byID: make(map[string]devRef, len(units)),
 		devRoot: o.DevRoot, specs: o.Specs, topo: topo,
 		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
+		mpsRoot: o.MPSRoot,
 	}
 	if len(o.Strategies) == 0 {
 		o.Strategies = []string{StrategyEnvvar}
@@ -185,6 +191,15 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 			for _, m := range u.MIG.CapMinors {
 				e.nodes = append(e.nodes, devNode(o.DevRoot, cdi.MIGCapNode(m)))
 			}
+		}
+		if u.MPS {
+			if u.Replicas < 2 || u.MIG != nil {
+				return nil, fmt.Errorf("GPU %s: MPS shares a whole GPU between 2 or more replicas, have %d replicas of %s", e.uuid, u.Replicas, u.Describe())
+			}
+			if o.MPSRoot == "" {
+				return nil, fmt.Errorf("GPU %s is shared through MPS, but no MPS root directory is set", e.uuid)
+			}
+			r.mps = true
 		}
 		if u.Replicas > 1 {
 			r.shared = true
@@ -340,6 +355,9 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 			sel = append(sel, &r.units[i])
 		}
 	}
+	if r.mps && len(sel) > 1 {
+		return nil, fmt.Errorf("%w: MPS shares of %d GPUs (%s and %s) requested for one container, which can connect to one GPU's MPS control daemon; request shares of one GPU (the preferred allocation picks them so)", device.ErrBadRequest, len(sel), sel[0].uuid, sel[1].uuid)
+	}
 	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {
 		if err := r.specs.Ensure(); err != nil {
 			return nil, err
@@ -387,6 +405,9 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 			}
 			resp.Annotations = ann
 		}
+	}
+	if r.mps {
+		r.addMPS(resp, sel[0].unit, len(ids))
 	}
 	return resp, nil
 }

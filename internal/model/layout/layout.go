@@ -7,6 +7,7 @@ package layout
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
@@ -40,22 +41,30 @@ type Node struct {
 // answers' options from cfg. specs, when not nil, is asked before a CDI
 // name is handed out.
 func GPUs(cfg config.Config, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.Logger) (*Node, error) {
-	ts := cfg.Sharing.TimeSlicing
-	var sharing gpu.Sharing
+	ts, mps := cfg.Sharing.TimeSlicing, cfg.Sharing.MPS
+	var sharing gpu.Sharings
 	if ts.Enabled() {
-		sharing = ts
+		sharing.TimeSlicing = ts
+	}
+	if mps.Enabled() {
+		sharing.MPS = mps
 	}
 	resources, err := gpu.Layout(inv.GPUs, cfg.MIGStrategy, sharing, log)
 	if err != nil {
 		return nil, err
 	}
-	opts := gpu.Options{
-		IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot,
-		Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
-		Specs: specs,
-	}
 	n := &Node{byUUID: map[string]int{}}
 	for _, r := range resources {
+		opts := gpu.Options{
+			IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot,
+			Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
+			Specs: specs,
+		}
+		if slices.ContainsFunc(r.Units, func(u gpu.Unit) bool { return u.MPS }) {
+			// Validation keeps a resource to one way of sharing.
+			opts.FailRequestsGreaterThanOne = mps.FailRequestsGreaterThanOne
+			opts.MPSRoot = cfg.MPSRoot
+		}
 		res, err := gpu.NewUnits(r.Units, inv.Topology, opts)
 		if err != nil {
 			return nil, fmt.Errorf("building %s resource: %w", r.Name, err)

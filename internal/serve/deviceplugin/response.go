@@ -28,6 +28,14 @@ func Response(a *device.Answer) *pluginapi.ContainerAllocateResponse {
 			resp.Devices[i] = &specs[i]
 		}
 	}
+	if a.Mounts != nil {
+		mounts := make([]pluginapi.Mount, len(a.Mounts))
+		resp.Mounts = make([]*pluginapi.Mount, len(a.Mounts))
+		for i, m := range a.Mounts {
+			mounts[i] = pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly}
+			resp.Mounts[i] = &mounts[i]
+		}
+	}
 	if a.CDIDevices != nil {
 		cdis := make([]pluginapi.CDIDevice, len(a.CDIDevices))
 		resp.CdiDevices = make([]*pluginapi.CDIDevice, len(a.CDIDevices))

@@ -31,11 +31,13 @@ func TestResponse(t *testing.T) {
 					{ContainerPath: "/dev/nvidia0", HostPath: "/host/dev/nvidia0", Permissions: "rw"},
 					{ContainerPath: "/dev/nvidiactl", HostPath: "/host/dev/nvidiactl", Permissions: "r"},
 				},
+				Mounts:      []device.Mount{{ContainerPath: "/dev/shm", HostPath: "/run/mps/GPU-a/shm"}, {ContainerPath: "/etc/x", HostPath: "/x", ReadOnly: true}},
 				CDIDevices:  []string{"nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"},
 				Annotations: map[string]string{"cdi.k8s.io/gpu-device-plugin_gpu": "nvidia.com/gpu=GPU-a,nvidia.com/gpu=GPU-b"},
 			},
 			want: &pluginapi.ContainerAllocateResponse{
-				Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"},
+				Mounts: []*pluginapi.Mount{{ContainerPath: "/dev/shm", HostPath: "/run/mps/GPU-a/shm"}, {ContainerPath: "/etc/x", HostPath: "/x", ReadOnly: true}},
+				Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"},
 				Devices: []*pluginapi.DeviceSpec{
 					{ContainerPath: "/dev/nvidia0", HostPath: "/host/dev/nvidia0", Permissions: "rw"},
 					{ContainerPath: "/dev/nvidiactl", HostPath: "/host/dev/nvidiactl", Permissions: "r"},
@@ -48,8 +50,8 @@ func TestResponse(t *testing.T) {
 			// Empty but present stays empty, as a backend building the
 			// message itself would have left it.
 			name: "empty but not nil",
-			in:   &device.Answer{Env: map[string]string{}, Nodes: []device.Node{}, CDIDevices: []string{}, Annotations: map[string]string{}},
-			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}, Devices: []*pluginapi.DeviceSpec{}, CdiDevices: []*pluginapi.CDIDevice{}, Annotations: map[string]string{}},
+			in:   &device.Answer{Env: map[string]string{}, Nodes: []device.Node{}, Mounts: []device.Mount{}, CDIDevices: []string{}, Annotations: map[string]string{}},
+			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}, Devices: []*pluginapi.DeviceSpec{}, Mounts: []*pluginapi.Mount{}, CdiDevices: []*pluginapi.CDIDevice{}, Annotations: map[string]string{}},
 		},
 		{
 			name: "env only",

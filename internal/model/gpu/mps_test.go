@@ -1,0 +1,148 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+)
+
+// mpsResource is three 80 GiB GPUs shared through MPS, 8, 8 and 3 ways.
+func mpsResource(t *testing.T, o Options) *Resource {
+	t.Helper()
+	gpus, topo := eightGPUs()
+	var units []Unit
+	for i, n := range []int{8, 8, 3} {
+		g := gpus[i]
+		g.MemoryBytes = 80 << 30
+		units = append(units, Unit{GPU: g, Pos: i, Replicas: n, MPS: true})
+	}
+	if o.MPSRoot == "" {
+		o.MPSRoot = "/run/gpu-device-plugin/mps"
+	}
+	r, err := NewUnits(units, topo, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func replica(g, n int) string { return fmt.Sprintf("GPU-%08d::%d", g, n) }
+
+// Each container gets its daemon's directories and k/n of the GPU.
+func TestAllocateMPS(t *testing.T) {
+	root := devRoot(t, "nvidiactl")
+	r := mpsResource(t, Options{DevRoot: root})
+	for _, tt := range []struct {
+		ids            []string
+		threads, memMB string
+	}{
+		{[]string{replica(0, 5)}, "12", "0=10240M"},
+		{[]string{replica(0, 1), replica(0, 4)}, "25", "0=20480M"},
+		{[]string{replica(2, 0)}, "33", "0=27306M"},
+		{[]string{replica(2, 0), replica(2, 1), replica(2, 2)}, "100", "0=81920M"},
+	} {
+		a, err := r.Allocate(tt.ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuid := strings.Split(tt.ids[0], ReplicaSep)[0]
+		want := map[string]string{
+			VisibleDevicesEnv: uuid, MPSPipeEnv: "/tmp/nvidia-mps",
+			MPSThreadEnv: tt.threads, MPSPinnedMemoryEnv: tt.memMB,
+		}
+		if !reflect.DeepEqual(a.Env, want) {
+			t.Errorf("%v: env %v\nwant %v", tt.ids, a.Env, want)
+		}
+		mounts := []device.Mount{
+			{ContainerPath: "/tmp/nvidia-mps", HostPath: "/run/gpu-device-plugin/mps/" + uuid + "/pipe"},
+			{ContainerPath: "/dev/shm", HostPath: "/run/gpu-device-plugin/mps/" + uuid + "/shm"},
+		}
+		if !reflect.DeepEqual(a.Mounts, mounts) {
+			t.Errorf("%v: mounts %v\nwant %v", tt.ids, a.Mounts, mounts)
+		}
+	}
+	// CDI alone: the MPS part is there all the same.
+	r = mpsResource(t, Options{DevRoot: root, Strategies: []string{StrategyCDICRI}})
+	a, err := r.Allocate([]string{replica(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Env[MPSThreadEnv] != "12" || len(a.Mounts) != 2 || a.Env[VisibleDevicesEnv] != "" {
+		t.Errorf("CDI answer: %+v", a)
+	}
+}
+
+// A container connects to one daemon: shares of two GPUs are refused, as
+// failRequestsGreaterThanOne refuses two shares.
+func TestAllocateMPSRefuses(t *testing.T) {
+	r := mpsResource(t, Options{DevRoot: devRoot(t)})
+	_, err := r.Allocate([]string{replica(0, 0), replica(1, 0)})
+	if !errors.Is(err, device.ErrBadRequest) || !strings.Contains(err.Error(), "one GPU's MPS control daemon") {
+		t.Errorf("two GPUs: %v", err)
+	}
+	r = mpsResource(t, Options{DevRoot: devRoot(t), FailRequestsGreaterThanOne: true})
+	if _, err := r.Allocate([]string{replica(0, 0), replica(0, 1)}); !errors.Is(err, device.ErrBadRequest) {
+		t.Errorf("failRequestsGreaterThanOne: %v", err)
+	}
+	if _, err := NewUnits([]Unit{{GPU: r.units[0].unit.GPU, Replicas: 2, MPS: true}}, r.topo, Options{}); err == nil {
+		t.Error("MPS without a root accepted")
+	}
+}
+
+func TestPreferredMPS(t *testing.T) {
+	all := func(except ...string) []string {
+		var out []string
+		for g, n := range []int{8, 8, 3} {
+			for k := range n {
+				if id := replica(g, k); !strings.Contains(strings.Join(except, " "), id) {
+					out = append(out, id)
+				}
+			}
+		}
+		return out
+	}
+	held := []string{replica(0, 0), replica(0, 1), replica(0, 2), replica(1, 0), replica(2, 0)}
+	for _, tt := range []struct {
+		name      string
+		packed    bool
+		available []string
+		must      []string
+		size      int
+		want      []string
+		err       string
+	}{
+		{name: "distributed: most free", available: all(held...), size: 2, want: []string{replica(1, 1), replica(1, 2)}},
+		{name: "packed: fewest free with room", packed: true, available: all(held...), size: 2, want: []string{replica(2, 1), replica(2, 2)}},
+		{name: "packed: a GPU too full is passed over", packed: true, available: all(held...), size: 3, want: []string{replica(0, 3), replica(0, 4), replica(0, 5)}},
+		{name: "must include picks the GPU", available: all(held...), must: []string{replica(0, 7)}, size: 2, want: []string{replica(0, 7), replica(0, 3)}},
+		{name: "no GPU has room", available: all(held...), size: 8, err: "no GPU has 8 free MPS shares"},
+		{name: "must include two GPUs", available: all(), must: []string{replica(0, 1), replica(1, 1)}, size: 2, err: "two GPUs"},
+		{name: "must include's GPU too full", available: all(held...), must: []string{replica(2, 1)}, size: 3, err: "has 2 free MPS shares"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Options{DevRoot: devRoot(t)}
+			if tt.packed {
+				o.Placement = PlacementPacked
+			}
+			r := mpsResource(t, o)
+			got, err := r.Preferred(tt.available, tt.must, tt.size)
+			if tt.err != "" {
+				if !errors.Is(err, allocator.ErrBadRequest) || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("error %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Preferred = %v, %v; want %v", got, err, tt.want)
+			}
+			if _, err := r.Allocate(got); err != nil {
+				t.Errorf("Allocate of the preferred set: %v", err)
+			}
+		})
+	}
+}
