@@ -16,6 +16,7 @@ package mpsd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,9 +25,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
 // ReasonDown is the health reason of a GPU whose daemon is not running.
@@ -35,19 +40,32 @@ const ReasonDown = "mps-daemon-down"
 // GPU is one GPU to share through MPS.
 type GPU struct {
 	UUID string
-	// Replicas is how many shares the GPU is served as; each client's
-	// default limits are one share: 100/Replicas percent of the threads
-	// and Memory/Replicas of the memory.
+	// Replicas is how many shares the GPU is served as.
 	Replicas int
+	// MaxShares is the most shares one container may be given (0: 1).
+	// Each client's limits, which the daemon enforces whatever the
+	// client's environment says, are that many shares: MaxShares/Replicas
+	// of the threads and of Memory. A container's own environment narrows
+	// them to the shares it holds.
+	MaxShares int
 	// Memory is the GPU's memory in bytes; 0 sets no memory limit.
 	Memory uint64
 }
 
-// DefaultThreadPercentage is one share's percentage of a GPU's threads.
-func (g GPU) DefaultThreadPercentage() int { return 100 / g.Replicas }
+func (g GPU) maxShares() int { return min(max(g.MaxShares, 1), max(g.Replicas, 1)) }
 
-// DefaultMemoryMiB is one share's pinned memory in MiB; 0 for none.
-func (g GPU) DefaultMemoryMiB() uint64 { return g.Memory / uint64(g.Replicas) >> 20 }
+// DefaultThreadPercentage is the percentage of the GPU's threads the
+// daemon allows each client.
+func (g GPU) DefaultThreadPercentage() int { return max(100*g.maxShares()/max(g.Replicas, 1), 1) }
+
+// DefaultMemoryMiB is the pinned memory the daemon allows each client, in
+// MiB; 0 for no limit.
+func (g GPU) DefaultMemoryMiB() uint64 {
+	return g.Memory * uint64(g.maxShares()) / uint64(max(g.Replicas, 1)) >> 20
+}
+
+// Dirs are one GPU's directories as this process sees them.
+type Dirs struct{ Pipe, Log, Shm string }
 
 // Clock is the time the manager waits on; tests pass a fake.
 type Clock interface {
@@ -60,9 +78,21 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 
 // Options configure a Manager.
 type Options struct {
-	// Binary is nvidia-cuda-mps-control's path.
+	// Binary is nvidia-cuda-mps-control's path, run directly when Command
+	// is nil.
 	Binary string
-	// Root holds each GPU's directories: <Root>/<uuid>/pipe and /log.
+	// Command, when set, builds each run of the control program: env
+	// (CUDA_VISIBLE_DEVICES) and args (-d, or none for the control
+	// client) for the GPU with dirs. The daemon must see dirs.Shm as its
+	// /dev/shm, which the containers get mounted there: production runs
+	// it confined (package mpsexec). Run directly, it uses this process's
+	// /dev/shm, which only tests may.
+	Command func(ctx context.Context, dirs Dirs, env []string, args ...string) *exec.Cmd
+	// ComputeMode, when set, puts the GPU in exclusive-process compute
+	// mode before its daemon starts, so only the MPS server holds a
+	// context on it, and back to default after the daemon is stopped.
+	ComputeMode func(uuid string, exclusive bool) error
+	// Root holds each GPU's directories (gpu.MPSDir).
 	Root string
 	// ProbeInterval is how often each daemon is asked whether it
 	// answers; 0: 10s.
@@ -92,12 +122,18 @@ type Manager struct {
 	mu      sync.Mutex
 	daemons map[string]*daemon
 	states  map[string]State
+	// swept is set once the directories of GPUs no longer shared, left
+	// by an earlier process, were cleaned up.
+	swept bool
 }
 
 type daemon struct {
 	gpu    GPU
 	cancel context.CancelFunc
 	done   chan struct{}
+	// retire is set by Set before cancel: the daemon is stopped, not
+	// left running for the next plugin process to adopt.
+	retire bool
 }
 
 // New returns a Manager running no daemon.
@@ -120,8 +156,11 @@ func New(o Options) *Manager {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}}
+	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root)}
 }
+
+// sweepable says whether root may hold daemons of an earlier process.
+func sweepable(root string) bool { _, err := os.Stat(root); return err == nil }
 
 // Changes receives after any daemon's state changes (coalesced: read
 // State after each receive).
@@ -137,16 +176,24 @@ func (m *Manager) State(uuid string) (State, bool) {
 
 // PipeDir is the GPU's pipe directory, which clients mount: its inode
 // stays the same across restarts, so their mounts see the next daemon.
-func (m *Manager) PipeDir(uuid string) string { return filepath.Join(m.o.Root, uuid, "pipe") }
+func (m *Manager) PipeDir(uuid string) string { return gpu.MPSDir(m.o.Root, uuid, gpu.MPSPipe) }
 
 // LogDir is the GPU's log directory.
-func (m *Manager) LogDir(uuid string) string { return filepath.Join(m.o.Root, uuid, "log") }
+func (m *Manager) LogDir(uuid string) string { return gpu.MPSDir(m.o.Root, uuid, gpu.MPSLog) }
+
+func (m *Manager) dirs(uuid string) Dirs {
+	return Dirs{Pipe: m.PipeDir(uuid), Log: m.LogDir(uuid), Shm: gpu.MPSDir(m.o.Root, uuid, gpu.MPSShm)}
+}
 
 // Set makes the running daemons those of gpus: it stops (quit, and
-// directories removed) those of GPUs no longer listed or whose replicas
-// or memory changed, then starts the others, each reported down until
-// its first start succeeds. The daemons live until ctx ends or the next
-// Set; Set returns once the stopped ones are gone. Stop with Set(ctx, nil).
+// directories removed) those of GPUs no longer listed or whose limits
+// changed, then starts the others, each reported down until its first
+// start succeeds. A daemon an earlier plugin process left running with
+// the same limits is adopted, not restarted, so its clients keep running
+// across a plugin restart or upgrade; the first Set also stops those left
+// for GPUs no longer listed. The daemons stay up when ctx ends, for the
+// next process to adopt: stop them with Set(ctx, nil). Set returns once
+// the stopped ones are gone.
 func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 	want := map[string]GPU{}
 	for _, g := range gpus {
@@ -156,14 +203,20 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 	var stopping []*daemon
 	for uuid, d := range m.daemons {
 		if g, ok := want[uuid]; !ok || g != d.gpu {
+			d.retire = true
 			d.cancel()
 			stopping = append(stopping, d)
 			delete(m.daemons, uuid)
 		}
 	}
+	sweep := !m.swept
+	m.swept = true
 	m.mu.Unlock()
 	for _, d := range stopping {
 		<-d.done
+	}
+	if sweep {
+		m.sweep(want)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -178,6 +231,24 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 		go m.run(dctx, d)
 	}
 	m.notify()
+}
+
+// sweep stops the daemons an earlier process left for GPUs not in want
+// (sharing turned off, or the GPU gone) and removes their directories.
+func (m *Manager) sweep(want map[string]GPU) {
+	entries, err := os.ReadDir(m.o.Root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		uuid := e.Name()
+		if _, ok := want[uuid]; ok || !e.IsDir() || !strings.HasPrefix(uuid, "GPU-") {
+			continue
+		}
+		log := m.o.Log.With("gpu", uuid)
+		log.Info("GPU no longer shared through MPS; stopping the control daemon an earlier run left")
+		m.stop(GPU{UUID: uuid}, log)
+	}
 }
 
 func (m *Manager) notify() {
@@ -203,7 +274,8 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 	g, log := d.gpu, m.o.Log.With("gpu", d.gpu.UUID)
 	backoff := m.o.MinBackoff
 	for ctx.Err() == nil {
-		if err := m.start(ctx, g); err != nil {
+		adopted, err := m.start(ctx, g, log)
+		if err != nil {
 			log.Warn("MPS control daemon did not start; its shares are withheld", "err", err, "retryIn", backoff)
 			_ = m.quit(g) // a half-started daemon
 			m.setState(g.UUID, State{Reason: ReasonDown, Err: err})
@@ -214,9 +286,9 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 			continue
 		}
 		backoff = m.o.MinBackoff
-		log.Info("MPS control daemon up", "threadPercentage", g.DefaultThreadPercentage(), "pinnedMemoryMiB", g.DefaultMemoryMiB())
+		log.Info("MPS control daemon up", "adopted", adopted, "threadPercentage", g.DefaultThreadPercentage(), "pinnedMemoryMiB", g.DefaultMemoryMiB())
 		m.setState(g.UUID, State{Up: true})
-		err := m.watch(ctx, g)
+		err = m.watch(ctx, g)
 		if ctx.Err() != nil {
 			break
 		}
@@ -227,7 +299,12 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 			break
 		}
 	}
-	m.stop(g, log)
+	m.mu.Lock()
+	retire := d.retire
+	m.mu.Unlock()
+	if retire {
+		m.stop(g, log)
+	}
 }
 
 // wait waits d on the clock; false when ctx ended first.
@@ -250,36 +327,53 @@ func (m *Manager) watch(ctx context.Context, g GPU) error {
 	return ctx.Err()
 }
 
-// start starts the daemon and sets its clients' default limits. Stale
-// files of a dead daemon in the pipe directory are removed first, but not
-// the directory, which running clients have mounted.
-func (m *Manager) start(ctx context.Context, g GPU) error {
+// start starts the daemon and sets its clients' default limits, or adopts
+// one an earlier process left that answers with them (true). Stale files
+// of a dead daemon in the pipe directory are removed first, but not the
+// directory, which running clients have mounted.
+func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted bool, err error) {
 	if g.Replicas < 1 {
-		return fmt.Errorf("%d replicas", g.Replicas)
+		return false, fmt.Errorf("%d replicas", g.Replicas)
 	}
-	pipe, logDir := m.PipeDir(g.UUID), m.LogDir(g.UUID)
-	for _, dir := range []string{pipe, logDir} {
+	dirs := m.dirs(g.UUID)
+	if m.adoptable(g, dirs) {
+		return true, nil
+	}
+	_ = m.quit(g) // one with other limits, or hung
+	for _, dir := range []string{dirs.Pipe, dirs.Log, dirs.Shm} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("MPS directory: %w", err)
+			return false, fmt.Errorf("MPS directory: %w", err)
 		}
 	}
-	if err := emptyDir(pipe); err != nil {
-		return err
+	// Clients of any user share the memory, as they would /dev/shm.
+	if err := os.Chmod(dirs.Shm, 0o1777); err != nil {
+		return false, fmt.Errorf("MPS shared memory directory: %w", err)
+	}
+	if err := emptyDir(dirs.Pipe); err != nil {
+		return false, err
+	}
+	_ = os.Remove(filepath.Join(m.o.Root, g.UUID, limitsFile))
+	if m.o.ComputeMode != nil {
+		if err := m.o.ComputeMode(g.UUID, true); err != nil {
+			// MPS works without it; a client that bypasses its daemon is
+			// then not kept off the GPU.
+			log.Warn("cannot set the GPU's compute mode to exclusive-process; MPS runs without it, and a container that bypasses the daemon is not kept off the GPU", "err", err)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.o.CommandTimeout)
 	defer cancel()
 	// Output goes to a file, not a pipe: the forked daemon would hold a
 	// pipe open and Wait would never return.
-	out, err := os.Create(filepath.Join(logDir, "start.log"))
+	out, err := os.Create(filepath.Join(dirs.Log, "start.log"))
 	if err != nil {
-		return fmt.Errorf("MPS start log: %w", err)
+		return false, fmt.Errorf("MPS start log: %w", err)
 	}
 	defer out.Close()
 	cmd := m.command(cctx, g, "-d")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		said, _ := os.ReadFile(out.Name())
-		return fmt.Errorf("%s -d: %w: %s", m.o.Binary, err, lastLine(said))
+		return false, fmt.Errorf("%s -d: %w: %s", m.o.Binary, err, lastLine(said))
 	}
 	cmds := []string{fmt.Sprintf("set_default_active_thread_percentage %d", g.DefaultThreadPercentage())}
 	if mib := g.DefaultMemoryMiB(); mib > 0 {
@@ -288,19 +382,74 @@ func (m *Manager) start(ctx context.Context, g GPU) error {
 	}
 	for _, c := range cmds {
 		if _, err := m.control(g, c); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	if err := m.writeLimits(g); err != nil {
+		log.Warn("the limits set were not recorded; the next plugin process will restart this daemon rather than adopt it", "err", err)
+	}
+	return false, nil
 }
 
-// stop tells the daemon to quit and removes its directories.
+// limitsFile records, beside a GPU's directories, the limits its daemon
+// was given, so that the next plugin process can tell whether to adopt it.
+const limitsFile = "limits.json"
+
+// limits is limitsFile's content. Keys are only ever added; a reader
+// compares the keys it knows.
+type limits struct {
+	ThreadPercentage int    `json:"threadPercentage"`
+	PinnedMemoryMiB  uint64 `json:"pinnedMemoryMiB"`
+}
+
+func limitsOf(g GPU) limits {
+	return limits{ThreadPercentage: g.DefaultThreadPercentage(), PinnedMemoryMiB: g.DefaultMemoryMiB()}
+}
+
+func (m *Manager) writeLimits(g GPU) error {
+	b, err := json.Marshal(limitsOf(g))
+	if err != nil {
+		return err
+	}
+	_, err = atomicfile.Write(filepath.Join(m.o.Root, g.UUID, limitsFile), b, atomicfile.Options{})
+	return err
+}
+
+// adoptable says whether a daemon left by an earlier process answers on
+// the GPU's pipe with the limits g wants.
+func (m *Manager) adoptable(g GPU, dirs Dirs) bool {
+	b, err := os.ReadFile(filepath.Join(m.o.Root, g.UUID, limitsFile))
+	if err != nil {
+		return false
+	}
+	var was limits
+	if json.Unmarshal(b, &was) != nil || was != limitsOf(g) {
+		return false
+	}
+	if _, err := os.Stat(dirs.Shm); err != nil {
+		return false
+	}
+	said, err := m.control(g, "get_default_active_thread_percentage")
+	if err != nil {
+		return false
+	}
+	pct, err := strconv.ParseFloat(strings.TrimSpace(said), 64)
+	return err == nil && int(pct) == g.DefaultThreadPercentage()
+}
+
+// stop tells the daemon to quit, removes its directories and gives the
+// GPU its default compute mode back.
 func (m *Manager) stop(g GPU, log *slog.Logger) {
 	if err := m.quit(g); err != nil {
 		log.Debug("MPS control daemon quit", "err", err)
 	}
 	if err := os.RemoveAll(filepath.Join(m.o.Root, g.UUID)); err != nil {
 		log.Warn("removing the MPS directories", "err", err)
+	}
+	if m.o.ComputeMode != nil {
+		if err := m.o.ComputeMode(g.UUID, false); err != nil {
+			log.Warn("cannot set the GPU's compute mode back to default", "err", err)
+		}
 	}
 	m.mu.Lock()
 	delete(m.states, g.UUID)
@@ -331,14 +480,16 @@ func (m *Manager) control(g GPU, command string) (string, error) {
 }
 
 func (m *Manager) command(ctx context.Context, g GPU, args ...string) *exec.Cmd {
+	dirs, env := m.dirs(g.UUID), []string{"CUDA_VISIBLE_DEVICES=" + g.UUID}
+	if m.o.Command != nil {
+		return m.o.Command(ctx, dirs, env, args...)
+	}
 	cmd := exec.CommandContext(ctx, m.o.Binary, args...)
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_MPS_")
-	})
-	cmd.Env = append(env,
-		"CUDA_VISIBLE_DEVICES="+g.UUID,
-		"CUDA_MPS_PIPE_DIRECTORY="+m.PipeDir(g.UUID),
-		"CUDA_MPS_LOG_DIRECTORY="+m.LogDir(g.UUID))
+	}), append(env,
+		"CUDA_MPS_PIPE_DIRECTORY="+dirs.Pipe,
+		"CUDA_MPS_LOG_DIRECTORY="+dirs.Log)...)
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package mpsd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,9 +114,94 @@ func newManager(t *testing.T, bin string) (*Manager, *fakeClock, string) {
 }
 
 func TestLimits(t *testing.T) {
-	g := GPU{UUID: "GPU-a", Replicas: 8, Memory: 80 << 30}
-	if g.DefaultThreadPercentage() != 12 || g.DefaultMemoryMiB() != 10240 {
-		t.Errorf("one of 8: %d%%, %d MiB", g.DefaultThreadPercentage(), g.DefaultMemoryMiB())
+	for _, tt := range []struct {
+		g       GPU
+		percent int
+		mib     uint64
+	}{
+		{GPU{Replicas: 8, Memory: 80 << 30}, 12, 10240},
+		{GPU{Replicas: 8, MaxShares: 1, Memory: 80 << 30}, 12, 10240},
+		{GPU{Replicas: 8, MaxShares: 3, Memory: 80 << 30}, 37, 30720},
+		{GPU{Replicas: 3, MaxShares: 3, Memory: 80 << 30}, 100, 81920},
+		{GPU{Replicas: 3, MaxShares: 9}, 100, 0},
+	} {
+		if p, m := tt.g.DefaultThreadPercentage(), tt.g.DefaultMemoryMiB(); p != tt.percent || m != tt.mib {
+			t.Errorf("%+v: %d%%, %d MiB; want %d%%, %d MiB", tt.g, p, m, tt.percent, tt.mib)
+		}
+	}
+}
+
+// modes records the compute modes a manager sets.
+type modes struct {
+	mu  sync.Mutex
+	set []string
+}
+
+func (c *modes) ComputeMode(uuid string, exclusive bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.set = append(c.set, fmt.Sprintf("%s %v", uuid, exclusive))
+	return nil
+}
+
+func (c *modes) got() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.set)
+}
+
+// A daemon outlives the process that started it: the next one adopts it
+// when its limits are the same (no restart, so its clients keep running),
+// restarts it when they differ, and stops it when its GPU is no longer
+// shared.
+func TestAdoptAcrossRestarts(t *testing.T) {
+	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
+	record := filepath.Join(t.TempDir(), "record")
+	t.Setenv("MOCKMPS_RECORD", record)
+	root := filepath.Join(t.TempDir(), "mps")
+	cm := &modes{}
+	manager := func() *Manager {
+		return New(Options{Binary: bin, Root: root, Clock: newFakeClock(), ProbeInterval: probe, MinBackoff: backoff, ComputeMode: cm.ComputeMode})
+	}
+	g := GPU{UUID: "GPU-a", Replicas: 4, Memory: 80 << 30}
+	started := []string{"start", "set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 20480M"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	first := manager()
+	first.Set(ctx, []GPU{g})
+	waitState(t, first, g.UUID, true)
+	cancel() // the process ends; the daemon stays
+	t.Cleanup(func() { manager().Set(context.Background(), nil) })
+
+	second := manager()
+	second.Set(t.Context(), []GPU{g})
+	waitState(t, second, g.UUID, true)
+	if got := recorded(t, record); !slices.Equal(got[:3], started) || slices.Contains(got[3:], "start") || slices.Contains(got, "quit") {
+		t.Errorf("adopting: told %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, g.UUID, "shm")); err != nil {
+		t.Errorf("shared memory directory: %v", err)
+	}
+
+	// Other limits: the daemon is restarted with them.
+	g.Replicas = 2
+	second.Set(t.Context(), []GPU{g})
+	waitState(t, second, g.UUID, true)
+	got := recorded(t, record)
+	if tail := got[len(got)-4:]; !slices.Equal(tail, []string{"quit", "start", "set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 0 40960M"}) {
+		t.Errorf("new limits: told %q", got)
+	}
+
+	// A process whose configuration no longer shares the GPU stops it.
+	manager().Set(t.Context(), nil)
+	if got := recorded(t, record); got[len(got)-1] != "quit" {
+		t.Errorf("not told quit: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {
+		t.Errorf("directories left: %v", err)
+	}
+	if got := cm.got(); !slices.Contains(got, "GPU-a true") || got[len(got)-1] != "GPU-a false" {
+		t.Errorf("compute modes set: %q", got)
 	}
 }
 

@@ -89,12 +89,13 @@ func serve(pipe string) error {
 	fmt.Fprint(ready, "ok")
 	ready.Close()
 	record("start")
+	thread := "100.0" // the default, as the real daemon answers it
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return err
 		}
-		if quit := session(c); quit {
+		if quit := session(c, &thread); quit {
 			l.Close()
 			os.Remove(sock)
 			os.Remove(filepath.Join(pipe, pidFile))
@@ -103,11 +104,11 @@ func serve(pipe string) error {
 	}
 }
 
-// session answers one client; true when it said quit.
-func session(c net.Conn) bool {
+// session answers one client; true when it said quit. thread is the
+// daemon's default active thread percentage.
+func session(c net.Conn, thread *string) bool {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
-	thread := "100.0"
 	for sc.Scan() {
 		cmd := strings.TrimSpace(sc.Text())
 		record(cmd)
@@ -119,9 +120,10 @@ func session(c net.Conn) bool {
 			fmt.Fprintln(c, answer)
 			return true
 		case f[0] == "get_default_active_thread_percentage":
-			answer = thread
-		case f[0] == "set_default_active_thread_percentage" && len(f) == 2,
-			f[0] == "set_default_device_pinned_mem_limit" && len(f) == 3,
+			answer = *thread
+		case f[0] == "set_default_active_thread_percentage" && len(f) == 2:
+			*thread = f[1] + ".0"
+		case f[0] == "set_default_device_pinned_mem_limit" && len(f) == 3,
 			f[0] == "get_server_list":
 		default:
 			answer = "error: unknown command " + cmd
