@@ -194,6 +194,7 @@ struct nvmlDevice_st {
     unsigned recovery;                 /* nvmlDeviceGpuRecoveryAction_t */
     int remap_pending, remap_failure;  /* remapped rows */
     unsigned transient;                /* device calls left to answer UNKNOWN */
+    unsigned compute_mode;             /* nvmlComputeMode_t, kept until the library unloads */
 };
 
 struct profile {
@@ -1771,6 +1772,23 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
     DEVICE_QUERY(device, minorNumber, *minorNumber = g->minor);
 }
 
+/* The compute mode is the GPU's, as MPS sets it; MIG devices have none. */
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    DEVICE_QUERY(device, mode, *mode = (nvmlComputeMode_t)g->compute_mode);
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    DEVICE_QUERY(device, 1, {
+        if (mode != NVML_COMPUTEMODE_DEFAULT && mode != NVML_COMPUTEMODE_PROHIBITED &&
+            mode != NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        else
+            g->compute_mode = mode;
+    });
+}
+
 /* Memory reads all free; a MIG device has its GPU instance's memory. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -2550,7 +2568,6 @@ nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version) { return NVML_ERROR_NOT_SUPPORTED; }

@@ -257,6 +257,10 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if rep != nil {
 		notify = rep.takeGPUs(units, notify)
 	}
+	notify, runMPS, err := mpsDaemons(ctx, cfg, lib, units, notify, mets, log)
+	if err != nil {
+		return err
+	}
 
 	// Health reaches the front-end, which tells the kubelet at once.
 	ids := make([]string, len(inv.GPUs))
@@ -289,6 +293,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		}
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
+	if runMPS != nil {
+		wg.Go(func() { runMPS(ctx) })
+	}
 	wg.Go(func() { nodelabels.Keep(ctx, cfg, labelsAPI, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })

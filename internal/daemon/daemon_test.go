@@ -49,6 +49,7 @@ func testConfig(t *testing.T) config.Config {
 	cfg.DevicePluginDir = t.TempDir()
 	cfg.SysfsRoot = t.TempDir()
 	cfg.DevRoot = t.TempDir()
+	cfg.MPSRoot = filepath.Join(t.TempDir(), "mps")
 	cfg.NVMLRetryInterval = config.Duration{Duration: 5 * time.Millisecond}
 	return cfg
 }

@@ -70,6 +70,12 @@ func recorder(units []servedUnit, m *metrics.Metrics) health.Recorder {
 			info.Index += ":" + strconv.Itoa(mig.Index)
 			info.Model += " MIG " + mig.Profile
 		}
+		switch {
+		case u.unit.MPS:
+			info.Sharing, info.Replicas = metrics.SharingMPS, u.unit.Replicas
+		case u.unit.Replicas > 1:
+			info.Sharing, info.Replicas = metrics.SharingTimeSlicing, u.unit.Replicas
+		}
 		m.SetInfo(u.resource, info.UUID, info)
 		rec[info.UUID] = m.For(u.resource)
 	}

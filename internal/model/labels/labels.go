@@ -22,6 +22,7 @@ const Prefix = "nvidia.com/"
 const (
 	SharingNone        = "none"
 	SharingTimeSlicing = "time-slicing"
+	SharingMPS         = "mps"
 )
 
 // PCI class codes that tell the GPU's mode (gpu.mode).
@@ -35,6 +36,7 @@ type Facts struct {
 	Inventory   *nvml.Inventory
 	MIGStrategy string
 	TimeSlicing config.TimeSlicing
+	MPS         config.MPS
 	// Machine is the DMI product name; empty when unknown.
 	Machine string
 	// PCIClass is each GPU's PCI class code by bus ID; a GPU missing
@@ -83,7 +85,11 @@ func Compute(f Facts) Labels {
 	l.set("gpu.mode", mode(gpus, f.PCIClass))
 	l.addVersions(f.Inventory)
 	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
-	l.set("mps.capable", "false") // MPS is not served
+	// As GFD has it: true when a GPU of the node is shared through MPS.
+	l.set("mps.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool {
+		n, _ := f.MPS.Replicas(device.GPUResource, g.UUID, g.Name)
+		return !g.MIGEnabled && n > 1
+	})))
 
 	model, count := majorityModel(gpus)
 	// The model's labels are its first whole GPU's (MIG off) when it has
@@ -93,7 +99,7 @@ func Compute(f Facts) Labels {
 	if i := slices.IndexFunc(gpus, func(g nvml.GPU) bool { return g.Name == model && !g.MIGEnabled }); i >= 0 {
 		first = gpus[i]
 	}
-	l.addGPU(first, count, f.TimeSlicing)
+	l.addGPU(first, count, f.TimeSlicing, f.MPS)
 
 	switch f.MIGStrategy {
 	case config.MIGStrategySingle:
@@ -127,15 +133,16 @@ func majorityModel(gpus []nvml.GPU) (string, int) {
 // addGPU sets the whole-GPU labels for model g, count of them. A GPU in
 // MIG mode is not shared, as GFD has it: replicas 0 (only when every GPU of
 // the model is in MIG mode, Compute picking a whole one where there is one).
-func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing) {
-	replicas, shared, renamed := 1, false, false
+func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing, mps config.MPS) {
+	replicas, strategy, renamed := 1, SharingNone, false
 	if g.MIGEnabled {
 		replicas = 0
-	} else if ts.Enabled() {
-		r, name := ts.Replicas(device.GPUResource, g.UUID, g.Name)
-		replicas, shared, renamed = r, r > 1, name != device.GPUResource
+	} else if r, name := mps.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingMPS, name != device.GPUResource
+	} else if r, name := ts.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingTimeSlicing, name != device.GPUResource
 	}
-	l.addResource("gpu", count, replicas, shared, renamed, g.Name)
+	l.addResource("gpu", count, replicas, strategy, renamed, g.Name)
 	if g.MemoryBytes > 0 {
 		l.set("gpu.memory", g.MemoryBytes>>20)
 	}
@@ -147,15 +154,11 @@ func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing) {
 }
 
 // addResource sets a resource's product, count, replicas and sharing
-// strategy under its prefix ("gpu", "mig-1g.10gb").
-func (l Labels) addResource(prefix string, count, replicas int, shared, renamed bool, product ...string) {
+// strategy (Sharing*) under its prefix ("gpu", "mig-1g.10gb").
+func (l Labels) addResource(prefix string, count, replicas int, strategy string, renamed bool, product ...string) {
 	name := productName(product...)
-	if shared && !renamed {
+	if strategy != SharingNone && !renamed {
 		name += "-SHARED"
-	}
-	strategy := SharingNone
-	if shared {
-		strategy = SharingTimeSlicing
 	}
 	l.set(prefix+".product", name)
 	l.set(prefix+".count", count)
@@ -237,13 +240,12 @@ func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
 
 func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts config.TimeSlicing, resource string) {
 	first := devs[0]
-	replicas, shared, renamed := 1, false, false
-	if ts.Enabled() {
-		r, name := ts.Replicas(resource, first.UUID, first.model)
-		replicas, shared, renamed = r, r > 1, name != resource
+	replicas, strategy, renamed := 1, SharingNone, false
+	if r, name := ts.Replicas(resource, first.UUID, first.model); r > 1 {
+		replicas, strategy, renamed = r, SharingTimeSlicing, name != resource
 	}
 	// GFD names the profile as its resource does, "+" as "." (1g.10gb.me).
-	l.addResource(prefix, len(devs), replicas, shared, renamed, first.model, "MIG", strings.ReplaceAll(profile, "+", "."))
+	l.addResource(prefix, len(devs), replicas, strategy, renamed, first.model, "MIG", strings.ReplaceAll(profile, "+", "."))
 	l.addMIGAttributes(prefix, first.MIGDevice)
 }
 

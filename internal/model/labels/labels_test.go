@@ -1,6 +1,7 @@
 package labels
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -159,6 +160,37 @@ func TestTimeSlicing(t *testing.T) {
 		l := Compute(f)
 		if l["nvidia.com/gpu.product"] != tt.product || l["nvidia.com/gpu.replicas"] != tt.replicas || l["nvidia.com/gpu.sharing-strategy"] != tt.strategy {
 			t.Errorf("%s: product %s replicas %s strategy %s", tt.name, l["nvidia.com/gpu.product"], l["nvidia.com/gpu.replicas"], l["nvidia.com/gpu.sharing-strategy"])
+		}
+	}
+}
+
+func TestMPS(t *testing.T) {
+	for _, tt := range []struct {
+		name                        string
+		mps                         config.MPS
+		ts                          config.TimeSlicing
+		product, replicas, strategy string
+		capable                     string
+	}{
+		{name: "shared, not renamed", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 8}}},
+			product: "NVIDIA-H100-80GB-HBM3-SHARED", replicas: "8", strategy: "mps", capable: "true"},
+		{name: "renamed by default", mps: config.MPS{RenameByDefault: true, Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}},
+			product: "NVIDIA-H100-80GB-HBM3", replicas: "4", strategy: "mps", capable: "true"},
+		{name: "another model", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}},
+			product: "NVIDIA-H100-80GB-HBM3", replicas: "1", strategy: "none", capable: "false"},
+		{name: "one GPU each way", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "example.com/mps", Devices: []string{"GPU-1"}}}},
+			ts:      config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 2, Devices: []string{"GPU-0"}}}},
+			product: "NVIDIA-H100-80GB-HBM3-SHARED", replicas: "2", strategy: "time-slicing", capable: "true"},
+	} {
+		gpus := h100s(2)
+		for i := range gpus {
+			gpus[i].UUID = fmt.Sprintf("GPU-%d", i)
+		}
+		f := facts(gpus)
+		f.MPS, f.TimeSlicing = tt.mps, tt.ts
+		l := Compute(f)
+		if l["nvidia.com/gpu.product"] != tt.product || l["nvidia.com/gpu.replicas"] != tt.replicas || l["nvidia.com/gpu.sharing-strategy"] != tt.strategy || l["nvidia.com/mps.capable"] != tt.capable {
+			t.Errorf("%s: product %s replicas %s strategy %s mps.capable %s", tt.name, l["nvidia.com/gpu.product"], l["nvidia.com/gpu.replicas"], l["nvidia.com/gpu.sharing-strategy"], l["nvidia.com/mps.capable"])
 		}
 	}
 }

@@ -23,6 +23,15 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	devices map[deviceKey]*deviceMetrics
+	mps     func() map[string]bool // nil: no GPU shared through MPS
+}
+
+// SetMPSDaemons sets where gpu_device_plugin_mps_daemon_up is read at
+// each scrape: up, by GPU UUID.
+func (m *Metrics) SetMPSDaemons(up func() map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mps = up
 }
 
 type deviceKey struct{ resource, device string }
@@ -50,7 +59,17 @@ type DeviceInfo struct {
 	// DRAName is the device's name in this node's ResourceSlice pool
 	// (gpu-0, nic-0000-3b-00-0).
 	DRAName string
+	// Sharing is how a GPU is shared (SharingMPS, SharingTimeSlicing),
+	// empty when it is not; Replicas how many ways.
+	Sharing  string
+	Replicas int
 }
+
+// Values of gpu_device_plugin_device_sharing's mode.
+const (
+	SharingTimeSlicing = "time-slicing"
+	SharingMPS         = "mps"
+)
 
 var (
 	healthyDesc = prometheus.NewDesc("gpu_device_plugin_device_healthy",
@@ -59,6 +78,12 @@ var (
 	infoDesc = prometheus.NewDesc("gpu_device_plugin_device_info",
 		"1 for every device served: its UUID, index and model (a GPU's product name, a NIC's vendor:device), PCI bus ID and NUMA node.",
 		[]string{"resource", "device", "uuid", "index", "model", "pci_bus_id", "numa_node"}, nil)
+	sharingDesc = prometheus.NewDesc("gpu_device_plugin_device_sharing",
+		"1 for every shared device: how it is shared (mode: time-slicing or mps) and how many replicas it is served as.",
+		[]string{"resource", "device", "mode", "replicas"}, nil)
+	mpsDesc = prometheus.NewDesc("gpu_device_plugin_mps_daemon_up",
+		"1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).",
+		[]string{"device"}, nil)
 )
 
 // NewMetrics registers the health metrics with reg.
@@ -135,6 +160,8 @@ type stateCollector struct{ m *Metrics }
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- healthyDesc
 	ch <- infoDesc
+	ch <- sharingDesc
+	ch <- mpsDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -154,6 +181,18 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 				numa = strconv.Itoa(i.NUMANode)
 			}
 			ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.UUID, i.Index, i.Model, i.PCIBusID, numa)
+			if i.Sharing != "" {
+				ch <- prometheus.MustNewConstMetric(sharingDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.Sharing, strconv.Itoa(i.Replicas))
+			}
+		}
+	}
+	if c.m.mps != nil {
+		for uuid, up := range c.m.mps() {
+			v := 0.0
+			if up {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(mpsDesc, prometheus.GaugeValue, v, uuid)
 		}
 	}
 }

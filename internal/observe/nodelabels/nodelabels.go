@@ -29,6 +29,7 @@ func Of(cfg config.Config, inv *nvml.Inventory) labels.Labels {
 		Inventory:   inv,
 		MIGStrategy: cfg.MIGStrategy,
 		TimeSlicing: cfg.Sharing.TimeSlicing,
+		MPS:         cfg.Sharing.MPS,
 		PCIClass:    map[string]uint32{},
 	}
 	f.Machine, _ = sysfs.ReadMachineType(cfg.SysfsRoot) // unknown is a value

@@ -87,7 +87,7 @@ type Options struct {
 	// /dev/shm, which the containers get mounted there: production runs
 	// it confined (package mpsexec). Run directly, it uses this process's
 	// /dev/shm, which only tests may.
-	Command func(ctx context.Context, dirs Dirs, env []string, args ...string) *exec.Cmd
+	Command func(ctx context.Context, dirs Dirs, env []string, args ...string) (*exec.Cmd, error)
 	// ComputeMode, when set, puts the GPU in exclusive-process compute
 	// mode before its daemon starts, so only the MPS server holds a
 	// context on it, and back to default after the daemon is stopped.
@@ -165,6 +165,17 @@ func sweepable(root string) bool { _, err := os.Stat(root); return err == nil }
 // Changes receives after any daemon's state changes (coalesced: read
 // State after each receive).
 func (m *Manager) Changes() <-chan struct{} { return m.changes }
+
+// Up says, by GPU UUID, which daemons are up.
+func (m *Manager) Up() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]bool, len(m.states))
+	for uuid, s := range m.states {
+		out[uuid] = s.Up
+	}
+	return out
+}
 
 // State is the GPU's daemon state; false when it has none.
 func (m *Manager) State(uuid string) (State, bool) {
@@ -369,7 +380,10 @@ func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted b
 		return false, fmt.Errorf("MPS start log: %w", err)
 	}
 	defer out.Close()
-	cmd := m.command(cctx, g, "-d")
+	cmd, err := m.command(cctx, g, "-d")
+	if err != nil {
+		return false, err
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		said, _ := os.ReadFile(out.Name())
@@ -469,7 +483,10 @@ func (m *Manager) control(g GPU, command string) (string, error) {
 	// Not the daemon's ctx: quit must still go out once it has ended.
 	ctx, cancel := context.WithTimeout(context.Background(), m.o.CommandTimeout)
 	defer cancel()
-	cmd := m.command(ctx, g)
+	cmd, err := m.command(ctx, g)
+	if err != nil {
+		return "", err
+	}
 	cmd.Stdin = strings.NewReader(command + "\n")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -479,7 +496,7 @@ func (m *Manager) control(g GPU, command string) (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
-func (m *Manager) command(ctx context.Context, g GPU, args ...string) *exec.Cmd {
+func (m *Manager) command(ctx context.Context, g GPU, args ...string) (*exec.Cmd, error) {
 	dirs, env := m.dirs(g.UUID), []string{"CUDA_VISIBLE_DEVICES=" + g.UUID}
 	if m.o.Command != nil {
 		return m.o.Command(ctx, dirs, env, args...)
@@ -490,7 +507,7 @@ func (m *Manager) command(ctx context.Context, g GPU, args ...string) *exec.Cmd 
 	}), append(env,
 		"CUDA_MPS_PIPE_DIRECTORY="+dirs.Pipe,
 		"CUDA_MPS_LOG_DIRECTORY="+dirs.Log)...)
-	return cmd
+	return cmd, nil
 }
 
 // emptyDir removes what dir holds, keeping dir.

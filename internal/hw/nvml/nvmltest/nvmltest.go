@@ -136,6 +136,9 @@ func NewDGXA100() *dgxa100.Server {
 		d.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) {
 			return 0, 0, false, false, gonvml.SUCCESS
 		}
+		mode := gonvml.COMPUTEMODE_DEFAULT
+		d.SetComputeModeFunc = func(m gonvml.ComputeMode) gonvml.Return { mode = m; return gonvml.SUCCESS }
+		d.GetComputeModeFunc = func() (gonvml.ComputeMode, gonvml.Return) { return mode, gonvml.SUCCESS }
 		d.GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) {
 			return gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeSingleBitEccError | gonvml.EventTypeGpuRecoveryAction, gonvml.SUCCESS
 		}

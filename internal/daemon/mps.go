@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+)
+
+// mpsDaemons runs the MPS control daemons of the units shared through MPS
+// until ctx ends (they stay up after, for the next process to adopt), and
+// returns the notifier that holds each such GPU down while its daemon is.
+// With none, daemons an earlier run left are stopped; a daemon is run
+// confined in the driver root (package mpsexec), through this executable.
+func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units []servedUnit, next health.Notifier, mets *metrics.Metrics, log *slog.Logger) (health.Notifier, func(context.Context), error) {
+	var gpus []mpsd.GPU
+	var uuids []string
+	for _, su := range units {
+		u := su.unit
+		if !u.MPS {
+			continue
+		}
+		g := mpsd.GPU{UUID: u.UUID(), Replicas: u.Replicas, MaxShares: u.Replicas, Memory: u.GPU.MemoryBytes}
+		if cfg.Sharing.MPS.FailRequestsGreaterThanOne {
+			// Each container is one share, and the daemon holds every
+			// client to it, whatever its environment says.
+			g.MaxShares = 1
+		}
+		gpus, uuids = append(gpus, g), append(uuids, g.UUID)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("MPS: finding this executable, which runs the control daemons confined: %w", err)
+	}
+	m := mpsd.New(mpsd.Options{
+		Binary: mpsexec.DefaultBinary,
+		Root:   cfg.MPSRoot,
+		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
+			return mpsexec.Command(ctx, self, mpsexec.Spec{
+				DriverRoot: cfg.DriverRoot, DevRoot: cfg.DevRoot,
+				Pipe: dirs.Pipe, Log: dirs.Log, Shm: dirs.Shm,
+				Env: env, Args: args,
+			})
+		},
+		ComputeMode: func(uuid string, exclusive bool) error { return nvml.SetComputeMode(lib, uuid, exclusive) },
+		Log:         log,
+	})
+	if len(gpus) == 0 {
+		m.Set(ctx, nil) // what an earlier run left
+		return next, nil, nil
+	}
+	log.Info("sharing GPUs through MPS; each is offered once its control daemon is up", "gpus", len(gpus), "mpsRoot", cfg.MPSRoot)
+	gate := mpsd.NewGate(next, m, uuids)
+	if mets != nil {
+		mets.SetMPSDaemons(m.Up)
+	}
+	run := func(ctx context.Context) {
+		m.Set(ctx, gpus)
+		gate.Run(ctx)
+	}
+	return gate, run, nil
+}
