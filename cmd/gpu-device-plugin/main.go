@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -167,6 +168,14 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 			allocateCommand(open, stdout, stderr),
 			cdiCommand(open, stdout, stderr),
 			migrateCommand(stdout, stderr),
+			{
+				// The plugin runs nvidia-cuda-mps-control through this, in a
+				// mount namespace of its own (see mpsexec).
+				Name:            mpsexec.HelperCommand,
+				Hidden:          true,
+				SkipFlagParsing: true,
+				Action:          func(c *cli.Context) error { return mpsexec.Main(c.Args().First()) },
+			},
 			{
 				Name:   "version",
 				Usage:  "print version and build information, and the driver's",

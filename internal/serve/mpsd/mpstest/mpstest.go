@@ -11,7 +11,8 @@ import (
 )
 
 // Install builds mockmps as <driverRoot>/usr/bin/nvidia-cuda-mps-control
-// and returns its path.
+// and returns its path. It is static (no cgo), so it also runs chrooted
+// into a driver root that has no libc.
 func Install(t testing.TB, driverRoot string) string {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
@@ -21,6 +22,7 @@ func Install(t testing.TB, driverRoot string) string {
 	}
 	cmd := exec.Command("go", "build", "-o", bin, "./mockmps")
 	cmd.Dir = filepath.Dir(self)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building mockmps: %v\n%s", err, out)
 	}

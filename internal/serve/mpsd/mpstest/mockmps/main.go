@@ -5,7 +5,10 @@
 // to the daemon and printing each answer. The daemon records every
 // command to control.log in CUDA_MPS_LOG_DIRECTORY and, when
 // MOCKMPS_RECORD names a file, there too (it survives the log directory's
-// removal). quit answers, removes the socket and pid file, and exits.
+// removal). With MOCKMPS_SHM_MARKER set, the daemon writes the file
+// /dev/shm/mockmps.<pid> when it starts (showing which /dev/shm it was
+// given) and removes it on quit. quit answers, removes the socket, pid
+// file and marker, and exits.
 package main
 
 import (
@@ -20,8 +23,9 @@ import (
 )
 
 const (
-	childEnv = "MOCKMPS_CHILD"
-	pidFile  = "nvidia-cuda-mps-control.pid"
+	childEnv  = "MOCKMPS_CHILD"
+	markerEnv = "MOCKMPS_SHM_MARKER"
+	pidFile   = "nvidia-cuda-mps-control.pid"
 )
 
 func main() {
@@ -86,6 +90,14 @@ func serve(pipe string) error {
 		fmt.Fprint(ready, err)
 		return err
 	}
+	marker := ""
+	if os.Getenv(markerEnv) != "" {
+		marker = fmt.Sprintf("/dev/shm/mockmps.%d", os.Getpid())
+		if err := os.WriteFile(marker, nil, 0o644); err != nil {
+			fmt.Fprint(ready, err)
+			return err
+		}
+	}
 	fmt.Fprint(ready, "ok")
 	ready.Close()
 	record("start")
@@ -99,6 +111,9 @@ func serve(pipe string) error {
 			l.Close()
 			os.Remove(sock)
 			os.Remove(filepath.Join(pipe, pidFile))
+			if marker != "" {
+				os.Remove(marker)
+			}
 			return nil
 		}
 	}
