@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
 // Set at link time, as for gpu-device-plugin.
@@ -27,6 +28,13 @@ var (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == mpsexec.HelperCommand {
+		// The MPS control daemons run through their own executable; DRA
+		// mode stops those a device-plugin run left.
+		err := mpsexec.Main(os.Args[2])
+		fmt.Fprintln(os.Stderr, "gpu-device-plugin-dra "+mpsexec.HelperCommand+":", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

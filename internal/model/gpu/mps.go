@@ -70,7 +70,8 @@ func (r *Resource) addMPS(resp *device.Answer, u Unit, k int) {
 		device.Mount{ContainerPath: "/dev/shm", HostPath: MPSDir(r.mpsRoot, uuid, MPSShm)})
 }
 
-// MPS reports whether the resource's units are shared through MPS.
+// MPS reports whether some of the resource's units are shared through
+// MPS.
 func (r *Resource) MPS() bool { return r.mps }
 
 // pickMPS chooses size replicas of one unit, mustInclude's unit if it

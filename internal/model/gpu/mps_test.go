@@ -92,6 +92,21 @@ func TestAllocateMPSRefuses(t *testing.T) {
 	if _, err := NewUnits([]Unit{{GPU: r.units[0].unit.GPU, Replicas: 2, MPS: true}}, r.topo, Options{}); err == nil {
 		t.Error("MPS without a root accepted")
 	}
+	// A resource may serve whole GPUs beside MPS-shared ones (an entry
+	// naming devices, no rename): those get no MPS part, and are not
+	// given with a share.
+	gpus, topo := eightGPUs()
+	mixed, err := NewUnits([]Unit{{GPU: gpus[0], Replicas: 2, MPS: true}, {GPU: gpus[1], Pos: 1}}, topo, Options{DevRoot: devRoot(t), MPSRoot: "/mps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := mixed.Allocate([]string{gpus[1].UUID})
+	if err != nil || len(a.Mounts) != 0 || a.Env[MPSThreadEnv] != "" {
+		t.Errorf("whole GPU beside MPS: %+v, %v", a, err)
+	}
+	if _, err := mixed.Allocate([]string{gpus[1].UUID, replica(0, 1)}); !errors.Is(err, device.ErrBadRequest) {
+		t.Errorf("whole GPU and an MPS share: %v", err)
+	}
 }
 
 func TestPreferredMPS(t *testing.T) {

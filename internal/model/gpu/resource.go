@@ -118,7 +118,7 @@ type Resource struct {
 	shared  bool
 	failGT1 bool
 	packed  bool
-	mps     bool // the units are shared through MPS
+	mps     bool // some units are shared through MPS
 	mpsRoot string
 
 	envvar, cdiCRI, cdiAnnotations bool
@@ -355,8 +355,8 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 			sel = append(sel, &r.units[i])
 		}
 	}
-	if r.mps && len(sel) > 1 {
-		return nil, fmt.Errorf("%w: MPS shares of %d GPUs (%s and %s) requested for one container, which can connect to one GPU's MPS control daemon; request shares of one GPU (the preferred allocation picks them so)", device.ErrBadRequest, len(sel), sel[0].uuid, sel[1].uuid)
+	if len(sel) > 1 && slices.ContainsFunc(sel, func(e *unitEntry) bool { return e.unit.MPS }) {
+		return nil, fmt.Errorf("%w: devices of %d GPUs (%s and %s) requested for one container, one of them shared through MPS: a container connects to one GPU's MPS control daemon; request shares of one GPU (the preferred allocation picks them so)", device.ErrBadRequest, len(sel), sel[0].uuid, sel[1].uuid)
 	}
 	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {
 		if err := r.specs.Ensure(); err != nil {
@@ -406,7 +406,7 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 			resp.Annotations = ann
 		}
 	}
-	if r.mps {
+	if len(sel) == 1 && sel[0].unit.MPS {
 		r.addMPS(resp, sel[0].unit, len(ids))
 	}
 	return resp, nil

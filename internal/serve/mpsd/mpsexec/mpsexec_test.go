@@ -30,33 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// needConfinement skips a test that needs root and mount namespaces, or
-// fails it where CI=true.
-func needConfinement(t *testing.T) string {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root"
-	} else {
-		probe := exec.Command(self, "-test.run=^$")
-		probe.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-		if out, err := probe.CombinedOutput(); err != nil {
-			why = fmt.Sprintf("needs a private mount namespace, and unshare failed: %v %s", err, out)
-		}
-	}
-	if why == "" {
-		return self
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test %s, and CI=true", why)
-	}
-	t.Skip(why)
-	return ""
-}
+func needConfinement(t *testing.T) string { return mpstest.NeedConfinement(t) }
 
 // dirs are one GPU's directories as the plugin sees them.
 type dirs struct{ pipe, log, shm string }
@@ -72,17 +46,7 @@ func newDirs(t *testing.T) dirs {
 	return d
 }
 
-// fakeDriverRoot is a driver root with the stand-in control daemon and
-// the directories a host's has.
-func fakeDriverRoot(t *testing.T) (root, bin string) {
-	root = filepath.Join(t.TempDir(), "driver")
-	for _, dir := range []string{"dev", "proc", "sys", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root, mpstest.Install(t, root)
-}
+func fakeDriverRoot(t *testing.T) (root, bin string) { return mpstest.DriverRoot(t) }
 
 // run runs s through Command with stdin and returns its stdout.
 func run(self string, s Spec, stdin string) (string, error) {

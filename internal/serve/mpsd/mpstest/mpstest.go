@@ -3,10 +3,12 @@
 package mpstest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -27,4 +29,47 @@ func Install(t testing.TB, driverRoot string) string {
 		t.Fatalf("building mockmps: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// DriverRoot is a driver root with the stand-in control daemon at
+// /usr/bin/nvidia-cuda-mps-control and the directories a host's has.
+func DriverRoot(t testing.TB) (root, bin string) {
+	t.Helper()
+	root = filepath.Join(t.TempDir(), "driver")
+	for _, dir := range []string{"dev", "proc", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, Install(t, root)
+}
+
+// NeedConfinement returns this test executable, which must act as the
+// mps-exec helper (see mpsexec), when the test may run the control daemon
+// confined: as root, with private mount namespaces. Otherwise it skips
+// the test, or fails it where CI=true.
+func NeedConfinement(t testing.TB) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "needs root"
+	} else {
+		probe := exec.Command(self, "-test.run=^$")
+		probe.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		if out, err := probe.CombinedOutput(); err != nil {
+			why = fmt.Sprintf("needs a private mount namespace, and unshare failed: %v %s", err, out)
+		}
+	}
+	if why == "" {
+		return self
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("this test %s, and CI=true", why)
+	}
+	t.Skip(why)
+	return ""
 }

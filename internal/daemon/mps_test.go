@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+)
+
+// The test binary runs the MPS control daemons confined, as the plugin's
+// own executable does.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == mpsexec.HelperCommand {
+		fmt.Fprintln(os.Stderr, mpsexec.Main(os.Args[2]))
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// A GPU shared through MPS is served once its daemon, run confined in the
+// driver root, answers; a container gets its pipe directory, shared memory
+// and limits; the daemon outlives the plugin, and the next plugin, which
+// no longer shares the GPU, stops it and gives the GPU its compute mode
+// back.
+func TestMPSSharing(t *testing.T) {
+	mpstest.NeedConfinement(t)
+	root, _ := mpstest.DriverRoot(t)
+	// The stand-in records what it is told at /record in the driver root,
+	// which it is confined to.
+	record := filepath.Join(root, "record")
+	t.Setenv("MOCKMPS_RECORD", "/record")
+	lib := nvmltest.NewDGXA100()
+	open := func(string) (nvml.Library, error) { return lib, nil }
+	shared := lib.Devices[0].(interface {
+		GetUUID() (string, gonvml.Return)
+	})
+	uuid, _ := shared.GetUUID()
+
+	cfg := testConfig(t)
+	cfg.DriverRoot = root
+	// The daemon needs a host's /dev (null, shm), bound into the root in
+	// its own mount namespace only.
+	cfg.DevRoot = "/dev"
+	cfg.Sharing.MPS = config.MPS{FailRequestsGreaterThanOne: true, Resources: []config.SharedResource{
+		{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.mps", Devices: []string{uuid}},
+	}}
+	testLog := slog.New(slog.NewTextHandler(t.Output(), nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, open, testLog) }()
+
+	client := dialPlugin(t, filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.mps.sock"))
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for healthy := 0; healthy != 4; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthy = 0
+		for _, d := range resp.Devices {
+			if d.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
+	}
+	alloc, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{uuid + "::2"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := alloc.ContainerResponses[0]
+	dir := filepath.Join(cfg.MPSRoot, uuid)
+	if c.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "25" || c.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=10240M" || c.Envs["CUDA_MPS_PIPE_DIRECTORY"] != "/tmp/nvidia-mps" {
+		t.Errorf("env %v", c.Envs)
+	}
+	want := []string{"/tmp/nvidia-mps " + filepath.Join(dir, "pipe"), "/dev/shm " + filepath.Join(dir, "shm")}
+	var mounts []string
+	for _, m := range c.Mounts {
+		mounts = append(mounts, m.ContainerPath+" "+m.HostPath)
+	}
+	if !slices.Equal(mounts, want) {
+		t.Errorf("mounts %q, want %q", mounts, want)
+	}
+	// The mounted directory is where the confined daemon listens.
+	if _, err := os.Stat(filepath.Join(dir, "pipe", "control")); err != nil {
+		t.Errorf("the daemon's socket: %v", err)
+	}
+	said := strings.Join(readLines(t, record), "\n")
+	if !strings.Contains(said, "set_default_active_thread_percentage 25\nset_default_device_pinned_mem_limit 0 10240M") {
+		t.Errorf("the daemon was told:\n%s", said)
+	}
+	if mode, _ := lib.Devices[0].GetComputeMode(); mode != gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+		t.Errorf("compute mode %v", mode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pipe", "control")); err != nil {
+		t.Errorf("the daemon did not outlive the plugin: %v", err)
+	}
+
+	// The next plugin shares nothing: it stops the daemon before it serves.
+	cfg.Sharing.MPS = config.MPS{}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	go func() { done <- Run(ctx, cfg, open, testLog) }()
+	stream, err = dialPlugin(t, filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.sock")).ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || len(resp.Devices) != 8 {
+		t.Fatalf("after MPS was turned off: %v, %v", resp, err)
+	}
+	if lines := readLines(t, record); lines[len(lines)-1] != "quit" {
+		t.Errorf("the daemon was not told quit: %q", lines)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("its directories: %v", err)
+	}
+	if mode, _ := lib.Devices[0].GetComputeMode(); mode != gonvml.COMPUTEMODE_DEFAULT {
+		t.Errorf("compute mode %v after MPS was turned off", mode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
