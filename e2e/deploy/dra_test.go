@@ -310,7 +310,7 @@ func TestHelmDRAEveryOption(t *testing.T) {
 	})
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver", cdiSpecDir: "/etc/cdi",
-		cdiHookDir: "/opt/gpu-device-plugin/bin", stateDir: "/opt/gpu-device-plugin/state", podResourcesDir: "/var/lib/k0s/kubelet/pod-resources",
+		cdiHookDir: "/opt/gpu-device-plugin/bin", stateDir: "/opt/gpu-device-plugin/state", mpsRoot: "/run/gpu/mps", podResourcesDir: "/var/lib/k0s/kubelet/pod-resources",
 		image: "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromInt32(2), maxSurge: ptr.To(intstr.FromInt32(0)),
 		dra: &wantDRA{
 			serviceAccount: "gpu-plugin-all",

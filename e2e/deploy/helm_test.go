@@ -280,6 +280,7 @@ func TestHelmEveryOption(t *testing.T) {
 		devicePluginDir: "/var/lib/k0s/kubelet/device-plugins", cdiSpecDir: "/etc/cdi",
 		cdiHookDir:      "/opt/gpu-device-plugin/bin", // values-all.yaml's, cleaned
 		stateDir:        "/opt/gpu-device-plugin/state",
+		mpsRoot:         "/run/gpu/mps",
 		podResourcesDir: "/var/lib/k0s/kubelet/pod-resources", // values-all.yaml's, cleaned
 		serviceAccount:  "gpu-plugin-all",                     // events and nodeCondition are on
 		image:           "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),

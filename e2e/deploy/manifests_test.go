@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,7 @@ type wantDaemonSet struct {
 	cdiSpecDir      string
 	cdiHookDir      string // host directory the init container installs the CDI hook into
 	stateDir        string // host directory of the health kept across restarts
+	mpsRoot         string // host directory of the MPS daemons; "": the default
 	podResourcesDir string // host directory of the kubelet's PodResources socket; "" when not mounted
 	serviceAccount  string // device-plugin mode with events or nodeCondition on; "" for none
 	privileged      bool
@@ -194,6 +196,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		{"sysfs-root", "/sys", true},
 		{"cdi-spec-dir", want.cdiSpecDir, false},
 		{"state-dir", want.stateDir, false},
+		{"mps-root", cmp.Or(want.mpsRoot, config.DefaultMPSRoot), false},
 	}
 	if want.dra == nil {
 		pathFlags = append(pathFlags, pathFlag{"device-plugin-dir", want.devicePluginDir, false})
