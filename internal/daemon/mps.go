@@ -44,11 +44,14 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units 
 		Binary: mpsexec.DefaultBinary,
 		Root:   cfg.MPSRoot,
 		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
-			return mpsexec.Command(ctx, self, mpsexec.Spec{
-				DriverRoot: cfg.DriverRoot, DevRoot: cfg.DevRoot,
-				Pipe: dirs.Pipe, Log: dirs.Log, Shm: dirs.Shm,
-				Env: env, Args: args,
-			})
+			// Located at each run: a driver installed later is found.
+			s, err := mpsexec.Locate(cfg.DriverRoot)
+			if err != nil {
+				return nil, err
+			}
+			s.DevRoot, s.Pipe, s.Log, s.Shm = cfg.DevRoot, dirs.Pipe, dirs.Log, dirs.Shm
+			s.Env, s.Args = append(s.Env, env...), args
+			return mpsexec.Command(ctx, self, s)
 		},
 		ComputeMode: func(uuid string, exclusive bool) error { return nvml.SetComputeMode(lib, uuid, exclusive) },
 		Log:         log,
