@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
@@ -84,20 +85,50 @@ type listedDRA struct {
 // mixed is served as its MIG devices); one device ID per time-slicing
 // replica.
 type listedGPU struct {
-	Index       int            `json:"index"`
-	UUID        string         `json:"uuid"`
-	Minor       int            `json:"minor"`
-	Name        string         `json:"name"`
-	MemoryBytes uint64         `json:"memoryBytes"`
-	PCIBusID    string         `json:"pciBusID"`
-	NUMANode    int            `json:"numaNode"`
-	MIGEnabled  bool           `json:"migEnabled"`
-	Health      string         `json:"health"`
-	Reason      string         `json:"reason"`
-	Resource    string         `json:"resource"`
-	DeviceIDs   []string       `json:"deviceIDs"`
+	Index       int      `json:"index"`
+	UUID        string   `json:"uuid"`
+	Minor       int      `json:"minor"`
+	Name        string   `json:"name"`
+	MemoryBytes uint64   `json:"memoryBytes"`
+	PCIBusID    string   `json:"pciBusID"`
+	NUMANode    int      `json:"numaNode"`
+	MIGEnabled  bool     `json:"migEnabled"`
+	Health      string   `json:"health"`
+	Reason      string   `json:"reason"`
+	Resource    string   `json:"resource"`
+	DeviceIDs   []string `json:"deviceIDs"`
+	// Sharing is how its replicas are shared: sharingTimeSlicing or
+	// sharingMPS; "" when it is not shared.
+	Sharing string `json:"sharing"`
+	// MPS is its MPS control daemon, for a GPU shared through MPS.
+	MPS         *listedMPS     `json:"mps,omitempty"`
 	AllocatedTo []listedHolder `json:"allocatedTo"`
 	MIG         []listedMIG    `json:"mig"`
+}
+
+// Values of a listed unit's sharing.
+const (
+	sharingTimeSlicing = "time-slicing"
+	sharingMPS         = "mps"
+)
+
+// listedMPS is what a GPU's MPS control daemon says of itself.
+type listedMPS struct {
+	// Daemon is "up" when it answers, else "down" with Error saying why.
+	Daemon  string `json:"daemon"`
+	Servers int    `json:"servers"`
+	Clients int    `json:"clients"`
+	Error   string `json:"error,omitempty"`
+}
+
+func sharingOf(u gpu.Unit) string {
+	switch {
+	case u.MPS:
+		return sharingMPS
+	case u.Replicas > 1:
+		return sharingTimeSlicing
+	}
+	return ""
 }
 
 // listedMIG is one MIG device of a listed GPU; Resource and DeviceIDs as
@@ -115,6 +146,7 @@ type listedMIG struct {
 	Reason          string         `json:"reason"`
 	Resource        string         `json:"resource"`
 	DeviceIDs       []string       `json:"deviceIDs"`
+	Sharing         string         `json:"sharing"`
 	AllocatedTo     []listedHolder `json:"allocatedTo"`
 }
 
@@ -172,7 +204,7 @@ func newListedGPU(g nvml.GPU, health, reason string, as layout.Served, holders [
 	return listedGPU{
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
 		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
-		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs),
+		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs), Sharing: sharingOf(as.Unit),
 		AllocatedTo: listedHolders(holders), MIG: []listedMIG{},
 	}
 }
@@ -183,7 +215,7 @@ func newListedMIG(m nvml.MIGDevice, health, reason string, as layout.Served, hol
 	return listedMIG{
 		UUID: m.UUID, Index: m.Index, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance,
 		Profile: m.Profile, MemoryBytes: m.MemoryBytes, Multiprocessors: m.Multiprocessors, CapMinors: minors,
-		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs),
+		Health: health, Reason: reason, Resource: as.Resource, DeviceIDs: orEmpty(as.IDs), Sharing: sharingOf(as.Unit),
 		AllocatedTo: listedHolders(holders),
 	}
 }
@@ -306,6 +338,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		}
 		out.GPUs = append(out.GPUs, lg)
 	}
+	addMPS(cfg, out.GPUs, log)
 	// Excluded GPUs are listed so that nobody wonders where they went;
 	// nothing of theirs is served, checked or labelled.
 	for _, g := range n.excluded {
@@ -400,6 +433,39 @@ func migPart(m nvml.MIGDevice) health.Part {
 	return health.Part{ID: m.UUID, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance}
 }
 
+// addMPS asks the MPS control daemons of the GPUs shared through MPS, which
+// the serving plugin runs, what they say of themselves.
+func addMPS(cfg config.Config, gpus []listedGPU, log *slog.Logger) {
+	var uuids []string
+	for _, g := range gpus {
+		if g.Sharing == sharingMPS {
+			uuids = append(uuids, g.UUID)
+		}
+	}
+	if len(uuids) == 0 {
+		return
+	}
+	st, err := daemon.MPSStatus(cfg, uuids, log)
+	if err != nil {
+		log.Warn("MPS control daemons not asked", "err", err)
+		return
+	}
+	for i, g := range gpus {
+		s, ok := st[g.UUID]
+		if !ok {
+			continue
+		}
+		l := &listedMPS{Daemon: "down", Servers: s.Servers, Clients: s.Clients}
+		if s.Up {
+			l.Daemon = "up"
+		}
+		if s.Err != nil {
+			l.Error = s.Err.Error()
+		}
+		gpus[i].MPS = l
+	}
+}
+
 // listHolders asks the kubelet who holds the devices. Holders are
 // extra: without them (no kubelet here, or no access to its socket) the
 // listing is complete but for them, with one note saying why.
@@ -424,13 +490,23 @@ func healthColumn(state, reason string) string {
 	return state
 }
 
-// replicasColumn is the table's REPLICAS: how many time-slicing replicas
-// a unit is served as, - when it is not shared (or not served).
-func replicasColumn(ids []string) string {
+// replicasColumn is the table's REPLICAS: how many replicas a unit is
+// served as, and how they are shared when through MPS, with its daemon's
+// state ("4 mps: up, 2 clients"); - when it is not shared (or not served).
+func replicasColumn(ids []string, sharing string, mps *listedMPS) string {
 	if len(ids) < 2 {
 		return "-"
 	}
-	return strconv.Itoa(len(ids))
+	n := strconv.Itoa(len(ids))
+	switch {
+	case sharing != sharingMPS:
+		return n
+	case mps == nil:
+		return n + " mps"
+	case mps.Daemon != "up":
+		return n + " mps: daemon down"
+	}
+	return fmt.Sprintf("%s mps: up, %d clients", n, mps.Clients)
 }
 
 // holderColumn is the table's HOLDER: namespace/pod/container, several
@@ -487,11 +563,11 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 			numa = fmt.Sprint(g.NUMANode)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa,
-			healthColumn(g.Health, g.Reason), orDash(g.Resource), replicasColumn(g.DeviceIDs), holderColumn(g.AllocatedTo))
+			healthColumn(g.Health, g.Reason), orDash(g.Resource), replicasColumn(g.DeviceIDs, g.Sharing, g.MPS), holderColumn(g.AllocatedTo))
 		// MIG devices under their GPU, indented, by NVIDIA's index form.
 		for _, m := range g.MIG {
 			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, m.Index, m.UUID, m.Profile, m.MemoryBytes>>20, g.PCIBusID, numa,
-				healthColumn(m.Health, m.Reason), orDash(m.Resource), replicasColumn(m.DeviceIDs), holderColumn(m.AllocatedTo))
+				healthColumn(m.Health, m.Reason), orDash(m.Resource), replicasColumn(m.DeviceIDs, m.Sharing, nil), holderColumn(m.AllocatedTo))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -52,7 +52,7 @@ const configFlag = "config"
 // is refused. The config file may still hold every key.
 var (
 	driverKeys  = []string{"driverRoot", "nvmlLibrary", "sysfsRoot", "devRoot", "procRoot"}
-	servedKeys  = []string{"deviceIDStrategy", "deviceListStrategy", "migStrategy"}
+	servedKeys  = []string{"deviceIDStrategy", "deviceListStrategy", "migStrategy", "mpsRoot"}
 	loggingKeys = []string{"logLevel", "logFormat"}
 	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
 		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}

@@ -192,7 +192,7 @@ func TestListMIGKeys(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"allocatedTo", "capMinors", "computeInstance", "deviceIDs", "gpuInstance", "health", "index", "memoryBytes", "multiprocessors", "profile", "reason", "resource", "uuid"}
+	want := []string{"allocatedTo", "capMinors", "computeInstance", "deviceIDs", "gpuInstance", "health", "index", "memoryBytes", "multiprocessors", "profile", "reason", "resource", "sharing", "uuid"}
 	for _, m := range l.GPUs[0].MIG {
 		keys := make([]string, 0, len(m))
 		for k := range m {

@@ -36,26 +36,10 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units 
 		}
 		gpus, uuids = append(gpus, g), append(uuids, g.UUID)
 	}
-	self, err := os.Executable()
+	m, err := mpsManager(cfg, lib, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("MPS: finding this executable, which runs the control daemons confined: %w", err)
+		return nil, nil, err
 	}
-	m := mpsd.New(mpsd.Options{
-		Binary: mpsexec.DefaultBinary,
-		Root:   cfg.MPSRoot,
-		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
-			// Located at each run: a driver installed later is found.
-			s, err := mpsexec.Locate(cfg.DriverRoot)
-			if err != nil {
-				return nil, err
-			}
-			s.DevRoot, s.Pipe, s.Log, s.Shm = cfg.DevRoot, dirs.Pipe, dirs.Log, dirs.Shm
-			s.Env, s.Args = append(s.Env, env...), args
-			return mpsexec.Command(ctx, self, s)
-		},
-		ComputeMode: func(uuid string, exclusive bool) error { return nvml.SetComputeMode(lib, uuid, exclusive) },
-		Log:         log,
-	})
 	if len(gpus) == 0 {
 		m.Set(ctx, nil) // what an earlier run left
 		return next, nil, nil
@@ -70,4 +54,47 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units 
 		gate.Run(ctx)
 	}
 	return gate, run, nil
+}
+
+// mpsManager is the manager of the MPS control daemons under cfg's
+// mpsRoot, run through this executable; lib sets compute modes (nil: not
+// set).
+func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Manager, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("MPS: finding this executable, which runs the control daemons confined: %w", err)
+	}
+	o := mpsd.Options{
+		Binary: mpsexec.DefaultBinary,
+		Root:   cfg.MPSRoot,
+		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
+			// Located at each run: a driver installed later is found.
+			s, err := mpsexec.Locate(cfg.DriverRoot)
+			if err != nil {
+				return nil, err
+			}
+			s.DevRoot, s.Pipe, s.Log, s.Shm = cfg.DevRoot, dirs.Pipe, dirs.Log, dirs.Shm
+			s.Env, s.Args = append(s.Env, env...), args
+			return mpsexec.Command(ctx, self, s)
+		},
+		Log: log,
+	}
+	if lib != nil {
+		o.ComputeMode = func(uuid string, exclusive bool) error { return nvml.SetComputeMode(lib, uuid, exclusive) }
+	}
+	return mpsd.New(o), nil
+}
+
+// MPSStatus asks the MPS control daemons of the GPUs with uuids, which a
+// serving plugin runs, what they say of themselves (list shows it).
+func MPSStatus(cfg config.Config, uuids []string, log *slog.Logger) (map[string]mpsd.Status, error) {
+	m, err := mpsManager(cfg, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]mpsd.Status, len(uuids))
+	for _, id := range uuids {
+		out[id] = m.Query(id)
+	}
+	return out, nil
 }

@@ -177,6 +177,38 @@ func (m *Manager) Up() map[string]bool {
 	return out
 }
 
+// Status is what a GPU's daemon says of itself through its control
+// client.
+type Status struct {
+	// Up: the daemon answered.
+	Up bool
+	// Servers and Clients count its MPS servers (one per user running
+	// clients) and their client processes.
+	Servers, Clients int
+	Err              error
+}
+
+// Query asks the daemon of the GPU with uuid, whether or not this Manager
+// runs it (list asks those of the serving process).
+func (m *Manager) Query(uuid string) Status {
+	g := GPU{UUID: uuid}
+	out, err := m.control(g, "get_server_list")
+	if err != nil {
+		return Status{Err: err}
+	}
+	st := Status{Up: true}
+	for _, pid := range strings.Fields(out) {
+		st.Servers++
+		clients, err := m.control(g, "get_client_list "+pid)
+		if err != nil {
+			st.Err = err
+			continue
+		}
+		st.Clients += len(strings.Fields(clients))
+	}
+	return st
+}
+
 // State is the GPU's daemon state; false when it has none.
 func (m *Manager) State(uuid string) (State, bool) {
 	m.mu.Lock()

@@ -139,7 +139,7 @@ func session(c net.Conn, thread *string) bool {
 		case f[0] == "set_default_active_thread_percentage" && len(f) == 2:
 			*thread = f[1] + ".0"
 		case f[0] == "set_default_device_pinned_mem_limit" && len(f) == 3,
-			f[0] == "get_server_list":
+			f[0] == "get_server_list", f[0] == "get_client_list" && len(f) == 2:
 		default:
 			answer = "error: unknown command " + cmd
 		}
