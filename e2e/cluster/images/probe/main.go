@@ -1,5 +1,5 @@
 // Command probe is the end-to-end test container: it prints, as one JSON
-// line, what a GPU workload would look for (the NVIDIA_* and PCIDEVICE_*
+// line, what a GPU workload would look for (the NVIDIA_*, CUDA_MPS_* and PCIDEVICE_*
 // environment, the /dev/nvidia* nodes with their numbers, any files named
 // by -look-for, the targets of links named by -links, and the libraries
 // the image's own `ldconfig -p` lists, as Triton reads them), then waits
@@ -50,7 +50,7 @@ func main() {
 	r := Report{Env: map[string]string{}, Files: map[string]bool{}}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "NVIDIA_") || strings.HasPrefix(k, "PCIDEVICE_") {
+		if strings.HasPrefix(k, "NVIDIA_") || strings.HasPrefix(k, "PCIDEVICE_") || strings.HasPrefix(k, "CUDA_MPS_") {
 			r.Env[k] = v
 		}
 	}
