@@ -28,13 +28,9 @@ var (
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == mpsexec.HelperCommand {
-		// The MPS control daemons run through their own executable; DRA
-		// mode stops those a device-plugin run left.
-		err := mpsexec.Main(os.Args[2])
-		fmt.Fprintln(os.Stderr, "gpu-device-plugin-dra "+mpsexec.HelperCommand+":", err)
-		os.Exit(1)
-	}
+	// The MPS control daemons run through their own executable; DRA mode
+	// stops those a device-plugin run left.
+	mpsexec.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,10 +39,7 @@ func TestMPSExecHidden(t *testing.T) {
 
 // The test binary is the helper too, as the plugin's executable is.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == mpsexec.HelperCommand {
-		fmt.Fprintln(os.Stderr, mpsexec.Main(os.Args[2]))
-		os.Exit(1)
-	}
+	mpsexec.RunIfHelper()
 	os.Exit(m.Run())
 }
 

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,10 +24,7 @@ import (
 // The test binary runs the MPS control daemons confined, as the plugin's
 // own executable does.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == mpsexec.HelperCommand {
-		fmt.Fprintln(os.Stderr, mpsexec.Main(os.Args[2]))
-		os.Exit(1)
-	}
+	mpsexec.RunIfHelper()
 	os.Exit(m.Run())
 }
 

@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,8 +38,8 @@ var mpsPods = []string{podMPS1, podMPS2}
 // pipe directory and shared memory mounted and half the GPU's threads and
 // memory as their limits; the daemon killed behind the plugin's back is
 // restarted; an XID on the GPU reaches both pods, and its reset brings the
-// shares back; turning MPS off stops
-// the daemon and removes its directories.
+// shares back; turning MPS off stops the daemon and removes its
+// directories.
 func TestMPSNode(t *testing.T) {
 	s := &mpsScenario{}
 	steps := []step{
@@ -218,20 +217,7 @@ func (s *mpsScenario) xid(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	defer ctl.Close()
-	cmd := fmt.Sprintf("xid %d 79", s.shared.Index)
-	injected := time.Now()
-	if err := ctl.InjectContext(ctx, cmd); err != nil {
-		t.Fatalf("injecting %q: %v", cmd, err)
-	}
-	for _, name := range mpsPods {
-		want := map[string]corev1.ResourceHealthStatus{s.shares[name]: "Unhealthy"}
-		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("showing %v", want), func(p *corev1.Pod) (bool, error) {
-			return maps.Equal(allocatedDevices(p, mpsResource), want), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("pod %s: %s Unhealthy %s after %q", name, s.shares[name], time.Since(injected).Round(time.Millisecond), cmd)
-	}
+	xidReachesPods(t, ctx, ctl, s.shared.Index, mpsResource, s.shares, mpsPods...)
 	if err := waitResources(ctx, s.want(0), time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -276,23 +262,8 @@ func (s *mpsScenario) turnOff(t *testing.T, ctx context.Context) {
 }
 
 func (s *mpsScenario) uninstall(t *testing.T, ctx context.Context) {
-	if err := s.release.uninstall(ctx); err != nil {
-		t.Fatal(err)
-	}
+	uninstallClean(t, ctx, s.release)
 	s.release = nil
-	if pods, err := pluginPods(ctx); err != nil || len(pods) != 0 {
-		t.Fatalf("plugin pods left: %d (%v)", len(pods), err)
-	}
-	if err := removeSpecs(); err != nil {
-		t.Fatal(err)
-	}
-	left, err := leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("left behind: %v", left)
-	}
 	if err := os.RemoveAll(s.root); err != nil {
 		t.Error(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -204,6 +205,29 @@ func restartKubelet(ctx context.Context) (time.Time, error) {
 		return before, fmt.Errorf("node %s not Ready after the kubelet restarted: %w", env.Node, err)
 	}
 	return before, nil
+}
+
+// uninstallClean uninstalls r and checks that the node is left clean: no
+// plugin pod, and, once the CDI specs the plugin keeps after uninstall are
+// removed, none of its sockets or specs.
+func uninstallClean(t *testing.T, ctx context.Context, r *release) {
+	t.Helper()
+	if err := r.uninstall(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pods, err := pluginPods(ctx); err != nil || len(pods) != 0 {
+		t.Fatalf("plugin pods left: %d (%v)", len(pods), err)
+	}
+	if err := removeSpecs(); err != nil {
+		t.Fatal(err)
+	}
+	left, err := leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
 }
 
 // leftovers lists the plugin sockets and the plugin's CDI specs still on

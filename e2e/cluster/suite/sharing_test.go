@@ -342,20 +342,7 @@ func (s *sharingScenario) xid(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	defer ctl.Close()
-	cmd := fmt.Sprintf("xid %d 79", s.shared.Index)
-	injected := time.Now()
-	if err := ctl.InjectContext(ctx, cmd); err != nil {
-		t.Fatalf("injecting %q: %v", cmd, err)
-	}
-	for _, name := range []string{podShared1, podShared2} {
-		want := map[string]corev1.ResourceHealthStatus{s.replicas[name]: "Unhealthy"}
-		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("showing %v", want), func(p *corev1.Pod) (bool, error) {
-			return maps.Equal(allocatedDevices(p, sharedResource), want), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("pod %s: %s Unhealthy %s after %q", name, s.replicas[name], time.Since(injected).Round(time.Millisecond), cmd)
-	}
+	xidReachesPods(t, ctx, ctl, s.shared.Index, sharedResource, s.replicas, podShared1, podShared2)
 	want := s.wantResources()
 	want[sharedResource] = 0
 	if err := waitResources(ctx, want, time.Minute); err != nil {
@@ -373,26 +360,32 @@ func (s *sharingScenario) xid(t *testing.T, ctx context.Context) {
 	}
 }
 
+// xidReachesPods injects XID 79 on the GPU at index through ctl and waits
+// until each of pods shows the device it holds of resource (held, by pod)
+// Unhealthy.
+func xidReachesPods(t *testing.T, ctx context.Context, ctl *mocknvml.Control, index int, resource corev1.ResourceName, held map[string]string, pods ...string) {
+	t.Helper()
+	cmd := fmt.Sprintf("xid %d 79", index)
+	injected := time.Now()
+	if err := ctl.InjectContext(ctx, cmd); err != nil {
+		t.Fatalf("injecting %q: %v", cmd, err)
+	}
+	for _, name := range pods {
+		want := map[string]corev1.ResourceHealthStatus{held[name]: "Unhealthy"}
+		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("showing %v", want), func(p *corev1.Pod) (bool, error) {
+			return maps.Equal(allocatedDevices(p, resource), want), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pod %s: %s Unhealthy %s after %q", name, held[name], time.Since(injected).Round(time.Millisecond), cmd)
+	}
+}
+
 func (s *sharingScenario) uninstall(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, sharingPods...); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.release.uninstall(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if pods, err := pluginPods(ctx); err != nil || len(pods) != 0 {
-		t.Fatalf("plugin pods left: %d (%v)", len(pods), err)
-	}
-	if err := removeSpecs(); err != nil {
-		t.Fatal(err)
-	}
-	left, err := leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) > 0 {
-		t.Errorf("left behind: %v", left)
-	}
+	uninstallClean(t, ctx, s.release)
 	s.release = nil
 	if err := os.RemoveAll(s.node.Fixture); err != nil {
 		t.Error(err)

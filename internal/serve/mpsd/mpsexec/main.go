@@ -11,6 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// RunIfHelper, when this process was started as the helper (os.Args is
+// self, HelperCommand, spec), runs Main and exits 1 with its error; it
+// returns otherwise. Programs without the CLI's hidden command (the DRA
+// executable) and tests whose binary stands in for the plugin call it
+// first.
+func RunIfHelper() {
+	if len(os.Args) == 3 && os.Args[1] == HelperCommand {
+		fmt.Fprintln(os.Stderr, filepath.Base(os.Args[0])+":", Main(os.Args[2]))
+		os.Exit(1)
+	}
+}
+
 // Main is the helper (HelperCommand), started by Command: it decodes the
 // spec arg, makes the mounts, chroots into the driver root if one is set
 // and execs the binary. It returns only on failure, before the binary

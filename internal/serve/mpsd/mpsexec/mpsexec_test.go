@@ -23,10 +23,7 @@ import (
 
 // The test binary is the helper too, as the plugin's own executable is.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == HelperCommand {
-		fmt.Fprintln(os.Stderr, Main(os.Args[2]))
-		os.Exit(1)
-	}
+	RunIfHelper()
 	os.Exit(m.Run())
 }
 
