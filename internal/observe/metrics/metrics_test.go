@@ -119,6 +119,33 @@ gpu_device_plugin_device_info{device="GPU-0",index="0",model="",numa_node="",pci
 	}
 }
 
+func TestSharingMetrics(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.SetInfo("nvidia.com/gpu.mps", "GPU-0", DeviceInfo{UUID: "GPU-0", Sharing: SharingMPS, Replicas: 4})
+	m.SetInfo("nvidia.com/gpu.shared", "GPU-1", DeviceInfo{UUID: "GPU-1", Sharing: SharingTimeSlicing, Replicas: 2})
+	m.SetInfo("nvidia.com/gpu", "GPU-2", DeviceInfo{UUID: "GPU-2"})
+	up := map[string]bool{"GPU-0": false}
+	m.SetMPSDaemons(func() map[string]bool { return up })
+	compare(t, reg, `
+# HELP gpu_device_plugin_device_sharing 1 for every shared device: how it is shared (mode: time-slicing or mps) and how many replicas it is served as.
+# TYPE gpu_device_plugin_device_sharing gauge
+gpu_device_plugin_device_sharing{device="GPU-0",mode="mps",replicas="4",resource="nvidia.com/gpu.mps"} 1
+gpu_device_plugin_device_sharing{device="GPU-1",mode="time-slicing",replicas="2",resource="nvidia.com/gpu.shared"} 1
+# HELP gpu_device_plugin_mps_daemon_up 1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).
+# TYPE gpu_device_plugin_mps_daemon_up gauge
+gpu_device_plugin_mps_daemon_up{device="GPU-0"} 0
+`, "gpu_device_plugin_device_sharing", "gpu_device_plugin_mps_daemon_up")
+	up["GPU-0"] = true
+	compare(t, reg, `
+# HELP gpu_device_plugin_mps_daemon_up 1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).
+# TYPE gpu_device_plugin_mps_daemon_up gauge
+gpu_device_plugin_mps_daemon_up{device="GPU-0"} 1
+`, "gpu_device_plugin_mps_daemon_up")
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
 func TestAllocationCollector(t *testing.T) {
 	const driver, pool = "gpu-device-plugin.github.io", "node-1"
 	srv := prt.Start(t,
