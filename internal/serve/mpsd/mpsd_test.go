@@ -225,9 +225,6 @@ func TestDaemonLifecycle(t *testing.T) {
 	if log := recorded(t, filepath.Join(m.LogDir(g.UUID), "control.log")); !slices.Equal(log, started) {
 		t.Errorf("the GPU's own log dir has %q", log)
 	}
-	if st := m.Query(g.UUID); !st.Up || st.Servers != 0 || st.Clients != 0 || st.Err != nil {
-		t.Errorf("query of a daemon up: %+v", st)
-	}
 	clk.fire(t, probe)         // answers: still up,
 	clk.await(t, probe, false) // and waits for the next probe
 	pipe := m.PipeDir(g.UUID)
@@ -258,6 +255,9 @@ func TestDaemonLifecycle(t *testing.T) {
 		t.Error("the pipe directory was replaced: clients' mounts would not see the new daemon")
 	}
 
+	if st := m.Query(g.UUID); !st.Up || st.Servers != 0 || st.Clients != 0 || st.Err != nil {
+		t.Errorf("query of a daemon up: %+v", st)
+	}
 	m.Set(ctx, nil)
 	if _, ok := m.State(g.UUID); ok {
 		t.Error("a state after sharing was turned off")
