@@ -142,9 +142,15 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 			return fmt.Errorf("choosing %d of %d devices of %s: %w", size, len(available), name, err)
 		}
 		out.Resource = name
+		placement, failGT1 := cmp.Or(cfg.Sharing.TimeSlicing.Placement, gpu.PlacementDistributed), cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne
+		if res.MPS() {
+			// MPS has no placement setting: a container's shares are of one
+			// GPU, the one with the most free.
+			placement, failGT1 = gpu.PlacementDistributed, cfg.Sharing.MPS.FailRequestsGreaterThanOne
+		}
 		if shared {
-			out.Placement = cmp.Or(cfg.Sharing.TimeSlicing.Placement, gpu.PlacementDistributed)
-			if cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne && size > 1 {
+			out.Placement = placement
+			if failGT1 && size > 1 {
 				log.Warn("failRequestsGreaterThanOne is set: the kubelet's Allocate of this many replicas would be refused", "size", size, "resource", name)
 			}
 		}

@@ -61,9 +61,10 @@ func GPUs(cfg config.Config, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.
 			Specs: specs,
 		}
 		if slices.ContainsFunc(r.Units, func(u gpu.Unit) bool { return u.MPS }) {
-			// Validation keeps a resource to one way of sharing.
+			// Validation keeps a resource to one way of sharing; placement
+			// is time-slicing's: MPS shares go to the GPU with the most free.
 			opts.FailRequestsGreaterThanOne = mps.FailRequestsGreaterThanOne
-			opts.MPSRoot = cfg.MPSRoot
+			opts.MPSRoot, opts.Placement = cfg.MPSRoot, ""
 		}
 		res, err := gpu.NewUnits(r.Units, inv.Topology, opts)
 		if err != nil {
