@@ -76,8 +76,8 @@ func (r *Resource) MPS() bool { return r.mps }
 
 // pickMPS chooses size replicas of one unit, mustInclude's unit if it
 // names any: a container connects to one GPU's MPS daemon. Of the units
-// with room, packed takes the one with the fewest free replicas, else the
-// one with the most; the first of equals.
+// with room it takes the one with the most free replicas (the least
+// loaded daemon), the first of equals.
 func (r *Resource) pickMPS(available, mustInclude []string, size int) ([]Pick, error) {
 	free := make([][]int, len(r.units)) // free replica numbers by unit, ascending
 	for _, id := range available {
@@ -121,7 +121,7 @@ func (r *Resource) pickMPS(available, mustInclude []string, size int) ([]Pick, e
 			if f < size {
 				continue
 			}
-			if unit < 0 || (r.packed && f < room(unit)) || (!r.packed && f > room(unit)) {
+			if unit < 0 || f > room(unit) {
 				unit = u
 			}
 		}
@@ -129,9 +129,6 @@ func (r *Resource) pickMPS(available, mustInclude []string, size int) ([]Pick, e
 			return nil, fmt.Errorf("%w: no GPU has %d free MPS shares; a container's shares are of one GPU", allocator.ErrBadRequest, size)
 		}
 		why = fmt.Sprintf("MPS: most free shares of one GPU (%d of %d free)", room(unit), r.units[unit].unit.Replicas)
-		if r.packed {
-			why = fmt.Sprintf("MPS packed: fewest free shares of a GPU with room (%d of %d free)", room(unit), r.units[unit].unit.Replicas)
-		}
 	} else if room(unit) < size {
 		return nil, fmt.Errorf("%w: %d devices wanted, GPU %s has %d free MPS shares with those that must be included", allocator.ErrBadRequest, size, r.units[unit].uuid, room(unit))
 	}

@@ -124,7 +124,6 @@ func TestPreferredMPS(t *testing.T) {
 	held := []string{replica(0, 0), replica(0, 1), replica(0, 2), replica(1, 0), replica(2, 0)}
 	for _, tt := range []struct {
 		name      string
-		packed    bool
 		available []string
 		must      []string
 		size      int
@@ -132,19 +131,14 @@ func TestPreferredMPS(t *testing.T) {
 		err       string
 	}{
 		{name: "distributed: most free", available: all(held...), size: 2, want: []string{replica(1, 1), replica(1, 2)}},
-		{name: "packed: fewest free with room", packed: true, available: all(held...), size: 2, want: []string{replica(2, 1), replica(2, 2)}},
-		{name: "packed: a GPU too full is passed over", packed: true, available: all(held...), size: 3, want: []string{replica(0, 3), replica(0, 4), replica(0, 5)}},
+		{name: "only one GPU has room", available: all(held...), size: 7, want: []string{replica(1, 1), replica(1, 2), replica(1, 3), replica(1, 4), replica(1, 5), replica(1, 6), replica(1, 7)}},
 		{name: "must include picks the GPU", available: all(held...), must: []string{replica(0, 7)}, size: 2, want: []string{replica(0, 7), replica(0, 3)}},
 		{name: "no GPU has room", available: all(held...), size: 8, err: "no GPU has 8 free MPS shares"},
 		{name: "must include two GPUs", available: all(), must: []string{replica(0, 1), replica(1, 1)}, size: 2, err: "two GPUs"},
 		{name: "must include's GPU too full", available: all(held...), must: []string{replica(2, 1)}, size: 3, err: "has 2 free MPS shares"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := Options{DevRoot: devRoot(t)}
-			if tt.packed {
-				o.Placement = PlacementPacked
-			}
-			r := mpsResource(t, o)
+			r := mpsResource(t, Options{DevRoot: devRoot(t)})
 			got, err := r.Preferred(tt.available, tt.must, tt.size)
 			if tt.err != "" {
 				if !errors.Is(err, allocator.ErrBadRequest) || !strings.Contains(err.Error(), tt.err) {
