@@ -223,9 +223,20 @@ func (s *mpsScenario) xid(t *testing.T, ctx context.Context) {
 	}
 	// The driver then says the GPU was reset: its shares come back, and
 	// the XID is not kept for the lanes after this one.
-	for _, cmd := range []string{fmt.Sprintf("recovery %d reset", s.shared.Index), fmt.Sprintf("recovery %d none", s.shared.Index)} {
-		if err := ctl.InjectContext(ctx, cmd); err != nil {
-			t.Fatalf("injecting %q: %v", cmd, err)
+	// The plugin must see the reset before the all-clear (it polls).
+	for _, c := range []struct{ cmd, seen string }{
+		{fmt.Sprintf("recovery %d reset", s.shared.Index), "recovery-action=reset"},
+		{fmt.Sprintf("recovery %d none", s.shared.Index), "clearing the sticky condition"},
+	} {
+		if err := ctl.InjectContext(ctx, c.cmd); err != nil {
+			t.Fatalf("injecting %q: %v", c.cmd, err)
+		}
+		var logs string
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			logs = pluginLogs(ctx)
+			return strings.Contains(logs, c.seen), nil
+		}); err != nil {
+			t.Fatalf("after %q, no %q in the plugin's log: %v%s", c.cmd, c.seen, err, logs)
 		}
 	}
 	if err := waitResources(ctx, s.want(mpsReplicas), time.Minute); err != nil {
