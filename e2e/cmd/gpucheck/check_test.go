@@ -1,10 +1,13 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +65,22 @@ func TestParseProbe(t *testing.T) {
 	}
 	if p.Count != 1 || p.CuInit == nil || *p.CuInit != 0 || p.Devices[0].UUID != "GPU-1" || p.VisibleDevices != "void" {
 		t.Errorf("parsed %+v", p)
+	}
+	// The opt-in fields: directory listings, and an allocation's CUresults.
+	out = `cudaprobe: {"visibleDevices":"void","devNodes":[],"listed":{"/tmp/nvidia-mps":["control"],"/dev/shm":[]},"listErrors":{"/x":"No such file or directory"},"ldconfig":[],"mockLibrary":false,"cuInit":0,"cuDeviceGetCount":0,"count":1,"devices":[],"allocMiB":61440,"ctxCreate":0,"memFreeMiB":70000,"memTotalMiB":71680,"memAlloc":2}`
+	p, err = parseProbe(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Listed, map[string][]string{"/tmp/nvidia-mps": {"control"}, "/dev/shm": {}}) || p.ListErrors["/x"] == "" {
+		t.Errorf("listings %v, errors %v", p.Listed, p.ListErrors)
+	}
+	if p.AllocMiB != 61440 || p.CtxCreate == nil || *p.CtxCreate != 0 || p.MemAlloc == nil || *p.MemAlloc != cudaOutOfMemory || p.MemTotalMiB != 71680 || p.MemFreeMiB != 70000 {
+		t.Errorf("allocation %+v", p)
+	}
+	p, err = parseProbe(`cudaprobe: {"allocMiB":5,"allocError":"libcuda.so.1 lacks cuDeviceGet, cuCtxCreate_v2 or cuMemAlloc_v2"}`)
+	if err != nil || p.CtxCreate != nil || p.MemAlloc != nil || p.AllocError == "" {
+		t.Errorf("a library without the calls: %+v, %v", p, err)
 	}
 	if _, err := parseProbe("cudaprobe: {\n"); err == nil {
 		t.Error("a cut report parsed")
@@ -151,9 +170,10 @@ func TestStepStatus(t *testing.T) {
 	if skipped.Status != "skip" {
 		t.Errorf("status %q, want skip", skipped.Status)
 	}
+	s.Notes = []string{"a note"}
 	r := &Report{Steps: []*Step{s, skipped}}
-	if sum := r.summary(); !strings.Contains(sum, "FAIL b: broken 1") || !strings.Contains(sum, "FAILED") {
-		t.Errorf("summary lacks the failure:\n%s", sum)
+	if sum := r.summary(); !strings.Contains(sum, "FAIL b: broken 1") || !strings.Contains(sum, "FAILED") || !strings.Contains(sum, "\n   a note\n") {
+		t.Errorf("summary lacks the failure or the note:\n%s", sum)
 	}
 }
 
@@ -191,7 +211,116 @@ func TestReportKeys(t *testing.T) {
 			walk(f.Type)
 		}
 	}
-	for _, typ := range []any{Report{}, inventoryData{}, serveData{}, answer{}, healthData{}, containerRun{}, draData{}} {
+	for _, typ := range []any{Report{}, inventoryData{}, serveData{}, answer{}, healthData{}, containerRun{}, draData{}, mpsData{}} {
 		walk(reflect.TypeOf(typ))
+	}
+}
+
+// One replica's share, as the plugin must answer it.
+func TestMPSShare(t *testing.T) {
+	const gib = 1 << 30
+	tests := []struct {
+		memory        uint64
+		n, k          int
+		threads       int
+		mib           uint64
+		pinnedEnvWant string
+	}{
+		{80 * gib, 2, 1, 50, 40960, "0=40960M"},
+		{80 * gib, 2, 2, 100, 81920, "0=81920M"},
+		{80 * gib, 3, 1, 33, 27306, "0=27306M"},     // 81920/3 rounded down
+		{143771 << 20, 2, 1, 50, 71885, "0=71885M"}, // an H200's 143771 MiB, halved down
+		{40 * gib, 48, 1, 2, 853, "0=853M"},
+		{40 * gib, 200, 1, 1, 204, "0=204M"}, // threads never below 1%
+		{0, 2, 1, 50, 0, ""},                 // memory unknown: no memory limit
+	}
+	for _, tt := range tests {
+		threads, mib := mpsShare(tt.memory, tt.n, tt.k)
+		if threads != tt.threads || mib != tt.mib {
+			t.Errorf("share of %d of %d of %d bytes = %d%%, %d MiB; want %d%%, %d MiB", tt.k, tt.n, tt.memory, threads, mib, tt.threads, tt.mib)
+		}
+		mounts, env := mpsWant("/run/mps", "GPU-a", tt.memory, tt.n, tt.k)
+		if want := []string{"/run/mps/GPU-a/pipe:/tmp/nvidia-mps", "/run/mps/GPU-a/shm:/dev/shm"}; !reflect.DeepEqual(mounts, want) {
+			t.Errorf("mounts %v, want %v", mounts, want)
+		}
+		if env[mpsPinnedEnv] != tt.pinnedEnvWant || env[mpsPipeEnv] != "/tmp/nvidia-mps" || env[mpsThreadEnv] != strconv.Itoa(tt.threads) {
+			t.Errorf("env %v", env)
+		}
+		if _, ok := env[mpsPinnedEnv]; ok != (tt.pinnedEnvWant != "") {
+			t.Errorf("memory %d: pinned limit set %v", tt.memory, ok)
+		}
+	}
+}
+
+// Each way an MPS replica's answer can be wrong is named.
+func TestMPSAnswerProblems(t *testing.T) {
+	mounts, env := mpsWant("/r", "GPU-a", 80<<30, 2, 1)
+	good := answer{
+		Envs:       map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", mpsPipeEnv: "/tmp/nvidia-mps", mpsThreadEnv: "50", mpsPinnedEnv: "0=40960M"},
+		Mounts:     []string{"/r/GPU-a/pipe:/tmp/nvidia-mps", "/r/GPU-a/shm:/dev/shm"},
+		CDIDevices: []string{"example.com/gpu=GPU-a"},
+	}
+	if bad := mpsAnswerProblems(good, mounts, env); len(bad) > 0 {
+		t.Fatalf("a good answer: %v", bad)
+	}
+	spoil := map[string]func(a *answer){
+		"no mount /r/GPU-a/shm:/dev/shm":                       func(a *answer) { a.Mounts = a.Mounts[:1] },
+		"no mount /r/GPU-a/pipe:/tmp/nvidia-mps":               func(a *answer) { a.Mounts = []string{"/r/GPU-a/pipe:/tmp/nvidia-mps:ro", a.Mounts[1]} },
+		`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="100", want "50"`:   func(a *answer) { a.Envs[mpsThreadEnv] = "100" },
+		`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="", want "0=40960M"`: func(a *answer) { delete(a.Envs, mpsPinnedEnv) },
+		"no CDI device for the GPU":                            func(a *answer) { a.CDIDevices = nil },
+	}
+	for want, f := range spoil {
+		a := good
+		a.Envs = maps.Clone(good.Envs)
+		a.Mounts = slices.Clone(good.Mounts)
+		f(&a)
+		if bad := mpsAnswerProblems(a, mounts, env); !reflect.DeepEqual(bad, []string{want}) {
+			t.Errorf("spoiled for %q: %v", want, bad)
+		}
+	}
+}
+
+func TestLogTime(t *testing.T) {
+	log := `not json
+{"time":"2026-11-27T12:00:00.5Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-b"}
+{"time":"2026-11-27T12:00:01.25Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-a","adopted":false}
+{"time":"2026-11-27T12:00:09Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-a","adopted":false}
+`
+	got, ok := logTime(log, mpsDaemonUp, "GPU-a")
+	if want := time.Date(2026, 11, 27, 12, 0, 1, 250e6, time.UTC); !ok || !got.Equal(want) {
+		t.Errorf("logTime = %v, %v; want %v (the first)", got, ok, want)
+	}
+	if _, ok := logTime(log, mpsDaemonUp, "GPU-c"); ok {
+		t.Error("found a GPU the log does not name")
+	}
+}
+
+// The answer's environment replaces the image's, not shadowed by it.
+func TestSetEnv(t *testing.T) {
+	env := setEnv([]string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}, "NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "NVIDIA=x")
+	want := []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "NVIDIA=x"}
+	if !reflect.DeepEqual(env, want) {
+		t.Errorf("env %q, want %q", env, want)
+	}
+}
+
+// The summary's lines say what the MPS step measured, or why not.
+func TestMPSNotes(t *testing.T) {
+	zero, oom := 0, cudaOutOfMemory
+	d := &mpsData{GPU: "GPU-a", Replicas: 2, ThreadPercentage: 50, ShareMiB: 40960, MemoryMiB: 81920, UpToOfferedMs: 1.25,
+		PipeFiles: []string{"control", "nvidia-cuda-mps-control.pid"}, DaemonThreads: "50.0", ComputeMode: "EXCLUSIVE_PROCESS",
+		Limit:   []mpsAlloc{{Container: "container A", AllocMiB: 20480, CtxCreate: &zero, MemAlloc: &zero}, {Container: "container B", AllocMiB: 51200, CtxCreate: &zero, MemAlloc: &oom}},
+		Cleanup: mpsCleanup{Done: []string{"sharing plugin stopped"}, DirGone: true, ComputeMode: "DEFAULT"}}
+	notes := strings.Join(mpsNotes(d), "\n")
+	for _, want := range []string{"2 × nvidia.com/gpu.mps: 50% of its threads and 40960 MiB", "daemon up → shares offered 1.2 ms",
+		"control, nvidia-cuda-mps-control.pid", "container B 51200 MiB → cuCtxCreate 0, cuMemAlloc 2", "compute mode DEFAULT"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	d.Limit, d.LimitSkipped = nil, mpsLimitNotRun
+	if notes := strings.Join(mpsNotes(d), "\n"); !strings.Contains(notes, "limit test: "+mpsLimitNotRun) {
+		t.Errorf("notes do not say the limit test was not run:\n%s", notes)
 	}
 }

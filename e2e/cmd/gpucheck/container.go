@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
@@ -42,6 +45,19 @@ type probeReport struct {
 		Name string `json:"name"`
 		UUID string `json:"uuid"`
 	} `json:"devices"`
+	// Listed are the entries of each directory CUDAPROBE_LIST named, and
+	// ListErrors why one could not be read, by path.
+	Listed     map[string][]string `json:"listed,omitempty"`
+	ListErrors map[string]string   `json:"listErrors,omitempty"`
+	// With CUDAPROBE_ALLOC_MIB: the MiB asked for, the CUresults of
+	// cuCtxCreate and cuMemAlloc, what cuMemGetInfo said in the context,
+	// or why none of it ran.
+	AllocMiB    uint64 `json:"allocMiB,omitempty"`
+	CtxCreate   *int   `json:"ctxCreate,omitempty"`
+	MemAlloc    *int   `json:"memAlloc,omitempty"`
+	MemFreeMiB  uint64 `json:"memFreeMiB,omitempty"`
+	MemTotalMiB uint64 `json:"memTotalMiB,omitempty"`
+	AllocError  string `json:"allocError,omitempty"`
 }
 
 // containerRun is one container in the report.
@@ -88,7 +104,7 @@ func (c *checker) runProbe(ctx context.Context, s *Step, l layout, specDir strin
 	if !s.check(what+": image builds", err == nil, "%s", errText(err)) {
 		return run
 	}
-	out, stderr, err := c.runContainer(ctx, rootfs, specDir, names, fmt.Sprintf("%s-%d-%d", l.Name, len(gpus), time.Now().UnixNano()))
+	out, stderr, err := c.runContainer(ctx, rootfs, specDir, names, fmt.Sprintf("%s-%d-%d", l.Name, len(gpus), time.Now().UnixNano()), extras{})
 	run.Stderr = oneLine(stderr, 2000)
 	if !s.check(what+": runc runs it", err == nil, "%s", errText(err)) {
 		return run
@@ -239,63 +255,220 @@ func copyFile(from, to string) error {
 	return os.WriteFile(to, b, 0o755)
 }
 
+// extras are what a container gets beyond its CDI devices: more
+// environment and mounts (from Allocate's answer, or the probe's
+// settings).
+type extras struct {
+	env    []string
+	mounts []oci.Mount
+}
+
 // runContainer injects names from the CDI specs in specDir into an OCI
 // spec for rootfs, as containerd does, and runs /cudaprobe in it with
 // runc. stderr holds runc's and the hook's words.
-func (c *checker) runContainer(ctx context.Context, rootfs, specDir string, names []string, id string) (stdout, stderr string, err error) {
-	runc, env, err := c.runc()
-	if err != nil {
-		return "", "", err
-	}
-	bundle := filepath.Join(c.work, "bundles", id)
-	if err := os.MkdirAll(bundle, 0o755); err != nil {
-		return "", "", err
-	}
-	runcCmd := func(ctx context.Context, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, runc, args...)
-		cmd.Env = append(os.Environ(), env...)
-		return cmd
-	}
-	if out, err := runcCmd(ctx, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("runc spec: %w: %s", err, out)
-	}
-	var spec oci.Spec
-	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return "", "", err
-	}
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		return "", "", err
-	}
-	spec.Root = &oci.Root{Path: rootfs, Readonly: true}
-	spec.Hostname = "gpu-check"
-	spec.Process.Terminal = false
-	// What an nvidia/cuda image sets.
-	spec.Process.Env = append(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES=all")
-	spec.Process.Args = []string{"/cudaprobe"}
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(specDir), cdiapi.WithAutoRefresh(false))
-	if err != nil {
-		return "", "", fmt.Errorf("reading the CDI specs in %s: %w", specDir, err)
-	}
-	if errs := cache.GetErrors(); len(errs) > 0 {
-		return "", "", fmt.Errorf("the CDI cache refused specs: %v", errs)
-	}
-	if unresolved, err := cache.InjectDevices(&spec, names...); err != nil {
-		return "", "", fmt.Errorf("injecting %v: unresolved %v: %w", names, unresolved, err)
-	}
-	if raw, err = json.MarshalIndent(&spec, "", "  "); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o644); err != nil {
-		return "", "", err
-	}
+func (c *checker) runContainer(ctx context.Context, rootfs, specDir string, names []string, id string, x extras) (stdout, stderr string, err error) {
 	runCtx, cancel := context.WithTimeout(ctx, containerTimeout)
 	defer cancel()
+	cmd, err := c.containerCmd(runCtx, rootfs, specDir, names, id, x)
+	if err != nil {
+		return "", "", err
+	}
 	var out, errb bytes.Buffer
-	cmd := runcCmd(runCtx, "--root", filepath.Join(c.work, "runc"), "run", "--bundle", bundle, "gpu-check-"+id)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return out.String(), errb.String(), fmt.Errorf("runc run: %w: %s", err, oneLine(errb.String(), 1500))
 	}
 	return out.String(), errb.String(), nil
+}
+
+// runcCommand is runc with its environment, with this check's state
+// folder.
+func (c *checker) runcCommand(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	runc, env, err := c.runc()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, runc, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd, nil
+}
+
+// containerCmd writes the bundle of container id, which runs /cudaprobe
+// in rootfs with names from the CDI specs in specDir injected, as
+// containerd does, and x added, and returns the `runc run` that runs it,
+// not started.
+func (c *checker) containerCmd(ctx context.Context, rootfs, specDir string, names []string, id string, x extras) (*exec.Cmd, error) {
+	bundle := filepath.Join(c.work, "bundles", id)
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return nil, err
+	}
+	spec, err := c.runcCommand(ctx, "spec", "--bundle", bundle)
+	if err != nil {
+		return nil, err
+	}
+	if out, err := spec.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("runc spec: %w: %s", err, out)
+	}
+	var s oci.Spec
+	raw, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	s.Root = &oci.Root{Path: rootfs, Readonly: true}
+	s.Hostname = "gpu-check"
+	s.Process.Terminal = false
+	// What an nvidia/cuda image sets.
+	s.Process.Env = setEnv(append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=all"), x.env...)
+	s.Process.Args = []string{"/cudaprobe"}
+	// A mount given replaces the spec's own at the same place (/dev/shm).
+	for _, m := range x.mounts {
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(o oci.Mount) bool { return o.Destination == m.Destination })
+	}
+	s.Mounts = append(s.Mounts, x.mounts...)
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(specDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("reading the CDI specs in %s: %w", specDir, err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		return nil, fmt.Errorf("the CDI cache refused specs: %v", errs)
+	}
+	if unresolved, err := cache.InjectDevices(&s, names...); err != nil {
+		return nil, fmt.Errorf("injecting %v: unresolved %v: %w", names, unresolved, err)
+	}
+	if raw, err = json.MarshalIndent(&s, "", "  "); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o644); err != nil {
+		return nil, err
+	}
+	return c.runcCommand(ctx, "--root", c.runcRoot(), "run", "--bundle", bundle, containerName(id))
+}
+
+// setEnv sets each KEY=VALUE of kvs in env, replacing an entry of the
+// same key: a process's getenv finds the first of two.
+func setEnv(env []string, kvs ...string) []string {
+	for _, kv := range kvs {
+		k, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		if i >= 0 {
+			env[i] = kv
+		} else {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (c *checker) runcRoot() string { return filepath.Join(c.work, "runc") }
+
+func containerName(id string) string { return "gpu-check-" + id }
+
+// held is a container whose probe printed its report and now holds what
+// it made (CUDAPROBE_HOLD) until release.
+type held struct {
+	c      *checker
+	id     string
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	stdin  io.WriteCloser
+	stderr *syncBuffer
+	// rest is closed once stdout ends.
+	rest chan struct{}
+}
+
+// startHeld runs a container as runContainer does, with the probe told
+// to hold, and returns once the probe printed its report: the container
+// still runs, holding its context and allocation, until release.
+func (c *checker) startHeld(ctx context.Context, rootfs, specDir string, names []string, id string, x extras) (*held, string, error) {
+	hctx, cancel := context.WithTimeout(ctx, 2*containerTimeout)
+	x.env = append(x.env, fmt.Sprintf("CUDAPROBE_HOLD=%d", int((2*containerTimeout).Seconds())))
+	cmd, err := c.containerCmd(hctx, rootfs, specDir, names, id, x)
+	if err != nil {
+		cancel()
+		return nil, "", err
+	}
+	h := &held{c: c, id: id, cmd: cmd, cancel: cancel, stderr: &syncBuffer{}, rest: make(chan struct{})}
+	cmd.Stderr = h.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err == nil {
+		h.stdin, err = cmd.StdinPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		cancel()
+		return nil, "", fmt.Errorf("runc run: %w", err)
+	}
+	report := make(chan string, 1)
+	go func() {
+		defer close(h.rest)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var out strings.Builder
+		sent := false
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if !sent && strings.HasPrefix(sc.Text(), "cudaprobe: ") {
+				report <- out.String()
+				sent = true
+			}
+		}
+		if !sent {
+			report <- out.String()
+		}
+	}()
+	select {
+	case out := <-report:
+		if !strings.Contains(out, "cudaprobe: ") {
+			h.release()
+			return nil, out, fmt.Errorf("runc run: the probe printed no report: %s", oneLine(h.stderr.String(), 1500))
+		}
+		return h, out, nil
+	case <-hctx.Done():
+		h.release()
+		return nil, "", fmt.Errorf("runc run: no probe report within %v: %s", 2*containerTimeout, oneLine(h.stderr.String(), 1500))
+	}
+}
+
+// release closes the probe's stdin, so that it exits, and waits for the
+// container to end; one that does not within containerTimeout is killed
+// and deleted. It returns runc's and the hook's words.
+func (h *held) release() string {
+	h.stdin.Close()
+	select {
+	case <-h.rest:
+	case <-time.After(containerTimeout):
+		// The probe ignored its closed stdin: runc's own kill, then ours.
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if cmd, err := h.c.runcCommand(ctx, "--root", h.c.runcRoot(), "delete", "--force", containerName(h.id)); err == nil {
+			_ = cmd.Run()
+		}
+		h.cancel()
+	}
+	_ = h.cmd.Wait()
+	h.cancel()
+	return h.stderr.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -30,18 +30,19 @@ type listing struct {
 }
 
 type listedGPU struct {
-	Index      int         `json:"index"`
-	UUID       string      `json:"uuid"`
-	Minor      int         `json:"minor"`
-	Name       string      `json:"name"`
-	PCIBusID   string      `json:"pciBusID"`
-	NUMANode   int         `json:"numaNode"`
-	MIGEnabled bool        `json:"migEnabled"`
-	Health     string      `json:"health"`
-	Reason     string      `json:"reason"`
-	Resource   string      `json:"resource"`
-	DeviceIDs  []string    `json:"deviceIDs"`
-	MIG        []listedMIG `json:"mig"`
+	Index       int         `json:"index"`
+	UUID        string      `json:"uuid"`
+	Minor       int         `json:"minor"`
+	Name        string      `json:"name"`
+	PCIBusID    string      `json:"pciBusID"`
+	NUMANode    int         `json:"numaNode"`
+	MemoryBytes uint64      `json:"memoryBytes"`
+	MIGEnabled  bool        `json:"migEnabled"`
+	Health      string      `json:"health"`
+	Reason      string      `json:"reason"`
+	Resource    string      `json:"resource"`
+	DeviceIDs   []string    `json:"deviceIDs"`
+	MIG         []listedMIG `json:"mig"`
 }
 
 type listedMIG struct {

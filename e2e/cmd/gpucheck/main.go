@@ -17,7 +17,13 @@
 //     and lists the ld cache;
 //  5. dra: the same node in DRA mode, publishing to an in-process fake API
 //     server; the kubelet's DRA manager prepares one claim and the probe
-//     runs on its CDI devices.
+//     runs on its CDI devices;
+//  6. mps: the first GPU shared through MPS (2 replicas): the plugin's
+//     control daemon up before the replicas are offered, Allocate's
+//     mounts and limits, containers as MPS clients (on a GPU, one
+//     client's allocation past its share refused while another holds
+//     its own), then the GPU given back: the daemon stopped by a plugin
+//     that shares nothing and the compute mode restored, even on failure.
 //
 // It writes report.json and summary.txt to -out and exits 1 when a check
 // failed. `make gpu-check` builds the bundle it runs from (bin/gpu-check)
@@ -42,7 +48,7 @@ import (
 )
 
 // Steps, in the order they run.
-var stepNames = []string{"inventory", "serve", "health", "container", "dra"}
+var stepNames = []string{"inventory", "serve", "health", "container", "dra", "mps"}
 
 type options struct {
 	bundle     string
@@ -66,7 +72,7 @@ func main() {
 	flag.StringVar(&steps, "steps", strings.Join(stepNames, ","), "the steps to run, comma-separated")
 	flag.Parse()
 	if flag.NArg() > 0 || o.calls < 1 || o.health <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-steps inventory,serve,health,container,dra]")
+		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-steps inventory,serve,health,container,dra,mps]")
 		os.Exit(2)
 	}
 	for _, s := range strings.Split(steps, ",") {
@@ -153,5 +159,7 @@ func (c *checker) step(ctx context.Context, name string, s *Step) {
 		c.containers(ctx, s)
 	case "dra":
 		c.dra(ctx, s)
+	case "mps":
+		c.mps(ctx, s)
 	}
 }

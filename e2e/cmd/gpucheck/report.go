@@ -44,6 +44,9 @@ type Step struct {
 	Checks  []Check `json:"checks"`
 	// Data is what the step measured or read, for the reader.
 	Data any `json:"data,omitempty"`
+	// Notes are a few lines of what Data holds that the summary prints
+	// under the step.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Check is one pass/fail judgement.
@@ -137,6 +140,9 @@ func (r *Report) summary() string {
 			line += "  (" + s.Skipped + ")"
 		}
 		fmt.Fprintln(&b, strings.TrimRight(line, " "))
+		for _, n := range s.Notes {
+			fmt.Fprintf(&b, "   %s\n", n)
+		}
 		for _, c := range s.Checks {
 			if !c.OK {
 				fmt.Fprintf(&b, "   FAIL %s: %s\n", c.Name, oneLine(c.Detail, 400))

@@ -7,6 +7,19 @@
  * one line, "cudaprobe: {json}", and exits 0 whatever it found: gpu-check
  * judges the answer.
  *
+ * Opt-in, through its environment:
+ *   CUDAPROBE_LIST=DIR[:DIR...]  lists each directory's entries ("listed"),
+ *                                to show what a container's mounts hold;
+ *   CUDAPROBE_ALLOC_MIB=N        after cuInit, creates a context on device 0
+ *                                and allocates N MiB there, reporting the
+ *                                CUresults ("ctxCreate", "memAlloc") and what
+ *                                cuMemGetInfo says: an MPS memory limit shows
+ *                                as a refused allocation;
+ *   CUDAPROBE_HOLD=S             after printing, keeps the context and the
+ *                                allocation until stdin closes, at most S
+ *                                seconds, so that another container can try
+ *                                its own while this one holds.
+ *
  * Built with the C library of the machine that builds the gpu-check bundle;
  * that library is copied into the container's image, so the probe needs
  * nothing from the node except what the CDI spec injects.
@@ -15,6 +28,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +41,9 @@ typedef int (*cu_int_t)(int *);
 typedef int (*cu_get_t)(int *, int);
 typedef int (*cu_name_t)(char *, int, int);
 typedef int (*cu_uuid_t)(unsigned char *, int);
+typedef int (*cu_ctx_create_t)(void **, unsigned int, int);
+typedef int (*cu_mem_info_t)(size_t *, size_t *);
+typedef int (*cu_mem_alloc_t)(unsigned long long *, size_t);
 
 static void json_str(const char *s) {
 	putchar('"');
@@ -106,17 +123,93 @@ static void dev_nodes(void) {
 	printf("]");
 }
 
-int main(void) {
-	printf("cudaprobe: {\"visibleDevices\":");
-	json_str(getenv("NVIDIA_VISIBLE_DEVICES") ? getenv("NVIDIA_VISIBLE_DEVICES") : "");
+/* The entries of each directory CUDAPROBE_LIST names ("listed"), and why one could not be
+ * read ("listErrors"). */
+static void list_dirs(void) {
+	const char *list = getenv("CUDAPROBE_LIST");
+	if (!list || !*list)
+		return;
+	for (int errors = 0; errors <= 1; errors++) {
+		char *copy = strdup(list), *save = NULL;
+		int first = 1;
+		for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+			DIR *d = opendir(dir);
+			int why = errno;
+			if ((d == NULL) != errors) {
+				if (d)
+					closedir(d);
+				continue;
+			}
+			printf("%s", first ? (errors ? ",\"listErrors\":{" : ",\"listed\":{") : ",");
+			first = 0;
+			json_str(dir);
+			if (errors) {
+				putchar(':');
+				json_str(strerror(why));
+				continue;
+			}
+			printf(":[");
+			int n = 0;
+			struct dirent *e;
+			while ((e = readdir(d))) {
+				if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+					continue;
+				printf("%s", n++ ? "," : "");
+				json_str(e->d_name);
+			}
+			closedir(d);
+			printf("]");
+		}
+		if (!first)
+			printf("}");
+		free(copy);
+	}
+}
+
+/* CUDAPROBE_ALLOC_MIB: a context on device 0 and N MiB allocated in it, kept for CUDAPROBE_HOLD. */
+static void alloc(void *h) {
+	const char *mib_s = getenv("CUDAPROBE_ALLOC_MIB");
+	if (!mib_s || !*mib_s)
+		return;
+	unsigned long long mib = strtoull(mib_s, NULL, 10);
+	printf(",\"allocMiB\":%llu", mib);
+	cu_get_t cu_get = (cu_get_t)dlsym(h, "cuDeviceGet");
+	cu_ctx_create_t cu_ctx_create = (cu_ctx_create_t)dlsym(h, "cuCtxCreate_v2");
+	cu_mem_info_t cu_mem_info = (cu_mem_info_t)dlsym(h, "cuMemGetInfo_v2");
+	cu_mem_alloc_t cu_mem_alloc = (cu_mem_alloc_t)dlsym(h, "cuMemAlloc_v2");
+	if (!cu_get || !cu_ctx_create || !cu_mem_alloc) {
+		printf(",\"allocError\":\"libcuda.so.1 lacks cuDeviceGet, cuCtxCreate_v2 or cuMemAlloc_v2\"");
+		return;
+	}
+	int dev = 0;
+	int r = cu_get(&dev, 0);
+	if (r != 0) {
+		printf(",\"allocError\":\"cuDeviceGet(0): CUresult %d\"", r);
+		return;
+	}
+	void *ctx = NULL;
+	r = cu_ctx_create(&ctx, 0, dev);
+	printf(",\"ctxCreate\":%d", r);
+	if (r != 0)
+		return;
+	size_t free_b = 0, total_b = 0;
+	if (cu_mem_info && cu_mem_info(&free_b, &total_b) == 0)
+		printf(",\"memFreeMiB\":%zu,\"memTotalMiB\":%zu", free_b >> 20, total_b >> 20);
+	unsigned long long ptr = 0;
+	r = cu_mem_alloc(&ptr, (size_t)mib << 20);
+	printf(",\"memAlloc\":%d", r);
+}
+
+/* probe prints the report's fields after the first. */
+static void probe(void) {
 	dev_nodes();
+	list_dirs();
 	ldconfig_lines();
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (!h) {
 		printf(",\"dlopenError\":");
 		json_str(dlerror());
-		printf("}\n");
-		return 0;
+		return;
 	}
 	Dl_info info;
 	void *init_sym = dlsym(h, "cuInit");
@@ -135,18 +228,16 @@ int main(void) {
 	if (!cu_uuid)
 		cu_uuid = (cu_uuid_t)dlsym(h, "cuDeviceGetUuid");
 	if (!cu_init || !cu_count) {
-		printf(",\"symbolError\":\"libcuda.so.1 lacks cuInit or cuDeviceGetCount\"}\n");
-		return 0;
+		printf(",\"symbolError\":\"libcuda.so.1 lacks cuInit or cuDeviceGetCount\"");
+		return;
 	}
 	int r = cu_init(0);
 	printf(",\"cuInit\":%d", r);
 	int version = 0;
 	if (cu_version && cu_version(&version) == 0)
 		printf(",\"driverVersion\":%d", version);
-	if (r != 0) {
-		printf("}\n");
-		return 0;
-	}
+	if (r != 0)
+		return;
 	int count = -1;
 	r = cu_count(&count);
 	printf(",\"cuDeviceGetCount\":%d,\"count\":%d,\"devices\":[", r, count);
@@ -170,6 +261,28 @@ int main(void) {
 		json_str(uuid);
 		printf("}");
 	}
-	printf("]}\n");
+	printf("]");
+	if (r == 0 && count > 0)
+		alloc(h);
+}
+
+/* hold keeps the process, and so its context and allocation, until stdin closes or the alarm. */
+static void hold(void) {
+	const char *s = getenv("CUDAPROBE_HOLD");
+	if (!s || !*s)
+		return;
+	alarm((unsigned)strtoul(s, NULL, 10));
+	char buf[256];
+	while (read(0, buf, sizeof buf) > 0)
+		;
+}
+
+int main(void) {
+	printf("cudaprobe: {\"visibleDevices\":");
+	json_str(getenv("NVIDIA_VISIBLE_DEVICES") ? getenv("NVIDIA_VISIBLE_DEVICES") : "");
+	probe();
+	printf("}\n");
+	fflush(stdout);
+	hold();
 	return 0;
 }

@@ -1,0 +1,724 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/klog/v2"
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+)
+
+// The MPS step shares one GPU as mpsReplicas replicas of mpsResource, one
+// share per container (failRequestsGreaterThanOne).
+const (
+	mpsResource = "nvidia.com/gpu.mps"
+	mpsReplicas = 2
+	// What the plugin gives an MPS client: its daemon's pipe directory and
+	// shared memory, mounted, and its limits.
+	mpsPipeMount  = "/tmp/nvidia-mps"
+	mpsShmMount   = "/dev/shm"
+	mpsPipeEnv    = "CUDA_MPS_PIPE_DIRECTORY"
+	mpsThreadEnv  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	mpsPinnedEnv  = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	mpsShmMarker  = "gpu-check-marker"
+	mpsDaemonUp   = "MPS control daemon up"
+	mpsModeFailed = "cannot set the GPU's compute mode"
+	// cudaOutOfMemory is CUDA_ERROR_OUT_OF_MEMORY.
+	cudaOutOfMemory = 2
+	// mpsLimitNotRun says why the mock node runs no limit test.
+	mpsLimitNotRun = "not run on the mock (stand-in libcuda)"
+)
+
+type mpsData struct {
+	GPU       string `json:"gpu"`
+	MemoryMiB uint64 `json:"memoryMiB"`
+	Replicas  int    `json:"replicas"`
+	MPSRoot   string `json:"mpsRoot"`
+	// ShareMiB and ThreadPercentage are one replica's share, as this
+	// check computes it from the GPU's memory.
+	ShareMiB         uint64 `json:"shareMiB"`
+	ThreadPercentage int    `json:"threadPercentage"`
+	// From the plugin's start: registration, the daemon up (the plugin's
+	// log), every replica healthy in ListAndWatch; and the last two apart.
+	RegisteredMs    float64         `json:"registeredMs"`
+	DaemonUpMs      float64         `json:"daemonUpMs"`
+	SharesOfferedMs float64         `json:"sharesOfferedMs"`
+	UpToOfferedMs   float64         `json:"daemonUpToOfferedMs"`
+	Answers         []answer        `json:"answers"`
+	PipeFiles       []string        `json:"pipeFiles"`
+	DaemonThreads   string          `json:"daemonThreadPercentage"`
+	ControlLog      []string        `json:"controlLog"`
+	ComputeMode     string          `json:"computeMode"`
+	Containers      []*containerRun `json:"containers"`
+	Limit           []mpsAlloc      `json:"limit,omitempty"`
+	LimitSkipped    string          `json:"limitSkipped,omitempty"`
+	Cleanup         mpsCleanup      `json:"cleanup"`
+	// PluginLog are the plugins' log lines about MPS, warnings and errors.
+	PluginLog []string `json:"pluginLog"`
+}
+
+// mpsAlloc is one container's allocation in the limit test.
+type mpsAlloc struct {
+	Container string `json:"container"`
+	AllocMiB  uint64 `json:"allocMiB"`
+	CtxCreate *int   `json:"ctxCreate,omitempty"`
+	MemAlloc  *int   `json:"memAlloc,omitempty"`
+	// MemTotalMiB is what cuMemGetInfo said in the container's context.
+	MemTotalMiB uint64 `json:"memTotalMiB,omitempty"`
+}
+
+// mpsCleanup is how the GPU was given back.
+type mpsCleanup struct {
+	// Done is what was done, in order.
+	Done        []string `json:"done"`
+	ComputeMode string   `json:"computeMode"`
+	DirGone     bool     `json:"dirGone"`
+	LastResort  bool     `json:"lastResort"`
+}
+
+// mpsShare is what k of a GPU's n replicas are worth: k/n of its threads
+// (at least 1%) and of its memory in MiB, as the plugin must compute it.
+func mpsShare(memoryBytes uint64, n, k int) (threadPercent int, mib uint64) {
+	return max(100*k/n, 1), memoryBytes * uint64(k) / uint64(n) >> 20
+}
+
+// mpsWant is the answer an MPS replica's Allocate must give beyond the
+// GPU itself: the mounts (host:container) and the environment.
+func mpsWant(mpsRoot, uuid string, memoryBytes uint64, n, k int) (mounts []string, env map[string]string) {
+	threads, mib := mpsShare(memoryBytes, n, k)
+	dir := filepath.Join(mpsRoot, uuid)
+	mounts = []string{filepath.Join(dir, "pipe") + ":" + mpsPipeMount, filepath.Join(dir, "shm") + ":" + mpsShmMount}
+	env = map[string]string{mpsPipeEnv: mpsPipeMount, mpsThreadEnv: strconv.Itoa(threads)}
+	if mib > 0 {
+		env[mpsPinnedEnv] = fmt.Sprintf("0=%dM", mib)
+	}
+	return mounts, env
+}
+
+// mpsAnswerProblems says how a is not the answer wanted.
+func mpsAnswerProblems(a answer, mounts []string, env map[string]string) []string {
+	var bad []string
+	for _, m := range mounts {
+		if !slices.Contains(a.Mounts, m) {
+			bad = append(bad, "no mount "+m)
+		}
+	}
+	for k, v := range env {
+		if got, ok := a.Envs[k]; !ok || got != v {
+			bad = append(bad, fmt.Sprintf("%s=%q, want %q", k, got, v))
+		}
+	}
+	if len(a.CDIDevices) == 0 {
+		bad = append(bad, "no CDI device for the GPU")
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// logTime is when the plugin's JSON log says msg about gpu, first.
+func logTime(log, msg, gpu string) (time.Time, bool) {
+	for _, line := range strings.Split(log, "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+			GPU  string    `json:"gpu"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg && l.GPU == gpu {
+			return l.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// mpsGPU is the GPU to share: the first whole, healthy GPU served as
+// nvidia.com/gpu.
+func (c *checker) mpsGPU() *listedGPU {
+	for i, g := range c.listed.GPUs {
+		if !g.MIGEnabled && g.Resource == harness.ResourceName && g.Health == "Healthy" {
+			return &c.listed.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// mpsPlugin is one run of the plugin with its own kubelet.
+type mpsPlugin struct {
+	k   *harness.Kubelet
+	p   *harness.Plugin
+	cdi string
+}
+
+func (m *mpsPlugin) stop() error {
+	var err error
+	if m.p != nil {
+		err = m.p.Stop()
+		m.p = nil
+	}
+	if m.k != nil {
+		m.k.Stop()
+		m.k = nil
+	}
+	return err
+}
+
+// startMPSPlugin starts the plugin as the serve step does, with its own
+// kubelet and CDI folder under dir, the given MPS root and, when config
+// is not empty, that config file.
+func (c *checker) startMPSPlugin(dir, mpsRoot, configFile string, env []string) (*mpsPlugin, error) {
+	m := &mpsPlugin{cdi: filepath.Join(dir, "cdi")}
+	plugins := filepath.Join(dir, "plugins")
+	for _, d := range []string{plugins, m.cdi} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	k, err := harness.StartKubelet(plugins, klog.Logger{})
+	if err != nil {
+		return nil, err
+	}
+	m.k = k
+	node := c.node
+	node.Env = append(slices.Clone(node.Env), env...)
+	args := []string{"--cdi-spec-dir", m.cdi, "--cdi-hook-path", c.hook, "--device-list-strategy", "cdi-cri", "--pod-resources-socket", "", "--mps-root", mpsRoot}
+	if configFile != "" {
+		args = append(args, "--config", configFile)
+	}
+	m.p, err = harness.StartPlugin(harness.PluginOptions{Binary: c.plugin, PluginDir: plugins, Node: &node, Args: args})
+	if err != nil {
+		m.stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+// mps shares the first GPU through MPS: the plugin's daemon, its replicas
+// served and allocated with their mounts and limits, containers running
+// as MPS clients (on a GPU, a second client's allocation beyond its share
+// refused while the first holds its own), then the GPU given back: the
+// daemon stopped by a plugin that shares nothing, the compute mode
+// restored.
+func (c *checker) mps(ctx context.Context, s *Step) {
+	if c.served != nil {
+		c.served.stop() // a node serves one kubelet API at a time
+	}
+	if c.listed == nil {
+		s.fail("GPUs known", errors.New("the inventory step did not list the GPUs"))
+		return
+	}
+	g := c.mpsGPU()
+	if g == nil {
+		s.Skipped = "no whole, healthy GPU served as " + harness.ResourceName + " to share through MPS"
+		return
+	}
+	dir := filepath.Join(c.work, "mps")
+	data := &mpsData{GPU: g.UUID, MemoryMiB: g.MemoryBytes >> 20, Replicas: mpsReplicas, MPSRoot: filepath.Join(dir, "root")}
+	s.Data = data
+	data.ThreadPercentage, data.ShareMiB = mpsShare(g.MemoryBytes, mpsReplicas, 1)
+	if !s.check("the GPU's memory is known", g.MemoryBytes > 0, "%d bytes in list -o json", g.MemoryBytes) {
+		return
+	}
+	cfg := map[string]any{"sharing": map[string]any{"mps": config.MPS{FailRequestsGreaterThanOne: true, Resources: []config.SharedResource{
+		{Name: harness.ResourceName, Replicas: mpsReplicas, Rename: mpsResource, Devices: []string{g.UUID}},
+	}}}}
+	configFile := filepath.Join(dir, "config.json")
+	b, _ := json.Marshal(cfg)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.fail("work folders", err)
+		return
+	}
+	if err := os.WriteFile(configFile, b, 0o644); err != nil {
+		s.fail("config written", err)
+		return
+	}
+	var env []string
+	if c.mock {
+		// The stand-in daemon leaves a file in the /dev/shm it was given,
+		// which the containers must see on theirs.
+		env = append(env, "MOCKMPS_SHM_MARKER=1")
+	}
+	m, err := c.startMPSPlugin(filepath.Join(dir, "shared"), data.MPSRoot, configFile, env)
+	if !s.check("plugin starts sharing the GPU through MPS", err == nil, "%s", errText(err)) {
+		return
+	}
+	// Whatever happens from here, the GPU is given back.
+	defer func() {
+		c.mpsCleanup(s, data, m)
+		s.Notes = mpsNotes(data)
+	}()
+	c.mpsShared(ctx, s, data, g, m)
+}
+
+// mpsShared checks the plugin m sharing g.
+func (c *checker) mpsShared(ctx context.Context, s *Step, data *mpsData, g *listedGPU, m *mpsPlugin) {
+	failed := func(name string, err error) {
+		s.fail(name, fmt.Errorf("%w; plugin log: %s", err, oneLine(m.p.Log(), 1500)))
+	}
+	wait, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	ep, err := m.k.WaitConnected(wait, mpsResource)
+	if err != nil {
+		failed(mpsResource+" registers", err)
+		return
+	}
+	s.check(mpsResource+" registers", true, "")
+	data.RegisteredMs = harness.Millis(ep.ConnectedAt.Sub(m.p.Started))
+	list, err := m.k.WaitDevices(wait, mpsResource, "every replica healthy", func(l harness.List) bool {
+		return len(l.Devices) == mpsReplicas && len(l.Healthy()) == mpsReplicas
+	})
+	if err != nil {
+		failed("both replicas healthy (offered once the daemon answers)", err)
+		return
+	}
+	s.check("both replicas healthy (offered once the daemon answers)", true, "%v", list.Healthy())
+	data.SharesOfferedMs = harness.Millis(list.ReceivedAt.Sub(m.p.Started))
+	up, ok := logTime(m.p.Log(), mpsDaemonUp, g.UUID)
+	if s.check("the plugin says its daemon is up", ok, "%s", map[bool]string{false: fmt.Sprintf("no %q about %s in its log", mpsDaemonUp, g.UUID)}[ok]) {
+		data.DaemonUpMs = harness.Millis(up.Sub(m.p.Started))
+		data.UpToOfferedMs = harness.Millis(list.ReceivedAt.Sub(up))
+		s.check("daemon up before its shares are offered", !list.ReceivedAt.Before(up), "up at %.1f ms, offered at %.1f ms", data.DaemonUpMs, data.SharesOfferedMs)
+	}
+
+	gpuDir := filepath.Join(data.MPSRoot, g.UUID)
+	entries, err := os.ReadDir(filepath.Join(gpuDir, "pipe"))
+	for _, e := range entries {
+		data.PipeFiles = append(data.PipeFiles, e.Name())
+	}
+	if c.mock {
+		s.check("the pipe directory holds the daemon's control socket", slices.Contains(data.PipeFiles, "control"), "%v %s", data.PipeFiles, errText(err))
+	} else {
+		s.check("the pipe directory holds the daemon's files", len(data.PipeFiles) > 0, "%v %s", data.PipeFiles, errText(err))
+	}
+	said, err := c.mpsControl(ctx, data.MPSRoot, g.UUID, "get_default_active_thread_percentage")
+	data.DaemonThreads = said
+	pct, perr := strconv.ParseFloat(said, 64)
+	s.check("the daemon answers its control client with one share's threads", err == nil && perr == nil && int(pct) == data.ThreadPercentage,
+		"%q, want %d (%s)", said, data.ThreadPercentage, errText(err))
+	if b, err := os.ReadFile(filepath.Join(gpuDir, "log", "control.log")); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		data.ControlLog = lines[max(0, len(lines)-20):]
+		if c.mock {
+			// The stand-in records each command; the real daemon's log
+			// format is its own.
+			want := []string{fmt.Sprintf("set_default_active_thread_percentage %d", data.ThreadPercentage), fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", data.ShareMiB)}
+			s.check("the daemon was given one share's limits", subset(want, lines), "told %v, want %v", lines, want)
+		}
+	} else if c.mock {
+		s.fail("the daemon was given one share's limits", err)
+	}
+	if c.mock {
+		// The mock NVML keeps a compute mode in the process that set it,
+		// so this process cannot read the plugin's; its log says whether
+		// setting it failed.
+		data.ComputeMode = "not readable here (the mock NVML keeps it per process)"
+		s.check("the plugin set the compute mode without a warning", !strings.Contains(m.p.Log(), mpsModeFailed), "%s", logLines(m.p.Log(), mpsModeFailed))
+	} else {
+		mode, err := c.computeMode(g.UUID)
+		data.ComputeMode = modeName(mode)
+		s.check("compute mode EXCLUSIVE_PROCESS", err == nil && mode == gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS, "%s %s", data.ComputeMode, errText(err))
+	}
+
+	// Two containers, one replica each.
+	mounts, env := mpsWant(data.MPSRoot, g.UUID, g.MemoryBytes, mpsReplicas, 1)
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for id := range list.Devices {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	var resps []*api.ContainerAllocateResponse
+	for i, id := range ids {
+		resp, err := ep.Allocate(wait, id)
+		name := fmt.Sprintf("Allocate of replica %d", i+1)
+		if !s.check(name, err == nil, "%s %s", id, errText(err)) {
+			continue
+		}
+		a := answerOf(resp)
+		data.Answers = append(data.Answers, a)
+		resps = append(resps, resp)
+		bad := mpsAnswerProblems(a, mounts, env)
+		s.check(name+": the daemon's mounts and one share's limits", len(bad) == 0, "%s", strings.Join(bad, "; "))
+	}
+	_, err = ep.Allocate(wait, ids...)
+	s.check("Allocate of two replicas for one container refused (failRequestsGreaterThanOne)", err != nil, "answered %v", ids)
+	if len(resps) < mpsReplicas {
+		return
+	}
+	c.mpsContainers(ctx, s, data, g, m, resps)
+}
+
+// mpsContainers runs the probe as MPS clients with what Allocate
+// answered. A holds its allocation while B tries its own: on a GPU, A
+// takes half its share, B one and a quarter of its share (refused), then
+// half (granted). On the mock, A only lists its mounts.
+func (c *checker) mpsContainers(ctx context.Context, s *Step, data *mpsData, g *listedGPU, m *mpsPlugin, resps []*api.ContainerAllocateResponse) {
+	rootfs, err := c.image(debian)
+	if !s.check("image builds", err == nil, "%s", errText(err)) {
+		return
+	}
+	shm := filepath.Join(data.MPSRoot, g.UUID, "shm")
+	// A file the containers must find on their /dev/shm: the GPU's.
+	if err := os.WriteFile(filepath.Join(shm, mpsShmMarker), nil, 0o644); err != nil {
+		s.fail("marker in the GPU's shared memory directory", err)
+		return
+	}
+	defer os.Remove(filepath.Join(shm, mpsShmMarker))
+	half, over := data.ShareMiB/2, data.ShareMiB*5/4
+	run := func(name string, resp *api.ContainerAllocateResponse, mib uint64, hold bool) (*held, *probeReport) {
+		x := mpsExtras(resp)
+		x.env = append(x.env, "CUDAPROBE_LIST="+mpsPipeMount+":"+mpsShmMount)
+		if mib > 0 {
+			x.env = append(x.env, fmt.Sprintf("CUDAPROBE_ALLOC_MIB=%d", mib))
+		}
+		names := answerOf(resp).CDIDevices
+		id := fmt.Sprintf("mps-%s-%d", strings.ReplaceAll(name, " ", "-"), time.Now().UnixNano())
+		began := time.Now()
+		cr := &containerRun{Image: debian.Name, GPUs: []string{g.UUID}, CDI: names}
+		data.Containers = append(data.Containers, cr)
+		defer func() { cr.Seconds = roundSeconds(time.Since(began)) }()
+		var h *held
+		var out, stderr string
+		if hold {
+			h, out, err = c.startHeld(ctx, rootfs, m.cdi, names, id, x)
+		} else {
+			out, stderr, err = c.runContainer(ctx, rootfs, m.cdi, names, id, x)
+			cr.Stderr = oneLine(stderr, 2000)
+		}
+		if !s.check(name+": runc runs it", err == nil, "%s", errText(err)) {
+			return nil, nil
+		}
+		p, err := parseProbe(out)
+		if !s.check(name+": probe answers", err == nil, "%s", errText(err)) {
+			if h != nil {
+				cr.Stderr = oneLine(h.release(), 2000)
+			}
+			return nil, nil
+		}
+		cr.Probe = p
+		if mib > 0 {
+			data.Limit = append(data.Limit, mpsAlloc{Container: name, AllocMiB: mib, CtxCreate: p.CtxCreate, MemAlloc: p.MemAlloc, MemTotalMiB: p.MemTotalMiB})
+		}
+		return h, p
+	}
+
+	aMiB := half
+	if c.mock {
+		aMiB = 0
+		data.LimitSkipped = mpsLimitNotRun
+	}
+	h, a := run("container A", resps[0], aMiB, true)
+	if a == nil {
+		return
+	}
+	defer func() { data.Containers[0].Stderr = oneLine(h.release(), 2000) }()
+	c.judgeProbe(s, "container A", a, []string{g.UUID})
+	s.check("container A: "+mpsPipeMount+" holds the daemon's control socket", slices.Contains(a.Listed[mpsPipeMount], "control"),
+		"%v %s", a.Listed[mpsPipeMount], a.ListErrors[mpsPipeMount])
+	s.check("container A: "+mpsShmMount+" is the GPU's shared memory directory", slices.Contains(a.Listed[mpsShmMount], mpsShmMarker),
+		"%v %s (want %s, written there on the host)", a.Listed[mpsShmMount], a.ListErrors[mpsShmMount], mpsShmMarker)
+	if c.mock {
+		s.check("container A: "+mpsShmMount+" is the daemon's too", slices.ContainsFunc(a.Listed[mpsShmMount], func(n string) bool { return strings.HasPrefix(n, "mockmps.") }),
+			"%v (the stand-in daemon's mockmps.<pid>)", a.Listed[mpsShmMount])
+		return
+	}
+	if !s.check(fmt.Sprintf("container A: cuMemAlloc of %d MiB, half its share of %d MiB", half, data.ShareMiB), a.CtxCreate != nil && *a.CtxCreate == 0 && a.MemAlloc != nil && *a.MemAlloc == 0,
+		"cuCtxCreate %v, cuMemAlloc %v %s", deref(a.CtxCreate), deref(a.MemAlloc), a.AllocError) {
+		return
+	}
+	_, b := run("container B", resps[1], over, false)
+	if b != nil {
+		s.check(fmt.Sprintf("container B: cuMemAlloc of %d MiB, 1.25× its share, refused with CUDA_ERROR_OUT_OF_MEMORY while A holds %d MiB", over, half),
+			b.CtxCreate != nil && *b.CtxCreate == 0 && b.MemAlloc != nil && *b.MemAlloc == cudaOutOfMemory,
+			"cuCtxCreate %v, cuMemAlloc %v %s; the client saw %d MiB total", deref(b.CtxCreate), deref(b.MemAlloc), b.AllocError, b.MemTotalMiB)
+	}
+	_, b = run("container B again", resps[1], half, false)
+	if b != nil {
+		s.check(fmt.Sprintf("container B again: cuMemAlloc of %d MiB, half its share, granted", half),
+			b.CtxCreate != nil && *b.CtxCreate == 0 && b.MemAlloc != nil && *b.MemAlloc == 0,
+			"cuCtxCreate %v, cuMemAlloc %v %s", deref(b.CtxCreate), deref(b.MemAlloc), b.AllocError)
+	}
+}
+
+// mpsNotes are the summary's lines about the step.
+func mpsNotes(d *mpsData) []string {
+	notes := []string{fmt.Sprintf("%s as %d × %s: %d%% of its threads and %d MiB of its %d MiB each; registered %.0f ms, daemon up %.0f ms, shares offered %.0f ms after start (daemon up → shares offered %.1f ms)",
+		d.GPU, d.Replicas, mpsResource, d.ThreadPercentage, d.ShareMiB, d.MemoryMiB, d.RegisteredMs, d.DaemonUpMs, d.SharesOfferedMs, d.UpToOfferedMs)}
+	notes = append(notes, fmt.Sprintf("pipe directory: %s; daemon's default thread percentage %q; compute mode while shared: %s",
+		strings.Join(d.PipeFiles, ", "), d.DaemonThreads, d.ComputeMode))
+	if d.LimitSkipped != "" {
+		notes = append(notes, "limit test: "+d.LimitSkipped)
+	} else if len(d.Limit) > 0 {
+		var l []string
+		for _, a := range d.Limit {
+			l = append(l, fmt.Sprintf("%s %d MiB → cuCtxCreate %v, cuMemAlloc %v", a.Container, a.AllocMiB, deref(a.CtxCreate), deref(a.MemAlloc)))
+		}
+		notes = append(notes, fmt.Sprintf("limit test (share %d MiB): %s", d.ShareMiB, strings.Join(l, "; ")))
+	}
+	c := d.Cleanup
+	if len(c.Done) > 0 {
+		notes = append(notes, fmt.Sprintf("given back: %s; directory gone %v; compute mode %s; last resort %v", strings.Join(c.Done, "; "), c.DirGone, c.ComputeMode, c.LastResort))
+	}
+	return notes
+}
+
+// mpsExtras are the environment and mounts of Allocate's answer, as
+// containerd gives them to a container.
+func mpsExtras(resp *api.ContainerAllocateResponse) extras {
+	var x extras
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range resp.Envs {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		x.env = append(x.env, k+"="+resp.Envs[k])
+	}
+	for _, m := range resp.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		x.mounts = append(x.mounts, oci.Mount{Destination: m.ContainerPath, Source: m.HostPath, Type: "bind", Options: opts})
+	}
+	return x
+}
+
+// mpsCleanup gives the GPU back, whatever happened before: the sharing
+// plugin stopped (its daemon outlives it), then a plugin that shares
+// nothing run on the same MPS root until it serves, which stops the
+// daemon and restores the compute mode; as a last resort, the daemon told
+// quit through its control client and the compute mode set here. Each
+// part has its own deadline, not the step's context: an interrupted run
+// still gives the GPU back.
+func (c *checker) mpsCleanup(s *Step, data *mpsData, m *mpsPlugin) {
+	cl := &data.Cleanup
+	if m.p != nil {
+		data.PluginLog = mpsLogLines(m.p.Log())
+	}
+	err := m.stop()
+	cl.Done = append(cl.Done, "sharing plugin stopped")
+	s.check("the sharing plugin stops cleanly", err == nil, "%s", errText(err))
+
+	uuid := data.GPU
+	gpuDir := filepath.Join(data.MPSRoot, uuid)
+	said, err := c.mpsSweep(data.MPSRoot)
+	data.PluginLog = append(data.PluginLog, mpsLogLines(said)...)
+	if err == nil {
+		cl.Done = append(cl.Done, "plugin sharing nothing served "+harness.ResourceName+" on the same MPS root")
+	} else {
+		cl.Done = append(cl.Done, "plugin sharing nothing did not serve on the same MPS root")
+	}
+	if s.check("a plugin sharing nothing serves on the same MPS root", err == nil, "%s", errText(err)) {
+		s.check("the plugin sharing nothing says it stopped the daemon, and no compute-mode warning",
+			strings.Contains(said, "MPS control daemon stopped") && !strings.Contains(said, mpsModeFailed), "%s", logLines(said, "MPS control daemon"))
+	}
+
+	mode, merr := c.computeMode(uuid)
+	gone := !exists(gpuDir)
+	if !gone || !c.mock && (merr != nil || mode != gonvml.COMPUTEMODE_DEFAULT) {
+		cl.LastResort = true
+		c.mpsLastResort(data, gpuDir)
+		mode, merr = c.computeMode(uuid)
+		gone = !exists(gpuDir)
+	}
+	cl.DirGone = gone
+	s.check("the GPU's MPS directory is gone", gone, "%s", gpuDir)
+	if c.mock {
+		cl.ComputeMode = data.ComputeMode
+	} else {
+		cl.ComputeMode = modeName(mode)
+		s.check("compute mode DEFAULT again", merr == nil && mode == gonvml.COMPUTEMODE_DEFAULT, "%s %s", cl.ComputeMode, errText(merr))
+	}
+	s.check("given back without the last resort", !cl.LastResort, "%s", strings.Join(cl.Done, "; "))
+}
+
+// mpsSweep runs the plugin sharing nothing on mpsRoot until it serves
+// nvidia.com/gpu (it stops the daemons it finds there first), and returns
+// its log.
+func (c *checker) mpsSweep(mpsRoot string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	next, err := c.startMPSPlugin(filepath.Join(c.work, "mps", "unshared"), mpsRoot, "", nil)
+	if err != nil {
+		return "", err
+	}
+	go func() {
+		// A plugin that exits will not register.
+		select {
+		case <-next.p.Exited():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_, err = next.k.WaitConnected(ctx, harness.ResourceName)
+	said := next.p.Log()
+	serr := next.stop()
+	if err != nil {
+		return said, fmt.Errorf("%w; plugin log: %s", err, oneLine(said, 1500))
+	}
+	return said, serr
+}
+
+// mpsLastResort tells the GPU's daemon quit through its control client
+// (the plugin's helper, else the driver's program run directly) and sets
+// the compute mode DEFAULT through NVML here. The directory is removed
+// only once the daemon answered: while it may run, it is how a person
+// reaches it, and the work folder is kept.
+func (c *checker) mpsLastResort(data *mpsData, gpuDir string) {
+	cl := &data.Cleanup
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	said, err := c.mpsControl(ctx, data.MPSRoot, data.GPU, "quit")
+	cl.Done = append(cl.Done, fmt.Sprintf("last resort: quit through the control client: %q %s", said, errText(err)))
+	if err != nil {
+		said, err = c.mpsControlDirect(ctx, data.MPSRoot, data.GPU, "quit")
+		cl.Done = append(cl.Done, fmt.Sprintf("last resort: quit through the control program run directly: %q %s", said, errText(err)))
+	}
+	if err == nil {
+		if rerr := os.RemoveAll(gpuDir); rerr != nil {
+			cl.Done = append(cl.Done, "last resort: removing "+gpuDir+": "+rerr.Error())
+		}
+	} else if exists(gpuDir) {
+		c.keepWork = fmt.Sprintf("the MPS control daemon of %s may still run; stop it with: echo quit | CUDA_MPS_PIPE_DIRECTORY=%s %s",
+			data.GPU, filepath.Join(gpuDir, "pipe"), filepath.Join(c.node.DriverRoot, mpsexec.DefaultBinary))
+		cl.Done = append(cl.Done, "work folder kept: "+c.keepWork)
+	}
+	if c.mock {
+		return // this process's mock NVML is not the plugin's
+	}
+	lib, err := c.nvml()
+	if err == nil {
+		err = nvml.SetComputeMode(lib, data.GPU, false)
+	}
+	cl.Done = append(cl.Done, "last resort: compute mode DEFAULT set through NVML "+errText(err))
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// mpsControl sends one command to the GPU's daemon through the driver's
+// control client, run as the plugin runs it (its mps-exec helper:
+// confined to the driver root, with the GPU's pipe and log directories),
+// and returns its answer.
+func (c *checker) mpsControl(ctx context.Context, mpsRoot, uuid, command string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	spec, err := mpsexec.Locate(c.node.DriverRoot)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(mpsRoot, uuid)
+	spec.DevRoot, spec.Pipe, spec.Log, spec.Shm = c.node.DevRoot, filepath.Join(dir, "pipe"), filepath.Join(dir, "log"), filepath.Join(dir, "shm")
+	spec.Env = append(spec.Env, "CUDA_VISIBLE_DEVICES="+uuid)
+	cmd, err := mpsexec.Command(ctx, c.plugin, spec)
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdin = strings.NewReader(command + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, oneLine(string(ee.Stderr), 600))
+		}
+		return strings.TrimSpace(string(out)), fmt.Errorf("%s through %s %s: %w", command, filepath.Base(c.plugin), mpsexec.HelperCommand, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// mpsControlDirect is mpsControl without the plugin's helper: the
+// driver's control program run here, reaching the daemon's socket through
+// the host's view of the pipe directory.
+func (c *checker) mpsControlDirect(ctx context.Context, mpsRoot, uuid, command string) (string, error) {
+	spec, err := mpsexec.Locate(c.node.DriverRoot)
+	if err != nil {
+		return "", err
+	}
+	bin := spec.Binary
+	if spec.DriverRoot != "" {
+		bin = filepath.Join(spec.DriverRoot, spec.Binary)
+	}
+	dir := filepath.Join(mpsRoot, uuid)
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(append(os.Environ(), spec.Env...), "CUDA_VISIBLE_DEVICES="+uuid,
+		"CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(dir, "pipe"), "CUDA_MPS_LOG_DIRECTORY="+filepath.Join(dir, "log"))
+	cmd.Stdin = strings.NewReader(command + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return strings.TrimSpace(string(out)), fmt.Errorf("%s through %s: %w", command, bin, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// computeMode reads the GPU's compute mode through NVML in this process.
+func (c *checker) computeMode(uuid string) (gonvml.ComputeMode, error) {
+	lib, err := c.nvml()
+	if err != nil {
+		return 0, err
+	}
+	h, ret := lib.DeviceGetHandleByUUID(uuid)
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("GPU %s: %w", uuid, ret)
+	}
+	mode, ret := h.GetComputeMode()
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("GPU %s: reading its compute mode: %w", uuid, ret)
+	}
+	return mode, nil
+}
+
+func modeName(m gonvml.ComputeMode) string {
+	switch m {
+	case gonvml.COMPUTEMODE_DEFAULT:
+		return "DEFAULT"
+	case gonvml.COMPUTEMODE_EXCLUSIVE_THREAD:
+		return "EXCLUSIVE_THREAD"
+	case gonvml.COMPUTEMODE_PROHIBITED:
+		return "PROHIBITED"
+	case gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
+		return "EXCLUSIVE_PROCESS"
+	}
+	return fmt.Sprintf("mode %d", m)
+}
+
+// mpsLogLines are a plugin log's lines about MPS, and its warnings and
+// errors, at most 40.
+func mpsLogLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "MPS") || strings.Contains(l, "mps") || strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-40):]
+}
+
+// logLines are the lines of log that hold what, bounded.
+func logLines(log, what string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return oneLine(strings.Join(out, " | "), 1000)
+}
