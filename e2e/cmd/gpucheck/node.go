@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
@@ -115,30 +114,8 @@ func (c *checker) onFixture(dir string) error {
 		ProcRoot:   filepath.Join(dir, "proc"),
 		Env:        []string{"MOCK_NVML_PROFILE=" + profiles[0], "MOCK_NVML_CONTROL=" + filepath.Join(dir, "control")},
 	}
-	if err := nodeDev(c.dev); err != nil {
-		return fmt.Errorf("-fixture %s: %w", dir, err)
-	}
 	// The mock library reads its profile when it is loaded into this process.
 	return os.Setenv("MOCK_NVML_PROFILE", profiles[0])
-}
-
-// nodeDev gives a fixture's dev root what a node's /dev has and an MPS
-// control daemon, which the plugin confines with the dev root as its
-// /dev, needs: shm, where the plugin binds the GPU's shared memory
-// directory, and null (1:3, as the fixture's own nodes are), which the
-// daemon opens. A fixture that has them keeps its own.
-func nodeDev(dev string) error {
-	if err := os.MkdirAll(filepath.Join(dev, "shm"), 0o1777); err != nil {
-		return err
-	}
-	null := filepath.Join(dev, "null")
-	if _, err := os.Lstat(null); err == nil {
-		return nil
-	}
-	if err := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-		return fmt.Errorf("making %s: %w", null, err)
-	}
-	return os.Chmod(null, 0o666) // past the umask
 }
 
 // findDriverRoot is the driver root asked for, or the first place that
