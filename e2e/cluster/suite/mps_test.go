@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
@@ -47,6 +49,7 @@ func TestMPSNode(t *testing.T) {
 		{"node advertises the MPS shares once the daemon answers", s.advertises},
 		{"two pods get one share each: mounts and limits", s.pods},
 		{"a daemon that dies is restarted and its shares offered again", s.daemonDies},
+		{"a plugin pod restart takes the daemon with it; the next plugin starts another", s.pluginRestart},
 		{"XID 79 on the shared GPU reaches both pods' status; a reset clears it", s.xid},
 		{"turning MPS off stops the daemon and removes its directories", s.turnOff},
 		{"uninstall leaves the node clean", s.uninstall},
@@ -209,6 +212,44 @@ func (s *mpsScenario) daemonDies(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	t.Logf("daemon restarted, shares offered again, %s after it died", time.Since(killed).Round(time.Millisecond))
+}
+
+// pluginRestart deletes the plugin pod. In a DaemonSet the daemon runs in
+// the plugin container, so it goes with it (docs/mig-and-sharing.md): the
+// next plugin finds none to adopt, starts one, and offers the shares
+// again; the pods keep their shares.
+func (s *mpsScenario) pluginRestart(t *testing.T, ctx context.Context) {
+	old, err := waitPluginRunning(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next, err := waitPluginRunning(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := waitLog(ctx, next, "MPS control daemon up")
+	if err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	if !strings.Contains(line, `"adopted":false`) {
+		t.Errorf("the new plugin adopted a daemon the old pod's end should have taken with it: %s", line)
+	}
+	if err := waitResources(ctx, s.want(mpsReplicas), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range mpsPods {
+		want := map[string]corev1.ResourceHealthStatus{s.shares[name]: "Healthy"}
+		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("keeping %v", want), func(p *corev1.Pod) (bool, error) {
+			return maps.Equal(allocatedDevices(p, mpsResource), want), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("plugin pod %s replaced by %s; a new daemon up and the shares offered %s after the delete", old, next, time.Since(deleted).Round(time.Millisecond))
 }
 
 func (s *mpsScenario) xid(t *testing.T, ctx context.Context) {
