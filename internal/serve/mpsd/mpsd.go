@@ -132,8 +132,9 @@ type daemon struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	// retire is set by Set before cancel: the daemon is stopped, not
-	// left running for the next plugin process to adopt.
-	retire bool
+	// left running for the next plugin process to adopt. stopped is set
+	// once run stopped it.
+	retire, stopped bool
 }
 
 // New returns a Manager running no daemon.
@@ -257,6 +258,14 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 	m.mu.Unlock()
 	for _, d := range stopping {
 		<-d.done
+		m.mu.Lock()
+		stopped := d.stopped
+		m.mu.Unlock()
+		if !stopped {
+			// Its run ended with its ctx, leaving it up for a next
+			// process; this one wants it stopped after all.
+			m.stop(d.gpu, m.o.Log.With("gpu", d.gpu.UUID))
+		}
 	}
 	if sweep {
 		m.sweep(want)
@@ -344,6 +353,7 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 	}
 	m.mu.Lock()
 	retire := d.retire
+	d.stopped = retire
 	m.mu.Unlock()
 	if retire {
 		m.stop(g, log)

@@ -192,6 +192,18 @@ func TestAdoptAcrossRestarts(t *testing.T) {
 		t.Errorf("new limits: told %q", got)
 	}
 
+	// A Set after the daemons' ctx ended still stops what it no longer
+	// lists, as a test's cleanup does after its context is done.
+	ctx3, cancel3 := context.WithCancel(t.Context())
+	third := manager()
+	third.Set(ctx3, []GPU{g})
+	waitState(t, third, g.UUID, true)
+	cancel3()
+	third.Set(context.Background(), nil)
+	if got := recorded(t, record); got[len(got)-1] != "quit" {
+		t.Errorf("a Set after ctx ended did not stop the daemon: told %q", got)
+	}
+
 	// A process whose configuration no longer shares the GPU stops it.
 	manager().Set(t.Context(), nil)
 	if got := recorded(t, record); got[len(got)-1] != "quit" {
