@@ -76,7 +76,9 @@ docker_up() {
 	# Leave the daemon's OOM score alone (lowering it needs CAP_SYS_RESOURCE);
 	# Docker 25 and later have no such flag and leave it alone anyway.
 	local oom=()
-	dockerd --help 2>&1 | grep -q -- --oom-score-adjust && oom=(--oom-score-adjust=0)
+	# grep -c reads all of the help: -q would stop early and, under pipefail,
+	# dockerd's SIGPIPE would read as "no such flag".
+	dockerd --help 2>&1 | grep -c -- --oom-score-adjust >/dev/null && oom=(--oom-score-adjust=0)
 	log "starting dockerd ($(dockerd --version)) in $DOCKERD_DIR"
 	# Its own everything, and no changes to the host's network beyond the
 	# kind network's bridge: no iptables rules, no forwarding, no docker0.

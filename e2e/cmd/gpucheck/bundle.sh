@@ -24,11 +24,14 @@ ldd "$out/cudaprobe" | awk '/=>/ {print $1, $3} /ld-linux/ && !/=>/ {print $1, $
 	copy_lib "$(basename "$soname")" "$path"
 done
 for soname in libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libgcc_s.so.1; do
-	path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
+	# awk reads to the end: stopping at the first match would kill ldconfig
+	# with SIGPIPE, which pipefail turns into this script's exit (141).
+	path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ && !p {p = $NF} END {print p}')
 	[ -n "$path" ] && copy_lib "$soname" "$path"
 done
 ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
-if ! ldd "$ldconfig" 2>&1 | grep -Eq 'statically linked|not a dynamic executable'; then
+ldd_out=$(ldd "$ldconfig" 2>&1 || true)
+if ! grep -Eq 'statically linked|not a dynamic executable' <<<"$ldd_out"; then
 	echo "bundle: $ldconfig is not static; the image needs a static ldconfig" >&2
 	exit 1
 fi
