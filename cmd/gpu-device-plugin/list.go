@@ -320,9 +320,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 			}
 		}
 	}
-	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(draslice.GPUs{
-		GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion,
-	}, cfg.SysfsRoot, gpuCDIName, log), reasons)}
+	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(draslice.GPUsOf(inv, cfg.Sharing.MemoryShares), cfg.SysfsRoot, gpuCDIName, log), reasons)}
 	// held merges a unit's holders through the device-plugin API (any of
 	// its device IDs under the resource it is served as) and through DRA.
 	held := func(uuid, draName string) []podresources.Holder {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-const notThroughDRA = "sharing.mps: MPS through DRA is not served by this release (the device-plugin API serves it); remove the section, or set kubeletAPI (--kubelet-api) to device-plugin"
+const notThroughDRA = "sharing.mps: in DRA mode GPUs are shared through MPS by claims (opaque configuration, or sharing.memoryShares), not replicas; remove the section, or set kubeletAPI (--kubelet-api) to device-plugin"
 
 func TestLoadExampleMPS(t *testing.T) {
 	c, err := Load("testdata/example-mps.yaml")

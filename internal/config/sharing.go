@@ -46,6 +46,8 @@ func placements() []string { return []string{PlacementDistributed, PlacementPack
 type Sharing struct {
 	TimeSlicing TimeSlicing `json:"timeSlicing,omitempty"`
 	MPS         MPS         `json:"mps,omitempty"`
+	// MemoryShares is DRA mode's: see memoryshares.go.
+	MemoryShares MemoryShares `json:"memoryShares,omitempty"`
 }
 
 // TimeSlicing serves each selected device as several replicas, so that
@@ -232,11 +234,20 @@ func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "
 func sharingShape(raw json.RawMessage) []error {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing or mps (see %s)", sharingExample)}
+		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing, mps or memoryShares (see %s)", sharingExample)}
 	}
 	errs := unknownKeys("sharing", top, jsonKeys(Sharing{}))
 	errs = append(errs, sectionShape[TimeSlicing]("sharing.timeSlicing", top["timeSlicing"])...)
-	return append(errs, sectionShape[MPS]("sharing.mps", top["mps"])...)
+	errs = append(errs, sectionShape[MPS]("sharing.mps", top["mps"])...)
+	if raw := top["memoryShares"]; !isNull(raw) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return append(errs, errors.New("sharing.memoryShares: want a map with the keys enabled, devices and minimum (example: {enabled: true, minimum: 2Gi})"))
+		}
+		errs = append(errs, unknownKeys("sharing.memoryShares", m, jsonKeys(MemoryShares{}))...)
+		errs = append(errs, decodeKeys[MemoryShares]("sharing.memoryShares", m)...)
+	}
+	return errs
 }
 
 // sectionShape checks one sharing section, T its type (TimeSlicing or
@@ -338,9 +349,9 @@ func validateSharing(c Config, withStrategy bool) []error {
 	}
 	if withStrategy && m.Enabled() && c.KubeletAPI == KubeletAPIDRA {
 		// Serving its GPUs unshared instead would surprise.
-		bad("sharing.mps: MPS through DRA is not served by this release (the device-plugin API serves it); remove the section, or set kubeletAPI (--kubelet-api) to %s", KubeletAPIDevicePlugin)
+		bad("sharing.mps: in DRA mode GPUs are shared through MPS by claims (opaque configuration, or sharing.memoryShares), not replicas; remove the section, or set kubeletAPI (--kubelet-api) to %s", KubeletAPIDevicePlugin)
 	}
-	return errs
+	return append(errs, validateMemoryShares(c, withStrategy)...)
 }
 
 // section is one sharing section as validateSharing sees it.

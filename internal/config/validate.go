@@ -71,7 +71,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(policy.Checks(), ", ")))
 		}
 	}
-	if c.Sharing.MPS.Enabled() {
+	if c.Sharing.MPS.Enabled() || c.Sharing.MemoryShares.Enabled {
 		absolute("mpsRoot", c.MPSRoot)
 	}
 	if c.StateDir != "" {

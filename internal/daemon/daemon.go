@@ -257,7 +257,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if rep != nil {
 		notify = rep.takeGPUs(units, notify)
 	}
-	notify, runMPS, err := mpsDaemons(ctx, cfg, lib, units, notify, mets, log)
+	notify, runMPS, err := mpsDaemons(ctx, cfg, lib, fe, units, notify, mets, log)
 	if err != nil {
 		return err
 	}

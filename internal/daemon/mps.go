@@ -20,7 +20,22 @@ import (
 // returns the notifier that holds each such GPU down while its daemon is.
 // With none, daemons an earlier run left are stopped; a daemon is run
 // confined in the driver root (package mpsexec), through this executable.
-func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units []servedUnit, next health.Notifier, mets *metrics.Metrics, log *slog.Logger) (health.Notifier, func(context.Context), error) {
+func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe FrontEnd, units []servedUnit, next health.Notifier, mets *metrics.Metrics, log *slog.Logger) (health.Notifier, func(context.Context), error) {
+	if c, ok := fe.(mpsClaims); ok {
+		m, err := mpsManager(cfg, lib, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The GPUs are gated as claims start their daemons.
+		gate := mpsd.NewGate(next, m, nil)
+		if mets != nil {
+			mets.SetMPSDaemons(m.Up)
+		}
+		return gate, func(ctx context.Context) {
+			c.UseMPS(ctx, m)
+			gate.Run(ctx)
+		}, nil
+	}
 	var gpus []mpsd.GPU
 	var uuids []string
 	for _, su := range units {
@@ -54,6 +69,11 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, units 
 		gate.Run(ctx)
 	}
 	return gate, run, nil
+}
+
+// mpsClaims is a front-end whose claims start and stop MPS daemons (DRA).
+type mpsClaims interface {
+	UseMPS(ctx context.Context, m *mpsd.Manager)
 }
 
 // mpsManager is the manager of the MPS control daemons under cfg's

@@ -22,6 +22,11 @@ import (
 // break our containers and the toolkit's alike.
 const GPUKind = "gpu-device-plugin.github.io/gpu"
 
+// MPSKind is the CDI kind of DRA claims' MPS clients: one spec, rewritten
+// as claims come and go, with a device per claim sharing a GPU through
+// MPS, carrying its daemon's pipe directory, shared memory and limits.
+const MPSKind = "gpu-device-plugin.github.io/mps"
+
 // HookName is the file name of our OCI hook program, and its Args[0].
 const HookName = "gpu-device-plugin-cdi-hook"
 

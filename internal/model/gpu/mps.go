@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strconv"
 
@@ -54,20 +55,34 @@ func MPSShare(u Unit, k int) (threadPercent int, memoryMiB uint64) {
 // the daemon's manager), so a container that changes them gets no more
 // than that.
 func (r *Resource) addMPS(resp *device.Answer, u Unit, k int) {
-	uuid := u.UUID()
 	threads, mib := MPSShare(u, k)
+	env, mounts := MPSClient(r.mpsRoot, u.UUID(), threads, mib)
 	if resp.Env == nil {
 		resp.Env = map[string]string{}
 	}
-	resp.Env[MPSPipeEnv] = MPSContainerPipeDir
-	resp.Env[MPSThreadEnv] = strconv.Itoa(threads)
-	if mib > 0 {
-		// Device 0: the container sees this one GPU.
-		resp.Env[MPSPinnedMemoryEnv] = "0=" + strconv.FormatUint(mib, 10) + "M"
+	maps.Copy(resp.Env, env)
+	resp.Mounts = append(resp.Mounts, mounts...)
+}
+
+// MPSClient is what a container needs to be a client of the MPS daemon of
+// the GPU with uuid (directories under root), limited to threadPercent of
+// its threads and memoryMiB of its memory (0: no limit of its own): the
+// pipe directory and the daemon's shared memory mounted, and its limits in
+// the environment. The limits can only narrow what the daemon allows each
+// client, so a container that changes them gets no more than that.
+func MPSClient(root, uuid string, threadPercent int, memoryMiB uint64) (map[string]string, []device.Mount) {
+	env := map[string]string{
+		MPSPipeEnv:   MPSContainerPipeDir,
+		MPSThreadEnv: strconv.Itoa(threadPercent),
 	}
-	resp.Mounts = append(resp.Mounts,
-		device.Mount{ContainerPath: MPSContainerPipeDir, HostPath: MPSDir(r.mpsRoot, uuid, MPSPipe)},
-		device.Mount{ContainerPath: "/dev/shm", HostPath: MPSDir(r.mpsRoot, uuid, MPSShm)})
+	if memoryMiB > 0 {
+		// Device 0: a client sees the one GPU its daemon was started for.
+		env[MPSPinnedMemoryEnv] = "0=" + strconv.FormatUint(memoryMiB, 10) + "M"
+	}
+	return env, []device.Mount{
+		{ContainerPath: MPSContainerPipeDir, HostPath: MPSDir(root, uuid, MPSPipe)},
+		{ContainerPath: "/dev/shm", HostPath: MPSDir(root, uuid, MPSShm)},
+	}
 }
 
 // MPS reports whether some of the resource's units are shared through

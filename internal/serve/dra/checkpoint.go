@@ -43,7 +43,12 @@ type preparedDevice struct {
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 	// AdminAccess devices (monitoring) may be shared with another claim.
 	AdminAccess bool `json:"adminAccess,omitempty"`
-	extra       jsonkeep.Fields
+	// ShareID is the allocation's share of a device several claims may
+	// hold (sharing.memoryShares).
+	ShareID *types.UID `json:"shareID,omitempty"`
+	// MPS is set for an MPS client: its limits.
+	MPS   *preparedMPS `json:"mps,omitempty"`
+	extra jsonkeep.Fields
 }
 
 // The JSON methods keep what a newer release wrote (jsonkeep).

@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -130,6 +131,13 @@ type Driver struct {
 	// changed is closed and replaced at every health change, waking
 	// every WatchHealthStatus stream at once.
 	changed chan struct{}
+
+	// mps runs the MPS daemons of the prepared MPS clients, their
+	// directories under mpsRoot, until mpsCtx ends; nil until SetMPS.
+	mps     MPSDaemons
+	mpsRoot string
+	mpsSpec MPSSpec
+	mpsCtx  context.Context
 
 	pubMu   sync.Mutex // orders publications
 	pub     Publisher
@@ -454,19 +462,32 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	d.rebuildIfNeededLocked(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []types.UID
-	filled := false
+	filled, mpsChanged := false, false
 	for _, c := range claims {
 		if p, ok := d.cp.Claims[c.UID]; ok {
 			if d.fillCDILocked(&p) {
 				d.cp.Claims[c.UID], filled = p, true
 			}
+			if err := d.mpsReadyLocked(ctx, p); err != nil {
+				out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+				continue
+			}
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
 			continue
 		}
 		p, err := d.prepareLocked(c)
+		if err == nil && p.hasMPS() {
+			mpsChanged = true
+			err = d.applyMPSLocked(ctx, map[types.UID]preparedClaim{c.UID: p})
+		}
 		if err != nil {
 			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
+		}
+		for _, dv := range p.Devices {
+			if dv.MPS != nil {
+				d.o.Log.Info("prepared an MPS client", "claim", c.Namespace+"/"+c.Name, "device", dv.Device, "gpu", dv.MPS.GPU, "limits", describeMPS(dv.MPS))
+			}
 		}
 		d.cp.Claims[c.UID] = p
 		added = append(added, c.UID)
@@ -480,7 +501,33 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			}
 		}
 	}
+	if mpsChanged {
+		// What the claims that failed or were not saved no longer need.
+		if err := d.applyMPSLocked(ctx, nil); err != nil {
+			d.o.Log.Warn("MPS: after Prepare", "err", err)
+		}
+	}
 	return out, nil
+}
+
+// mpsReadyLocked checks, for a claim prepared before, that its MPS
+// clients' daemons are up: the kubelet prepares again at each pod start.
+func (d *Driver) mpsReadyLocked(ctx context.Context, p preparedClaim) error {
+	for _, dv := range p.Devices {
+		if dv.MPS == nil {
+			continue
+		}
+		if d.mps == nil {
+			return mpsNotReady(dv.Device)
+		}
+		ctx, cancel := context.WithTimeout(ctx, mpsUpTimeout)
+		err := d.mps.WaitUp(ctx, dv.MPS.GPU)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("device %s: %w", dv.Device, err)
+		}
+	}
+	return nil
 }
 
 func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, error) {
@@ -488,10 +535,12 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 	if c.Status.Allocation == nil {
 		return p, errors.New("not allocated")
 	}
-	if err := checkConfig(d.o.DriverName, c.Status.Allocation.Devices.Config); err != nil {
+	configOf, err := requestConfigs(d.o.DriverName, c.Status.Allocation.Devices.Config)
+	if err != nil {
 		return p, err
 	}
 	holders := d.holdersLocked()
+	mpsDevice := ""
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.o.DriverName {
 			continue
@@ -504,8 +553,10 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 			return p, fmt.Errorf("request %q: device %q is not on this node, or not discovered yet", r.Request, r.Device)
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
-		if h, busy := holders[r.Device]; busy && !admin {
-			return p, fmt.Errorf("request %q: device %s is prepared for claim %s", r.Request, r.Device, h)
+		if !admin {
+			if err := holders.conflict(r.Device, r.ShareID); err != nil {
+				return p, fmt.Errorf("request %q: %w", r.Request, err)
+			}
 		}
 		if h := d.health[e.ID]; h != nil && !h.healthy {
 			d.o.Log.Warn("preparing an unhealthy device (the claim tolerates its taint)", "device", r.Device, "reason", h.reason, "claim", c.Namespace+"/"+c.Name)
@@ -518,9 +569,24 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 				}
 			}
 		}
+		mps, err := mpsOf(r, e, configOf(r.Request))
+		if err != nil {
+			return p, fmt.Errorf("request %q: %w", r.Request, err)
+		}
+		ids := slices.Clone(e.CDIIDs)
+		if mps != nil {
+			switch {
+			case mpsDevice != "":
+				return p, fmt.Errorf("request %q: devices %s and %s would both be MPS clients, and a container reaches one MPS daemon; ask for one shared GPU per claim", r.Request, mpsDevice, r.Device)
+			case d.mps == nil:
+				return p, fmt.Errorf("request %q: %w", r.Request, mpsNotReady(r.Device))
+			}
+			mpsDevice = r.Device
+			ids = append(ids, cdi.QualifiedName(cdi.MPSKind, mpsDeviceName(c.UID, r.Device)))
+		}
 		p.Devices = append(p.Devices, preparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
-			CDIDeviceIDs: slices.Clone(e.CDIIDs), AdminAccess: admin,
+			CDIDeviceIDs: ids, AdminAccess: admin, ShareID: r.ShareID, MPS: mps,
 		})
 	}
 	return p, nil
@@ -554,14 +620,36 @@ func (d *Driver) reloadLocked() {
 	d.cp = cp
 }
 
-// holdersLocked maps each device held by a prepared claim (not for admin
-// access) to that claim's namespace/name.
-func (d *Driver) holdersLocked() map[string]string {
-	out := map[string]string{}
+// holders are the claims holding each device (not for admin access).
+type holders map[string][]holder
+
+type holder struct {
+	claim string // namespace/name
+	share *types.UID
+}
+
+// conflict says why a claim may not have device (with share, a share of
+// a device several claims may hold): another claim holds it whole, or
+// holds the same share.
+func (hs holders) conflict(device string, share *types.UID) error {
+	for _, h := range hs[device] {
+		switch {
+		case share == nil || h.share == nil:
+			return fmt.Errorf("device %s is prepared for claim %s", device, h.claim)
+		case *share == *h.share:
+			return fmt.Errorf("share %s of device %s is prepared for claim %s", *share, device, h.claim)
+		}
+	}
+	return nil
+}
+
+// holdersLocked is who holds each device, of the prepared claims.
+func (d *Driver) holdersLocked() holders {
+	out := holders{}
 	for _, c := range d.cp.Claims {
 		for _, dv := range c.Devices {
 			if !dv.AdminAccess {
-				out[dv.Device] = c.Namespace + "/" + c.Name
+				out[dv.Device] = append(out[dv.Device], holder{claim: c.Namespace + "/" + c.Name, share: dv.ShareID})
 			}
 		}
 	}
@@ -573,7 +661,7 @@ func (p preparedClaim) result() []kubeletplugin.Device {
 	for i, dv := range p.Devices {
 		out[i] = kubeletplugin.Device{
 			Requests: slices.Clone(dv.Requests), PoolName: dv.Pool, DeviceName: dv.Device,
-			CDIDeviceIDs: slices.Clone(dv.CDIDeviceIDs),
+			CDIDeviceIDs: slices.Clone(dv.CDIDeviceIDs), ShareID: dv.ShareID,
 		}
 	}
 	return out
@@ -601,6 +689,15 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			for uid := range removed {
 				out[uid] = err
 			}
+		}
+	}
+	for _, p := range removed {
+		if p.hasMPS() {
+			// Daemons no claim needs stop; the others are not waited for.
+			if err := d.applyMPSLocked(ctx, nil); err != nil {
+				d.o.Log.Warn("MPS: after Unprepare", "err", err)
+			}
+			break
 		}
 	}
 	return out, nil
@@ -668,6 +765,9 @@ func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
 // apiDevice is d as the API has it, with taints.
 func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
 	out := resourceapi.Device{Name: d.Name, Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.Attributes))}
+	if d.AllowMultipleAllocations {
+		out.AllowMultipleAllocations = &d.AllowMultipleAllocations
+	}
 	for k, a := range d.Attributes {
 		out.Attributes[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version}
 	}
@@ -676,9 +776,19 @@ func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
 		for k, c := range d.Capacity {
 			// draslice writes valid quantities; a bad one would be dropped
 			// by the API server anyway.
-			if q, err := resource.ParseQuantity(c.Value); err == nil {
-				out.Capacity[resourceapi.QualifiedName(k)] = resourceapi.DeviceCapacity{Value: q}
+			q, err := resource.ParseQuantity(c.Value)
+			if err != nil {
+				continue
 			}
+			dc := resourceapi.DeviceCapacity{Value: q}
+			if p := c.RequestPolicy; p != nil {
+				def, derr := resource.ParseQuantity(p.Default)
+				lo, lerr := resource.ParseQuantity(p.Min)
+				if derr == nil && lerr == nil {
+					dc.RequestPolicy = &resourceapi.CapacityRequestPolicy{Default: &def, ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &lo}}
+				}
+			}
+			out.Capacity[resourceapi.QualifiedName(k)] = dc
 		}
 	}
 	for _, t := range taints {

@@ -341,7 +341,7 @@ func TestPrepareRefusals(t *testing.T) {
 		c    *resourceapi.ResourceClaim
 		want string
 	}{
-		{opaque, "takes no opaque parameters"},
+		{opaque, "opaque config[0] (from the claim, for requests g) for driver " + testDriver + ": parameters do not decode"},
 		{unalloc, "not allocated"},
 		{otherPool, `pool "node-b" is not this node's`},
 		{claim("uid-n", "nosuch", result("g", "gpu-9")), `device "gpu-9" is not on this node`},

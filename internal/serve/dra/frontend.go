@@ -30,6 +30,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
 )
 
 // CheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.
@@ -66,6 +67,7 @@ type FrontEnd struct {
 	helper *kubeletplugin.Helper
 	specs  *ondisk.Store
 	ctx    context.Context
+	cfg    config.Config
 
 	mu     sync.Mutex
 	gspecs gpu.CDISpecs
@@ -93,7 +95,7 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 	if err := makePluginDirs(cfg); err != nil {
 		return nil, err
 	}
-	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}}
+	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}, cfg: cfg}
 	var held PodResources
 	if cfg.PodResourcesSocket != "" {
 		held = podresources.Client{Socket: cfg.PodResourcesSocket}
@@ -322,9 +324,29 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Lock()
 	inv := f.inv
 	f.mu.Unlock()
-	f.drv.SetGPUs(f.ctx, draslice.GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion})
+	f.drv.SetGPUs(f.ctx, draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares))
 	<-ctx.Done()
 	return nil
+}
+
+// UseMPS runs the MPS daemons of the claims' MPS clients through m until
+// ctx ends (see Driver.SetMPS).
+func (f *FrontEnd) UseMPS(ctx context.Context, m *mpsd.Manager) {
+	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.writeMPSSpec)
+}
+
+// writeMPSSpec writes the MPS clients' CDI spec; with none, removes it.
+func (f *FrontEnd) writeMPSSpec(devs []cdi.Device) error {
+	if len(devs) == 0 {
+		f.specs.Publish(cdi.MPSKind, nil)
+		return nil
+	}
+	spec, err := cdi.Spec(cdi.MPSKind, devs, cdi.Edits{})
+	if err != nil {
+		return err
+	}
+	f.specs.Publish(cdi.MPSKind, spec)
+	return f.specs.Ready(cdi.MPSKind)
 }
 
 // NoGPUs publishes none, so the NIC pools need not wait for a driver.

@@ -207,16 +207,24 @@ func (d *Driver) rebuiltClaim(c *resourceapi.ResourceClaim, h heldClaim) (prepar
 		return p, errors.New("not allocated any more")
 	}
 	allocated := map[string]bool{}
+	configOf, cerr := requestConfigs(d.o.DriverName, c.Status.Allocation.Devices.Config)
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.o.DriverName || r.Pool != d.o.NodeName {
 			continue
 		}
 		allocated[r.Device] = true
-		p.Devices = append(p.Devices, preparedDevice{
+		dv := preparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
 			CDIDeviceIDs: slices.Clone(h.cdi[r.Device]),
 			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
-		})
+			ShareID:      r.ShareID,
+		}
+		// An MPS client's limits, as Prepare found them, so its daemon is
+		// run again: the device and the config were accepted then.
+		if e, ok := d.byName[r.Device]; ok && cerr == nil {
+			dv.MPS, _ = mpsOf(r, e, configOf(r.Request))
+		}
+		p.Devices = append(p.Devices, dv)
 	}
 	for dev := range h.cdi {
 		if !allocated[dev] {

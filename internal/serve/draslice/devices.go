@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 )
@@ -41,8 +42,18 @@ func integer(n int) Attribute  { v := int64(n); return Attribute{Int: &v} }
 func boolean(b bool) Attribute { return Attribute{Bool: &b} }
 
 // Capacity is a device capacity: Value is a Kubernetes quantity ("80Gi").
+// RequestPolicy, on a device that allows several allocations, is how a
+// claim consumes it.
 type Capacity struct {
-	Value string `json:"value"`
+	Value         string         `json:"value"`
+	RequestPolicy *RequestPolicy `json:"requestPolicy,omitempty"`
+}
+
+// RequestPolicy is a capacity's request policy, quantities as Value: a
+// request that names no amount consumes Default, a smaller one Min.
+type RequestPolicy struct {
+	Default string `json:"default"`
+	Min     string `json:"min"`
 }
 
 // Device is one ResourceSlice device entry, with what the driver needs
@@ -52,6 +63,9 @@ type Device struct {
 	Attributes map[string]Attribute `json:"attributes,omitempty"`
 	Capacity   map[string]Capacity  `json:"capacity,omitempty"`
 	Taints     []Taint              `json:"taints,omitempty"`
+	// AllowMultipleAllocations: several claims may hold the device, each
+	// consuming part of its capacity (sharing.memoryShares).
+	AllowMultipleAllocations bool `json:"allowMultipleAllocations,omitempty"`
 
 	// ID is the model's ID: the GPU or MIG UUID, or the NIC's PCI address.
 	ID     string   `json:"-"`
@@ -68,6 +82,22 @@ type GPUs struct {
 	// are empty or zero when NVML does not say.
 	DriverVersion     string
 	CUDADriverVersion int
+	// MemoryShares, when set, picks the whole GPUs several claims may
+	// hold, each consuming part of the memory capacity, at least
+	// ShareMinimum bytes; a claim that names no amount consumes it all.
+	MemoryShares func(nvml.GPU) bool
+	ShareMinimum uint64
+}
+
+// GPUsOf is what the slices are made of: the inventory, and the GPUs
+// sharing.memoryShares selects.
+func GPUsOf(inv *nvml.Inventory, shares config.MemoryShares) GPUs {
+	out := GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion}
+	if shares.Enabled {
+		out.MemoryShares = func(g nvml.GPU) bool { return shares.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }
+		out.ShareMinimum = shares.MinimumBytes()
+	}
+	return out
 }
 
 // NICPool is one NIC pool: its resource name and NICs.
@@ -124,7 +154,12 @@ func GPUDevices(in GPUs, sysfsRoot string, cdiID func(uuid string) string, log *
 		}
 		d := Device{Name: GPUDeviceName(g), Attributes: attrs, ID: g.UUID, Type: TypeGPU, CDIIDs: []string{cdiID(g.UUID)}}
 		if g.MemoryBytes > 0 {
-			d.Capacity = map[string]Capacity{"memory": {Value: Bytes(g.MemoryBytes)}}
+			c := Capacity{Value: Bytes(g.MemoryBytes)}
+			if in.MemoryShares != nil && in.MemoryShares(g) {
+				d.AllowMultipleAllocations = true
+				c.RequestPolicy = &RequestPolicy{Default: c.Value, Min: Bytes(min(max(in.ShareMinimum, 1), g.MemoryBytes))}
+			}
+			d.Capacity = map[string]Capacity{"memory": c}
 		}
 		out = append(out, d)
 	}

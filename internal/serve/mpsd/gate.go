@@ -12,7 +12,9 @@ import (
 // Gate passes GPU health on to the next notifier, holding a GPU shared
 // through MPS unhealthy (ReasonDown) while its daemon is not up: its
 // shares are withheld until a daemon can serve them, and the daemon's
-// health is the GPU's health everywhere health goes.
+// health is the GPU's health everywhere health goes. A GPU is gated when
+// named at NewGate, and while the manager runs a daemon for it (DRA
+// claims start and stop daemons as they come and go).
 type Gate struct {
 	next  health.Notifier
 	m     *Manager
@@ -44,9 +46,6 @@ func NewGate(next health.Notifier, m *Manager, uuids []string) *Gate {
 
 // SetHealth is the health watcher's word on a GPU.
 func (g *Gate) SetHealth(id string, healthy bool, reason string) bool {
-	if !g.gated[id] {
-		return g.next.SetHealth(id, healthy, reason)
-	}
 	// Held while telling next, so that what next hears last is the
 	// latest verdict.
 	g.mu.Lock()
@@ -61,6 +60,9 @@ func (g *Gate) SetHealth(id string, healthy bool, reason string) bool {
 // healthy and the daemon is down.
 func (g *Gate) verdict(id string) verdict {
 	v := g.said[id]
+	if !g.gated[id] && !g.m.Running(id) {
+		return v
+	}
 	if s, ok := g.m.State(id); v.healthy && (!ok || !s.Up) {
 		return verdict{reason: ReasonDown}
 	}

@@ -50,13 +50,21 @@ type GPU struct {
 	MaxShares int
 	// Memory is the GPU's memory in bytes; 0 sets no memory limit.
 	Memory uint64
+	// ThreadPercentage, when set, is each client's share of the threads
+	// in place of the replicas' (a DRA claim's own limit).
+	ThreadPercentage int
 }
 
 func (g GPU) maxShares() int { return min(max(g.MaxShares, 1), max(g.Replicas, 1)) }
 
 // DefaultThreadPercentage is the percentage of the GPU's threads the
 // daemon allows each client.
-func (g GPU) DefaultThreadPercentage() int { return max(100*g.maxShares()/max(g.Replicas, 1), 1) }
+func (g GPU) DefaultThreadPercentage() int {
+	if g.ThreadPercentage > 0 {
+		return min(g.ThreadPercentage, 100)
+	}
+	return max(100*g.maxShares()/max(g.Replicas, 1), 1)
+}
 
 // DefaultMemoryMiB is the pinned memory the daemon allows each client, in
 // MiB; 0 for no limit.
@@ -125,6 +133,9 @@ type Manager struct {
 	// swept is set once the directories of GPUs no longer shared, left
 	// by an earlier process, were cleaned up.
 	swept bool
+	// changed is closed and replaced at every change of states or
+	// daemons, waking every WaitUp.
+	changed chan struct{}
 }
 
 type daemon struct {
@@ -157,7 +168,7 @@ func New(o Options) *Manager {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root)}
+	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{})}
 }
 
 // sweepable says whether root may hold daemons of an earlier process.
@@ -166,6 +177,47 @@ func sweepable(root string) bool { _, err := os.Stat(root); return err == nil }
 // Changes receives after any daemon's state changes (coalesced: read
 // State after each receive).
 func (m *Manager) Changes() <-chan struct{} { return m.changes }
+
+// bumpLocked wakes the WaitUp callers.
+func (m *Manager) bumpLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// Running says whether the manager runs a daemon for the GPU (up or not).
+func (m *Manager) Running(uuid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.daemons[uuid]
+	return ok
+}
+
+// WaitUp waits until the daemon of the GPU with uuid is up. It fails at
+// once when the manager runs none for it, and when ctx ends first, with
+// the daemon's last error.
+func (m *Manager) WaitUp(ctx context.Context, uuid string) error {
+	for {
+		m.mu.Lock()
+		s := m.states[uuid]
+		_, running := m.daemons[uuid]
+		ch := m.changed
+		m.mu.Unlock()
+		switch {
+		case s.Up && running:
+			return nil
+		case !running:
+			return fmt.Errorf("no MPS control daemon is run for GPU %s", uuid)
+		}
+		select {
+		case <-ctx.Done():
+			if s.Err != nil {
+				return fmt.Errorf("the MPS control daemon of GPU %s is not up: %w", uuid, s.Err)
+			}
+			return fmt.Errorf("the MPS control daemon of GPU %s is not up yet: %w", uuid, ctx.Err())
+		case <-ch:
+		}
+	}
+}
 
 // Up says, by GPU UUID, which daemons are up.
 func (m *Manager) Up() map[string]bool {
@@ -282,6 +334,7 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 		m.states[uuid] = State{Reason: ReasonDown, Err: errors.New("not started yet")}
 		go m.run(dctx, d)
 	}
+	m.bumpLocked()
 	m.notify()
 }
 
@@ -314,6 +367,7 @@ func (m *Manager) setState(uuid string, s State) {
 	m.mu.Lock()
 	old, had := m.states[uuid]
 	m.states[uuid] = s
+	m.bumpLocked()
 	m.mu.Unlock()
 	if !had || old.Up != s.Up {
 		m.notify()
@@ -509,6 +563,7 @@ func (m *Manager) stop(g GPU, log *slog.Logger) {
 	}
 	m.mu.Lock()
 	delete(m.states, g.UUID)
+	m.bumpLocked()
 	m.mu.Unlock()
 	m.notify()
 	log.Info("MPS control daemon stopped")

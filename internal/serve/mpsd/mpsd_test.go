@@ -124,6 +124,8 @@ func TestLimits(t *testing.T) {
 		{GPU{Replicas: 8, MaxShares: 3, Memory: 80 << 30}, 37, 30720},
 		{GPU{Replicas: 3, MaxShares: 3, Memory: 80 << 30}, 100, 81920},
 		{GPU{Replicas: 3, MaxShares: 9}, 100, 0},
+		// A DRA claim's own limits.
+		{GPU{Replicas: 1, MaxShares: 1, ThreadPercentage: 30, Memory: 10 << 30}, 30, 10240},
 	} {
 		if p, m := tt.g.DefaultThreadPercentage(), tt.g.DefaultMemoryMiB(); p != tt.percent || m != tt.mib {
 			t.Errorf("%+v: %d%%, %d MiB; want %d%%, %d MiB", tt.g, p, m, tt.percent, tt.mib)

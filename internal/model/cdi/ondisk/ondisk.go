@@ -74,6 +74,11 @@ func NewStore(cfg config.Config, log *slog.Logger) (*Store, error) {
 		return nil, nil
 	}
 	keep := []string{cdi.GPUKind}
+	if cfg.KubeletAPI == config.KubeletAPIDRA {
+		// Rewritten by the DRA driver once the GPUs are up; until then
+		// the containers of prepared MPS claims still restart.
+		keep = append(keep, cdi.MPSKind)
+	}
 	for _, r := range cfg.NICResources {
 		keep = append(keep, r.Name)
 	}

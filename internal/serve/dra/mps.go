@@ -1,0 +1,233 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+)
+
+// MPSDaemons runs the MPS control daemons of the GPUs that prepared claims
+// share through MPS; *mpsd.Manager is one.
+type MPSDaemons interface {
+	Set(ctx context.Context, gpus []mpsd.GPU)
+	WaitUp(ctx context.Context, uuid string) error
+}
+
+// MPSSpec writes the cdi.MPSKind spec holding devs (none: removes it) and
+// says whether it is on disk.
+type MPSSpec func(devs []cdi.Device) error
+
+// mpsUpTimeout bounds the wait in Prepare for a daemon to come up; the
+// kubelet retries a Prepare that failed.
+const mpsUpTimeout = 30 * time.Second
+
+// preparedMPS is one prepared device's MPS client limits.
+type preparedMPS struct {
+	GPU              string `json:"gpu"` // UUID
+	ThreadPercentage int    `json:"threadPercentage"`
+	PinnedMemoryMiB  uint64 `json:"pinnedMemoryMiB,omitempty"`
+	// Whole: the claim holds the whole GPU, and the daemon holds every
+	// client to these limits. Else the GPU is shared by memory and each
+	// client's environment narrows the daemon's (unlimited) defaults.
+	Whole bool `json:"whole,omitempty"`
+	extra jsonkeep.Fields
+}
+
+func (p *preparedMPS) UnmarshalJSON(b []byte) error {
+	type plain preparedMPS
+	var v plain
+	x, err := jsonkeep.Decode(b, &v)
+	*p, p.extra = preparedMPS(v), x
+	return err
+}
+
+func (p preparedMPS) MarshalJSON() ([]byte, error) {
+	type plain preparedMPS
+	return jsonkeep.Encode(plain(p), p.extra)
+}
+
+// SetMPS starts serving MPS claims through m, with the daemons'
+// directories under root: the daemons of the claims in the checkpoint are
+// started (or adopted), those of no claim stopped, and the MPS spec
+// rewritten (it is gone after a reboot). Daemons run until ctx ends.
+func (d *Driver) SetMPS(ctx context.Context, m MPSDaemons, root string, spec MPSSpec) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mps, d.mpsRoot, d.mpsSpec, d.mpsCtx = m, root, spec, ctx
+	if err := d.applyMPSLocked(ctx, nil); err != nil {
+		d.o.Log.Error("MPS: restoring the prepared claims' clients", "err", err)
+	}
+}
+
+// mpsOf decides whether result r of a claim, on device e, is an MPS
+// client and with which limits: a share of a GPU's memory always is
+// (that is what limits it), and so is a device whose config asks for
+// MPS. nil: not MPS.
+func mpsOf(r resourceapi.DeviceRequestAllocationResult, e *draslice.Device, cfg *GPUConfig) (*preparedMPS, error) {
+	total := capacityBytes(e, "memory")
+	var consumed int64
+	if q, ok := r.ConsumedCapacity["memory"]; ok && r.ShareID != nil {
+		consumed = q.Value()
+	}
+	share := r.ShareID != nil && consumed > 0 && consumed < total
+	slicing := cfg != nil && cfg.Sharing != nil && cfg.Sharing.Strategy == StrategyTimeSlicing
+	switch {
+	case share && slicing:
+		return nil, fmt.Errorf("device %s: %s of its memory is a share, served through MPS, which limits it; remove the TimeSlicing config, or ask for the whole GPU", r.Device, resource.NewQuantity(consumed, resource.BinarySI))
+	case !share && !cfg.mps():
+		return nil, nil
+	}
+	if e.Type != draslice.TypeGPU {
+		return nil, fmt.Errorf("device %s is a %s device, and MPS runs on whole GPUs only; remove the MPS config for it", r.Device, e.Type)
+	}
+	p := &preparedMPS{GPU: e.ID, ThreadPercentage: 100, Whole: !share}
+	if share {
+		p.ThreadPercentage = int(max((100*consumed+total-1)/total, 1))
+		p.PinnedMemoryMiB = uint64(consumed) >> 20
+	}
+	if cfg.mps() && cfg.Sharing.MPS != nil {
+		m := cfg.Sharing.MPS
+		if m.ActiveThreadPercentage > 0 {
+			p.ThreadPercentage = m.ActiveThreadPercentage
+		}
+		if q := m.PinnedMemoryLimit; q != nil {
+			if share && q.Value() > consumed {
+				return nil, fmt.Errorf("device %s: sharing.mps.pinnedMemoryLimit %s is more than the %s of memory the claim was allocated; ask for that much memory, or lower the limit", r.Device, q, resource.NewQuantity(consumed, resource.BinarySI))
+			}
+			p.PinnedMemoryMiB = uint64(q.Value()) >> 20
+		}
+	}
+	return p, nil
+}
+
+// capacityBytes is the device's capacity name in bytes, 0 if none.
+func capacityBytes(e *draslice.Device, name string) int64 {
+	c, ok := e.Capacity[name]
+	if !ok {
+		return 0
+	}
+	q, err := resource.ParseQuantity(c.Value)
+	if err != nil {
+		return 0
+	}
+	return q.Value()
+}
+
+// mpsDeviceName is the cdi.MPSKind device of one claim's MPS client: a claim
+// has at most one (a container reaches one daemon).
+func mpsDeviceName(uid types.UID, device string) string { return string(uid) + "-" + device }
+
+// mpsGPUsLocked is the daemons the prepared claims (and pending, not yet
+// in the checkpoint) need: a GPU held whole by a claim asking for MPS gets
+// a daemon that holds every client to that claim's limits; a GPU shared
+// by memory one whose defaults are the whole GPU, each client narrowing
+// them to its share through its environment.
+func (d *Driver) mpsGPUsLocked(pending map[types.UID]preparedClaim) []mpsd.GPU {
+	byGPU := map[string]mpsd.GPU{}
+	add := func(claims map[types.UID]preparedClaim) {
+		for _, c := range claims {
+			for _, dv := range c.Devices {
+				m := dv.MPS
+				if m == nil {
+					continue
+				}
+				g := mpsd.GPU{UUID: m.GPU, Replicas: 1, MaxShares: 1}
+				if m.Whole {
+					g.ThreadPercentage, g.Memory = m.ThreadPercentage, m.PinnedMemoryMiB<<20
+				}
+				if _, seen := byGPU[m.GPU]; !seen || !m.Whole {
+					byGPU[m.GPU] = g
+				}
+			}
+		}
+	}
+	add(d.cp.Claims)
+	add(pending)
+	out := make([]mpsd.GPU, 0, len(byGPU))
+	for _, id := range slices.Sorted(maps.Keys(byGPU)) {
+		out = append(out, byGPU[id])
+	}
+	return out
+}
+
+// applyMPSLocked makes the daemons and the MPS spec those of the prepared
+// claims and pending, waiting (within ctx and mpsUpTimeout) for the
+// daemons pending's devices use.
+func (d *Driver) applyMPSLocked(ctx context.Context, pending map[types.UID]preparedClaim) error {
+	if d.mps == nil {
+		return nil
+	}
+	d.mps.Set(d.mpsCtx, d.mpsGPUsLocked(pending))
+	var devs []cdi.Device
+	var wait []string
+	add := func(claims map[types.UID]preparedClaim, isPending bool) {
+		for _, uid := range slices.Sorted(maps.Keys(claims)) {
+			for _, dv := range claims[uid].Devices {
+				if dv.MPS == nil {
+					continue
+				}
+				env, mounts := gpu.MPSClient(d.mpsRoot, dv.MPS.GPU, dv.MPS.ThreadPercentage, dv.MPS.PinnedMemoryMiB)
+				e := cdi.Edits{}
+				for _, k := range slices.Sorted(maps.Keys(env)) {
+					e.Env = append(e.Env, k+"="+env[k])
+				}
+				for _, m := range mounts {
+					e.Mounts = append(e.Mounts, cdi.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"rw", "nosuid", "nodev", "bind"}})
+				}
+				devs = append(devs, cdi.Device{Name: mpsDeviceName(uid, dv.Device), Edits: e})
+				if isPending {
+					wait = append(wait, dv.MPS.GPU)
+				}
+			}
+		}
+	}
+	add(d.cp.Claims, false)
+	add(pending, true)
+	if err := d.mpsSpec(devs); err != nil {
+		return fmt.Errorf("MPS CDI spec: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, mpsUpTimeout)
+	defer cancel()
+	for _, id := range wait {
+		if err := d.mps.WaitUp(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasMPS says whether any of the claim's devices is an MPS client.
+func (p preparedClaim) hasMPS() bool {
+	return slices.ContainsFunc(p.Devices, func(dv preparedDevice) bool { return dv.MPS != nil })
+}
+
+// mpsNotReady is Prepare's error for an MPS claim before NVML loaded.
+func mpsNotReady(device string) error {
+	return fmt.Errorf("device %s is shared through MPS, and the MPS control daemons are not running yet (the GPUs are not discovered yet); the kubelet retries", device)
+}
+
+// describeMPS is a prepared device's MPS client, for logs.
+func describeMPS(m *preparedMPS) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d%% of the threads", m.ThreadPercentage)
+	if m.PinnedMemoryMiB > 0 {
+		fmt.Fprintf(&b, ", %d MiB pinned", m.PinnedMemoryMiB)
+	}
+	if m.Whole {
+		b.WriteString(", enforced by the daemon")
+	}
+	return b.String()
+}

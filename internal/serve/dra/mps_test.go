@@ -1,0 +1,267 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+)
+
+// fakeMPS records what the driver asks of the daemons.
+type fakeMPS struct {
+	mu   sync.Mutex
+	sets [][]mpsd.GPU
+	down map[string]error // WaitUp fails for these
+	spec []cdi.Device
+}
+
+func (f *fakeMPS) Set(_ context.Context, gpus []mpsd.GPU) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets = append(f.sets, slices.Clone(gpus))
+}
+
+func (f *fakeMPS) WaitUp(_ context.Context, uuid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.ContainsFunc(f.sets[len(f.sets)-1], func(g mpsd.GPU) bool { return g.UUID == uuid }) {
+		return fmt.Errorf("no MPS control daemon is run for GPU %s", uuid)
+	}
+	return f.down[uuid]
+}
+
+func (f *fakeMPS) writeSpec(devs []cdi.Device) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spec = slices.Clone(devs)
+	return nil
+}
+
+func (f *fakeMPS) last() []mpsd.GPU {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sets[len(f.sets)-1]
+}
+
+// env is the spec device's environment, by device name.
+func (f *fakeMPS) env() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for _, d := range f.spec {
+		out[d.Name] = strings.Join(d.Env, " ")
+	}
+	return out
+}
+
+// sharedGPUs are testGPUs with gpu-0 and gpu-1 shared by memory.
+func sharedGPUs() (out []nvml.GPU, shared func(nvml.GPU) bool) {
+	return testGPUs().GPUs, func(g nvml.GPU) bool { return g.Index < 2 }
+}
+
+// share is a result for a share of dev consuming mem of its memory.
+func share(req, dev, id, mem string) resourceapi.DeviceRequestAllocationResult {
+	r := result(req, dev)
+	uid := types.UID(id)
+	r.ShareID = &uid
+	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(mem)}
+	return r
+}
+
+func withConfig(c *resourceapi.ResourceClaim, params string, requests ...string) *resourceapi.ResourceClaim {
+	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, resourceapi.DeviceAllocationConfiguration{
+		Source: resourceapi.AllocationConfigSourceClaim, Requests: requests,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: testDriver, Parameters: runtime.RawExtension{Raw: []byte(params)},
+		}},
+	})
+	return c
+}
+
+func mpsParams(sharing string) string {
+	return fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"sharing":%s}`, ConfigAPIVersion, GPUConfigKind, sharing)
+}
+
+func newMPSDriver(t *testing.T, dir string) (*Driver, *fakeMPS) {
+	t.Helper()
+	d, _ := newTestDriver(t, dir, Options{Sources: 1})
+	in := testGPUs()
+	_, in.MemoryShares = sharedGPUs()
+	in.ShareMinimum = 1 << 30
+	d.SetGPUs(context.Background(), in)
+	m := &fakeMPS{}
+	d.SetMPS(context.Background(), m, "/run/mps", m.writeSpec)
+	return d, m
+}
+
+func prepare(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	t.Helper()
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[c.UID]
+}
+
+func TestSharedSlices(t *testing.T) {
+	d, _ := newMPSDriver(t, t.TempDir())
+	devs := byName(d.Resources().Pools[testNode].Slices[0].Devices)
+	g0, g2 := devs["gpu-0"], devs["gpu-2"]
+	if g0.AllowMultipleAllocations == nil || !*g0.AllowMultipleAllocations || g2.AllowMultipleAllocations != nil {
+		t.Errorf("allowMultipleAllocations: gpu-0 %v, gpu-2 %v; want true, unset", g0.AllowMultipleAllocations, g2.AllowMultipleAllocations)
+	}
+	p := g0.Capacity["memory"].RequestPolicy
+	if p == nil || p.Default.String() != "80Gi" || p.ValidRange == nil || p.ValidRange.Min.String() != "1Gi" {
+		t.Errorf("memory request policy = %+v; want default 80Gi (a claim naming no memory takes the GPU whole), min 1Gi", p)
+	}
+	if g2.Capacity["memory"].RequestPolicy != nil {
+		t.Error("gpu-2 is not shared but has a request policy")
+	}
+}
+
+func TestMemorySharesAreMPSClients(t *testing.T) {
+	dir := t.TempDir()
+	d, m := newMPSDriver(t, dir)
+	a := prepare(t, d, claim("uid-a", "a", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")))
+	b := prepare(t, d, claim("uid-b", "b", share("g", "gpu-0", "22222222-2222-2222-2222-222222222222", "20Gi")))
+	if a.Err != nil || b.Err != nil {
+		t.Fatalf("Prepare: %v, %v", a.Err, b.Err)
+	}
+	if dv := a.Devices[0]; dv.ShareID == nil || string(*dv.ShareID) != "11111111-1111-1111-1111-111111111111" ||
+		!slices.Equal(dv.CDIDeviceIDs, []string{"gpu-device-plugin.github.io/gpu=GPU-a", cdi.MPSKind + "=uid-a-gpu-0"}) {
+		t.Errorf("claim a's device = %+v; want its share ID, the GPU's and its MPS client's CDI devices", dv)
+	}
+	// One daemon for the GPU, with the whole GPU as its clients' default:
+	// each client's environment narrows it to its share.
+	if got := m.last(); len(got) != 1 || got[0] != (mpsd.GPU{UUID: "GPU-a", Replicas: 1, MaxShares: 1}) {
+		t.Errorf("daemons = %+v", got)
+	}
+	env := m.env()
+	for name, want := range map[string]string{
+		"uid-a-gpu-0": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=13 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+		"uid-b-gpu-0": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+	} {
+		if env[name] != want {
+			t.Errorf("spec device %s env = %q, want %q", name, env[name], want)
+		}
+	}
+	if len(m.spec) > 0 && (len(m.spec[0].Mounts) != 2 || m.spec[0].Mounts[0].HostPath != "/run/mps/GPU-a/pipe" || m.spec[0].Mounts[1].ContainerPath != "/dev/shm") {
+		t.Errorf("mounts = %+v", m.spec[0].Mounts)
+	}
+	// The whole GPU is not free while shares are held; a third share is.
+	if r := prepare(t, d, claim("uid-x", "whole", result("g", "gpu-0"))); r.Err == nil || !strings.Contains(r.Err.Error(), "is prepared for claim ns/") {
+		t.Errorf("whole GPU over shares: %v", r.Err)
+	}
+	if r := prepare(t, d, claim("uid-y", "same", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "1Gi"))); r.Err == nil || !strings.Contains(r.Err.Error(), "share 11111111-1111-1111-1111-111111111111 of device gpu-0 is prepared for claim ns/a") {
+		t.Errorf("same share twice: %v", r.Err)
+	}
+
+	// A restart restores the daemon and the spec from the checkpoint.
+	d2, _ := newTestDriver(t, dir, Options{Sources: 1})
+	d2.SetGPUs(context.Background(), testGPUs())
+	m2 := &fakeMPS{}
+	d2.SetMPS(context.Background(), m2, "/run/mps", m2.writeSpec)
+	if got := m2.last(); len(got) != 1 || got[0].UUID != "GPU-a" || len(m2.spec) != 2 {
+		t.Errorf("after restart: daemons %+v, spec %d devices", got, len(m2.spec))
+	}
+	if r := prepare(t, d2, claim("uid-a", "a", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi"))); r.Err != nil || r.Devices[0].ShareID == nil {
+		t.Errorf("prepared again after restart: %+v", r)
+	}
+	un := func(uid string) {
+		if _, err := d2.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	un("uid-a")
+	if len(m2.spec) != 1 || len(m2.last()) != 1 {
+		t.Errorf("after one Unprepare: spec %d devices, daemons %+v", len(m2.spec), m2.last())
+	}
+	un("uid-b")
+	if len(m2.spec) != 0 || len(m2.last()) != 0 {
+		t.Errorf("after the last Unprepare: spec %d devices, daemons %+v; want none", len(m2.spec), m2.last())
+	}
+}
+
+func TestMPSConfigOnWholeGPU(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	c := withConfig(claim("uid-w", "whole", result("g", "gpu-2")), mpsParams(`{"strategy":"MPS","mps":{"activeThreadPercentage":50,"pinnedMemoryLimit":"10Gi"}}`))
+	if r := prepare(t, d, c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// Held whole: the daemon itself holds every client to the claim's limits.
+	if got := m.last(); len(got) != 1 || got[0] != (mpsd.GPU{UUID: "GPU-c", Replicas: 1, MaxShares: 1, ThreadPercentage: 50, Memory: 10 << 30}) {
+		t.Errorf("daemons = %+v", got)
+	}
+	if got := m.env()["uid-w-gpu-2"]; got != "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" {
+		t.Errorf("env = %q", got)
+	}
+	// Time-slicing with the default interval is what a claim gets anyway.
+	ts := withConfig(claim("uid-t", "ts", result("g", "gpu-1")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Default"}}`))
+	if r := prepare(t, d, ts); r.Err != nil || len(r.Devices[0].CDIDeviceIDs) != 1 {
+		t.Errorf("time-slicing claim: %+v", r)
+	}
+}
+
+func TestMPSRefusals(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	m.down = map[string]error{"GPU-b": errors.New("nvidia-cuda-mps-control -d: exit status 1")}
+	for _, tc := range []struct {
+		name string
+		c    *resourceapi.ResourceClaim
+		want string
+	}{
+		{"time-slicing a share", withConfig(claim("u1", "c1", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")), mpsParams(`{"strategy":"TimeSlicing"}`)),
+			"a share, served through MPS, which limits it; remove the TimeSlicing config"},
+		{"interval", withConfig(claim("u2", "c2", result("g", "gpu-2")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`)),
+			`sharing.timeSlicing.interval: "Long" is not taken`},
+		{"limit over the share", withConfig(claim("u3", "c3", share("g", "gpu-0", "33333333-3333-3333-3333-333333333333", "10Gi")), mpsParams(`{"strategy":"MPS","mps":{"pinnedMemoryLimit":"20Gi"}}`)),
+			"sharing.mps.pinnedMemoryLimit 20Gi is more than the 10Gi of memory the claim was allocated"},
+		{"two MPS GPUs", claim("u4", "c4", share("g", "gpu-0", "44444444-4444-4444-4444-444444444444", "10Gi"), share("h", "gpu-1", "55555555-5555-5555-5555-555555555555", "10Gi")),
+			"a container reaches one MPS daemon"},
+		{"unknown key", withConfig(claim("u5", "c5", result("g", "gpu-2")), mpsParams(`{"strategy":"MPS","mps":{"threads":50}}`)),
+			`opaque config[0] (from the claim) for driver gpu-device-plugin.github.io: parameters do not decode (json: unknown field "threads")`},
+		{"bad strategy", withConfig(claim("u6", "c6", result("g", "gpu-2")), mpsParams(`{"strategy":"mps"}`)),
+			`sharing.strategy: "mps" is not a strategy; use MPS or TimeSlicing`},
+		{"wrong kind", withConfig(claim("u7", "c7", result("g", "gpu-2")), `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}`),
+			`parameters are apiVersion "resource.nvidia.com/v1beta1" kind "GpuConfig"; this driver takes apiVersion gpu-device-plugin.github.io/v1alpha1 kind GPUConfig`},
+		{"percentage", withConfig(claim("u8", "c8", result("g", "gpu-2")), mpsParams(`{"strategy":"MPS","mps":{"activeThreadPercentage":150}}`)),
+			"sharing.mps.activeThreadPercentage: 150 is out of range; use 1 to 100"},
+		{"daemon down", claim("u9", "c9", share("g", "gpu-1", "99999999-9999-9999-9999-999999999999", "10Gi")),
+			"nvidia-cuda-mps-control -d: exit status 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := prepare(t, d, tc.c)
+			if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) || !strings.Contains(r.Err.Error(), tc.c.Name) {
+				t.Errorf("err = %v, want one naming the claim with %q", r.Err, tc.want)
+			}
+			if _, held := d.cp.Claims[tc.c.UID]; held {
+				t.Error("refused claim is in the checkpoint")
+			}
+		})
+	}
+	// Nothing refused left a daemon or a spec device behind.
+	if got := m.last(); len(got) != 0 || len(m.spec) != 0 {
+		t.Errorf("after refusals: daemons %+v, spec %+v", got, m.spec)
+	}
+
+	// Before the GPUs are up, an MPS claim waits (the kubelet retries).
+	early, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1})
+	early.SetGPUs(context.Background(), testGPUs())
+	r := prepare(t, early, withConfig(claim("u10", "early", result("g", "gpu-2")), mpsParams(`{"strategy":"MPS"}`)))
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "MPS control daemons are not running yet") {
+		t.Errorf("MPS before SetMPS: %v", r.Err)
+	}
+}
