@@ -49,7 +49,7 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.SysfsRoot })},
 		{Key: "devRoot", Category: CategoryDriver, Flag: "dev-root", Default: "/dev", Usage: "the host's /dev, as this process and the container runtime both see it",
 			set: str(func(c *Config) *string { return &c.DevRoot })},
-		{Key: "mpsRoot", Category: CategoryKubelet, Flag: "mps-root", Default: DefaultMPSRoot, Usage: "where the MPS control daemons of GPUs shared through sharing.mps keep their pipe, log and shared-memory directories, one directory per GPU; a host path that containers get mounts of, best on a tmpfs such as /run",
+		{Key: "mpsRoot", Category: CategoryKubelet, Flag: "mps-root", Default: DefaultMPSRoot, Usage: "where the MPS control daemons of GPUs shared through MPS (sharing.mps, or DRA claims) keep their pipe, log and shared-memory directories, one directory per GPU; a host path that containers get mounts of, best on a tmpfs such as /run",
 			set: str(func(c *Config) *string { return &c.MPSRoot })},
 		{Key: "deviceIDStrategy", Category: CategoryKubelet, Flag: "device-id-strategy", Default: "uuid", Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index",
 			set: str(func(c *Config) *string { return &c.DeviceIDStrategy })},
