@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
@@ -201,27 +199,9 @@ func (s *memShareScenario) release_(t *testing.T, ctx context.Context) {
 }
 
 func (s *memShareScenario) uninstall(t *testing.T, ctx context.Context) {
-	if err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, memShareTmpl, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Error(err)
-	}
-	if err := s.release.uninstall(ctx); err != nil {
-		t.Fatal(err)
-	}
+	uninstallDRA(t, ctx, s.release, memShareTmpl)
 	s.release = nil
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		sl, _, err := nodeSlices(ctx)
-		return err == nil && len(sl) == 0, nil
-	})
-	if err != nil {
-		t.Errorf("ResourceSlices still there after uninstalling: %v", err)
-	}
-	if err := removeSpecs(); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.RemoveAll(s.root); err != nil {
 		t.Error(err)
-	}
-	if left, err := leftovers(); err != nil || len(left) > 0 {
-		t.Errorf("left on the node: %v %v", left, err)
 	}
 }

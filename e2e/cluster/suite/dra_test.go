@@ -734,15 +734,22 @@ func (s *draScenario) unprepare(t *testing.T, ctx context.Context) {
 }
 
 func (s *draScenario) uninstall(t *testing.T, ctx context.Context) {
-	for _, n := range []string{oneGPU, alignedTmpl} {
+	uninstallDRA(t, ctx, s.release, oneGPU, alignedTmpl)
+	s.release = nil
+}
+
+// uninstallDRA removes the claim templates and the release, and checks the
+// kubelet removed the driver's slices and nothing is left on the node but
+// the CDI specs, which the documented step removes.
+func uninstallDRA(t *testing.T, ctx context.Context, r *release, templates ...string) {
+	for _, n := range templates {
 		if err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
 	}
-	if err := s.release.uninstall(ctx); err != nil {
+	if err := r.uninstall(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.release = nil
 	// The kubelet removes a driver's slices once the driver is gone.
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		sl, _, err := nodeSlices(ctx)
