@@ -31,8 +31,15 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		if mets != nil {
 			mets.SetMPSDaemons(m.Up)
 		}
+		self, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("finding this executable, which runs nvidia-smi confined: %w", err)
+		}
+		timeSlice := func(ctx context.Context, uuid string, level int) error {
+			return mpsexec.SetTimeSlice(ctx, self, cfg.DriverRoot, cfg.DevRoot, uuid, level)
+		}
 		return gate, func(ctx context.Context) {
-			c.UseMPS(ctx, m)
+			c.UseSharing(ctx, m, timeSlice)
 			gate.Run(ctx)
 		}, nil
 	}
@@ -71,9 +78,10 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 	return gate, run, nil
 }
 
-// mpsClaims is a front-end whose claims start and stop MPS daemons (DRA).
+// mpsClaims is a front-end whose claims start and stop MPS daemons and
+// set GPUs' time-slice intervals (DRA).
 type mpsClaims interface {
-	UseMPS(ctx context.Context, m *mpsd.Manager)
+	UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) error)
 }
 
 // mpsManager is the manager of the MPS control daemons under cfg's

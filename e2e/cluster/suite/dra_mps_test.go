@@ -11,11 +11,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
 )
 
 // The DRA memory-share lane: one GPU published with consumable memory
@@ -23,18 +27,22 @@ import (
 // memory, share it through the MPS daemon the plugin starts for their
 // claims, and get that memory as their MPS limit.
 const (
-	memShareTmpl = "gpu-quarter"
-	podShare1    = "dra-share-1"
-	podShare2    = "dra-share-2"
+	memShareTmpl  = "gpu-quarter"
+	timeSliceTmpl = "gpu-long-slices"
+	podShare1     = "dra-share-1"
+	podShare2     = "dra-share-2"
+	podTimeSlice  = "dra-time-slice"
 )
 
-var memSharePods = []string{podShare1, podShare2}
+var memSharePods = []string{podShare1, podShare2, podTimeSlice}
 
 // TestDRAMemoryShares: the GPU is published as shareable; two claims for
 // a quarter of its memory land on it together; each pod gets the daemon's
 // pipe directory and shared memory and a quarter of the threads and
 // memory as its limits; the daemon runs while claims hold it and stops
-// with the last one, taking its CDI spec device along.
+// with the last one, taking its CDI spec device along. A claim asking for
+// the Long time-slice interval has it set on its GPU through the driver
+// root's nvidia-smi (the stand-in), and Default again when it goes.
 func TestDRAMemoryShares(t *testing.T) {
 	s := &memShareScenario{}
 	steps := []step{
@@ -42,6 +50,7 @@ func TestDRAMemoryShares(t *testing.T) {
 		{"the GPU is published with allowMultipleAllocations and a memory request policy", s.slice},
 		{"two claims for a quarter of its memory share it through MPS", s.pods},
 		{"the last claim gone, the daemon stops and its spec devices go", s.release_},
+		{"a claim's time-slice interval is set on its GPU, and put back when it goes", s.timeSlice},
 		{"uninstall leaves the node clean", s.uninstall},
 	}
 	cleanUpOnFailure(t, func() *release { return s.release }, true, memSharePods...)
@@ -198,8 +207,54 @@ func (s *memShareScenario) release_(t *testing.T, ctx context.Context) {
 	}
 }
 
+func (s *memShareScenario) timeSlice(t *testing.T, ctx context.Context) {
+	other := env.Profile.GPUs[1]
+	params := `{"apiVersion":"gpu-device-plugin.github.io/v1alpha1","kind":"GPUConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: timeSliceTmpl, Namespace: testNamespace},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: gpuClass,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes[%q].uuid == %q`, draDriver, other.UUID),
+				}}},
+			}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: draDriver, Parameters: runtime.RawExtension{Raw: []byte(params)}},
+			}}},
+		}}},
+	}
+	if err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Delete(ctx, timeSliceTmpl, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if _, err := k8s.kube.ResourceV1().ResourceClaimTemplates(testNamespace).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(env.driverRoot(), mpstest.SMIRecord)
+	_ = os.Remove(record)
+	if _, err := createPod(ctx, claimProbePod(podTimeSlice, timeSliceTmpl), true); err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	set := "compute-policy -i " + other.UUID + " --set-timeslice 3\n"
+	if b, _ := os.ReadFile(record); string(b) != set {
+		t.Errorf("nvidia-smi was told %q, want %q", b, set)
+	}
+	if err := deletePods(ctx, podTimeSlice); err != nil {
+		t.Fatal(err)
+	}
+	reset := set + "compute-policy -i " + other.UUID + " --set-timeslice 0\n"
+	var b []byte
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		b, _ = os.ReadFile(record)
+		return string(b) == reset, nil
+	})
+	if err != nil {
+		t.Errorf("after the claim went, nvidia-smi was told %q, want %q: %v%s", b, reset, err, pluginLogs(ctx))
+	}
+}
+
 func (s *memShareScenario) uninstall(t *testing.T, ctx context.Context) {
-	uninstallDRA(t, ctx, s.release, memShareTmpl)
+	uninstallDRA(t, ctx, s.release, memShareTmpl, timeSliceTmpl)
 	s.release = nil
 	if err := os.RemoveAll(s.root); err != nil {
 		t.Error(err)

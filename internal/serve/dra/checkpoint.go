@@ -47,7 +47,12 @@ type preparedDevice struct {
 	// hold (sharing.memoryShares).
 	ShareID *types.UID `json:"shareID,omitempty"`
 	// MPS is set for an MPS client: its limits.
-	MPS   *preparedMPS `json:"mps,omitempty"`
+	MPS *preparedMPS `json:"mps,omitempty"`
+	// TimeSlice is the time-slice interval set on the GPU for the claim,
+	// put back to Default when the claim goes.
+	TimeSlice string `json:"timeSlice,omitempty"`
+	// gpu is the GPU's UUID while preparing (not kept).
+	gpu   string
 	extra jsonkeep.Fields
 }
 

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +27,12 @@ const (
 	StrategyTimeSlicing = "TimeSlicing"
 )
 
-// TimeSliceDefault is the one time-slice interval taken: the driver's own.
-const TimeSliceDefault = "Default"
+// TimeSliceIntervals are the time-slice intervals a GPUConfig may ask
+// for, and nvidia-smi compute-policy's levels for them.
+var timeSliceIntervals = map[string]int{"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
+
+// timeSliceNames lists the intervals, shortest last as the docs do.
+const timeSliceNames = "Default, Short, Medium or Long"
 
 // GPUConfig is this driver's opaque configuration of a request's GPUs.
 //
@@ -67,8 +72,9 @@ type MPSConfig struct {
 
 // TimeSlicingConfig is the time-slicing of the claim's GPUs.
 type TimeSlicingConfig struct {
-	// Interval is TimeSliceDefault or empty: setting another interval
-	// takes nvidia-smi, which this release does not run.
+	// Interval is how long each process runs before the GPU switches to
+	// another: Default, Short, Medium or Long (nvidia-smi compute-policy
+	// --set-timeslice). Empty: the GPU's setting is left as it is.
 	Interval string `json:"interval,omitempty"`
 }
 
@@ -149,8 +155,10 @@ func decodeGPUConfig(raw []byte) (*GPUConfig, error) {
 		if s.MPS != nil {
 			return nil, errors.New("sharing.mps is set with strategy TimeSlicing; remove it, or set strategy MPS")
 		}
-		if t := s.TimeSlicing; t != nil && t.Interval != "" && t.Interval != TimeSliceDefault {
-			return nil, fmt.Errorf("sharing.timeSlicing.interval: %q is not taken: this release keeps the driver's default interval (setting another takes nvidia-smi compute-policy, which it does not run); leave interval out or write %s", t.Interval, TimeSliceDefault)
+		if t := s.TimeSlicing; t != nil && t.Interval != "" {
+			if _, ok := timeSliceIntervals[t.Interval]; !ok {
+				return nil, fmt.Errorf("sharing.timeSlicing.interval: %q is not an interval; use %s (as written)", t.Interval, timeSliceNames)
+			}
 		}
 	case "":
 		return nil, fmt.Errorf("sharing.strategy: missing; use %s or %s", StrategyMPS, StrategyTimeSlicing)
@@ -161,4 +169,60 @@ func decodeGPUConfig(raw []byte) (*GPUConfig, error) {
 }
 
 // mps says whether the config asks for MPS.
-func (g *GPUConfig) mps() bool { return g != nil && g.Sharing != nil && g.Sharing.Strategy == StrategyMPS }
+func (g *GPUConfig) mps() bool {
+	return g != nil && g.Sharing != nil && g.Sharing.Strategy == StrategyMPS
+}
+
+// timeSlice is the interval the config asks for ("" for none) and its
+// nvidia-smi level.
+func (g *GPUConfig) timeSlice() (string, int) {
+	if g == nil || g.Sharing == nil || g.Sharing.Strategy != StrategyTimeSlicing || g.Sharing.TimeSlicing == nil {
+		return "", 0
+	}
+	i := g.Sharing.TimeSlicing.Interval
+	return i, timeSliceIntervals[i]
+}
+
+// TimeSlicer sets the compute time-slice of the GPU with uuid to an
+// nvidia-smi level (mpsexec.SetTimeSlice).
+type TimeSlicer func(ctx context.Context, uuid string, level int) error
+
+// setTimeSlicesLocked sets the time-slice intervals p's devices ask for;
+// on a failure those set are put back and the claim fails.
+func (d *Driver) setTimeSlicesLocked(ctx context.Context, p preparedClaim) error {
+	var done []preparedDevice
+	for _, dv := range p.Devices {
+		if dv.TimeSlice == "" {
+			continue
+		}
+		if d.timeSlice == nil {
+			return fmt.Errorf("device %s: its time-slice interval cannot be set yet (the GPUs are not discovered yet); the kubelet retries", dv.Device)
+		}
+		if err := d.timeSlice(ctx, dv.gpu, timeSliceIntervals[dv.TimeSlice]); err != nil {
+			for _, u := range done {
+				_ = d.timeSlice(ctx, u.gpu, timeSliceIntervals["Default"])
+			}
+			return fmt.Errorf("device %s: setting time-slice interval %s: %w", dv.Device, dv.TimeSlice, err)
+		}
+		d.o.Log.Info("set the GPU's time-slice interval for a claim", "device", dv.Device, "gpu", dv.gpu, "interval", dv.TimeSlice)
+		done = append(done, dv)
+	}
+	return nil
+}
+
+// resetTimeSlicesLocked puts the GPUs of p's devices whose interval it set
+// back to Default, as it goes.
+func (d *Driver) resetTimeSlicesLocked(ctx context.Context, p preparedClaim) {
+	for _, dv := range p.Devices {
+		if dv.TimeSlice == "" || dv.TimeSlice == "Default" || d.timeSlice == nil {
+			continue
+		}
+		e, ok := d.byName[dv.Device]
+		if !ok {
+			continue
+		}
+		if err := d.timeSlice(ctx, e.ID, timeSliceIntervals["Default"]); err != nil {
+			d.o.Log.Warn("putting the GPU's time-slice interval back to Default", "device", dv.Device, "err", err)
+		}
+	}
+}

@@ -138,6 +138,8 @@ type Driver struct {
 	mpsRoot string
 	mpsSpec MPSSpec
 	mpsCtx  context.Context
+	// timeSlice sets a GPU's time-slice interval; nil until SetMPS.
+	timeSlice TimeSlicer
 
 	pubMu   sync.Mutex // orders publications
 	pub     Publisher
@@ -475,10 +477,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
 			continue
 		}
-		p, err := d.prepareLocked(c)
+		p, err := d.prepareLocked(ctx, c)
 		if err == nil && p.hasMPS() {
 			mpsChanged = true
-			err = d.applyMPSLocked(ctx, map[types.UID]preparedClaim{c.UID: p})
+			if err = d.applyMPSLocked(ctx, map[types.UID]preparedClaim{c.UID: p}); err != nil {
+				d.resetTimeSlicesLocked(ctx, p)
+			}
 		}
 		if err != nil {
 			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
@@ -496,6 +500,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	if len(added) > 0 || filled {
 		if err := d.cp.save(d.o.CheckpointPath); err != nil {
 			for _, uid := range added {
+				d.resetTimeSlicesLocked(ctx, d.cp.Claims[uid])
 				delete(d.cp.Claims, uid)
 				out[uid] = kubeletplugin.PrepareResult{Err: err}
 			}
@@ -530,7 +535,7 @@ func (d *Driver) mpsReadyLocked(ctx context.Context, p preparedClaim) error {
 	return nil
 }
 
-func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, error) {
+func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim) (preparedClaim, error) {
 	p := preparedClaim{Namespace: c.Namespace, Name: c.Name}
 	if c.Status.Allocation == nil {
 		return p, errors.New("not allocated")
@@ -573,6 +578,10 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 		if err != nil {
 			return p, fmt.Errorf("request %q: %w", r.Request, err)
 		}
+		interval, _ := configOf(r.Request).timeSlice()
+		if interval != "" && e.Type != draslice.TypeGPU {
+			return p, fmt.Errorf("request %q: device %s is a %s device, and a time-slice interval is set for whole GPUs; remove timeSlicing.interval for it", r.Request, r.Device, e.Type)
+		}
 		ids := slices.Clone(e.CDIIDs)
 		if mps != nil {
 			switch {
@@ -587,7 +596,11 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (preparedClaim, err
 		p.Devices = append(p.Devices, preparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
 			CDIDeviceIDs: ids, AdminAccess: admin, ShareID: r.ShareID, MPS: mps,
+			TimeSlice: interval, gpu: e.ID,
 		})
+	}
+	if err := d.setTimeSlicesLocked(ctx, p); err != nil {
+		return p, err
 	}
 	return p, nil
 }
@@ -689,7 +702,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			for uid := range removed {
 				out[uid] = err
 			}
+			return out, nil
 		}
+	}
+	for _, p := range removed {
+		d.resetTimeSlicesLocked(ctx, p)
 	}
 	for _, p := range removed {
 		if p.hasMPS() {

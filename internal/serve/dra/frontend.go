@@ -329,10 +329,11 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	return nil
 }
 
-// UseMPS runs the MPS daemons of the claims' MPS clients through m until
-// ctx ends (see Driver.SetMPS).
-func (f *FrontEnd) UseMPS(ctx context.Context, m *mpsd.Manager) {
-	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.writeMPSSpec)
+// UseSharing runs the MPS daemons of the claims' MPS clients through m
+// until ctx ends, and sets the time-slice intervals they ask for through
+// timeSlice (see Driver.SetMPS).
+func (f *FrontEnd) UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) error) {
+	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.writeMPSSpec, timeSlice)
 }
 
 // writeMPSSpec writes the MPS clients' CDI spec; with none, removes it.

@@ -60,13 +60,13 @@ func (p preparedMPS) MarshalJSON() ([]byte, error) {
 }
 
 // SetMPS starts serving MPS claims through m, with the daemons'
-// directories under root: the daemons of the claims in the checkpoint are
+// directories under root, and time-slice intervals through timeSlice: the daemons of the claims in the checkpoint are
 // started (or adopted), those of no claim stopped, and the MPS spec
 // rewritten (it is gone after a reboot). Daemons run until ctx ends.
-func (d *Driver) SetMPS(ctx context.Context, m MPSDaemons, root string, spec MPSSpec) {
+func (d *Driver) SetMPS(ctx context.Context, m MPSDaemons, root string, spec MPSSpec, timeSlice TimeSlicer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mps, d.mpsRoot, d.mpsSpec, d.mpsCtx = m, root, spec, ctx
+	d.mps, d.mpsRoot, d.mpsSpec, d.mpsCtx, d.timeSlice = m, root, spec, ctx, timeSlice
 	if err := d.applyMPSLocked(ctx, nil); err != nil {
 		d.o.Log.Error("MPS: restoring the prepared claims' clients", "err", err)
 	}

@@ -26,6 +26,20 @@ type fakeMPS struct {
 	sets [][]mpsd.GPU
 	down map[string]error // WaitUp fails for these
 	spec []cdi.Device
+	// slices are the time-slice levels set, "uuid=level" in order;
+	// sliceErr fails them.
+	slices   []string
+	sliceErr error
+}
+
+func (f *fakeMPS) setTimeSlice(_ context.Context, uuid string, level int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sliceErr != nil {
+		return f.sliceErr
+	}
+	f.slices = append(f.slices, fmt.Sprintf("%s=%d", uuid, level))
+	return nil
 }
 
 func (f *fakeMPS) Set(_ context.Context, gpus []mpsd.GPU) {
@@ -103,7 +117,7 @@ func newMPSDriver(t *testing.T, dir string) (*Driver, *fakeMPS) {
 	in.ShareMinimum = 1 << 30
 	d.SetGPUs(context.Background(), in)
 	m := &fakeMPS{}
-	d.SetMPS(context.Background(), m, "/run/mps", m.writeSpec)
+	d.SetMPS(context.Background(), m, "/run/mps", m.writeSpec, m.setTimeSlice)
 	return d, m
 }
 
@@ -173,7 +187,7 @@ func TestMemorySharesAreMPSClients(t *testing.T) {
 	d2, _ := newTestDriver(t, dir, Options{Sources: 1})
 	d2.SetGPUs(context.Background(), testGPUs())
 	m2 := &fakeMPS{}
-	d2.SetMPS(context.Background(), m2, "/run/mps", m2.writeSpec)
+	d2.SetMPS(context.Background(), m2, "/run/mps", m2.writeSpec, m2.setTimeSlice)
 	if got := m2.last(); len(got) != 1 || got[0].UUID != "GPU-a" || len(m2.spec) != 2 {
 		t.Errorf("after restart: daemons %+v, spec %d devices", got, len(m2.spec))
 	}
@@ -209,9 +223,36 @@ func TestMPSConfigOnWholeGPU(t *testing.T) {
 		t.Errorf("env = %q", got)
 	}
 	// Time-slicing with the default interval is what a claim gets anyway.
-	ts := withConfig(claim("uid-t", "ts", result("g", "gpu-1")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Default"}}`))
-	if r := prepare(t, d, ts); r.Err != nil || len(r.Devices[0].CDIDeviceIDs) != 1 {
-		t.Errorf("time-slicing claim: %+v", r)
+	ts := withConfig(claim("uid-t", "ts", result("g", "gpu-1")), mpsParams(`{"strategy":"TimeSlicing"}`))
+	if r := prepare(t, d, ts); r.Err != nil || len(r.Devices[0].CDIDeviceIDs) != 1 || len(m.slices) != 0 {
+		t.Errorf("time-slicing claim: %+v, intervals set %v", r, m.slices)
+	}
+}
+
+// A claim's time-slice interval is set on its GPU, and put back to Default
+// when the claim goes.
+func TestTimeSliceInterval(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	long := withConfig(claim("uid-l", "long", result("g", "gpu-2")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`))
+	if r := prepare(t, d, long); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if !slices.Equal(m.slices, []string{"GPU-c=3"}) || d.cp.Claims["uid-l"].Devices[0].TimeSlice != "Long" {
+		t.Errorf("set %v, checkpoint %+v; want GPU-c=3 and Long recorded", m.slices, d.cp.Claims["uid-l"].Devices[0])
+	}
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "uid-l"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.slices, []string{"GPU-c=3", "GPU-c=0"}) {
+		t.Errorf("after Unprepare: set %v, want GPU-c back to 0", m.slices)
+	}
+	m.sliceErr = errors.New("nvidia-smi: Insufficient Permissions")
+	r := prepare(t, d, withConfig(claim("uid-s", "short", result("g", "gpu-2")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Short"}}`)))
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "setting time-slice interval Short: nvidia-smi: Insufficient Permissions") {
+		t.Errorf("failed setting: %v", r.Err)
+	}
+	if _, held := d.cp.Claims["uid-s"]; held {
+		t.Error("a claim whose interval could not be set is in the checkpoint")
 	}
 }
 
@@ -225,8 +266,8 @@ func TestMPSRefusals(t *testing.T) {
 	}{
 		{"time-slicing a share", withConfig(claim("u1", "c1", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")), mpsParams(`{"strategy":"TimeSlicing"}`)),
 			"a share, served through MPS, which limits it; remove the TimeSlicing config"},
-		{"interval", withConfig(claim("u2", "c2", result("g", "gpu-2")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`)),
-			`sharing.timeSlicing.interval: "Long" is not taken`},
+		{"interval", withConfig(claim("u2", "c2", result("g", "gpu-2")), mpsParams(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"long"}}`)),
+			`sharing.timeSlicing.interval: "long" is not an interval; use Default, Short, Medium or Long (as written)`},
 		{"limit over the share", withConfig(claim("u3", "c3", share("g", "gpu-0", "33333333-3333-3333-3333-333333333333", "10Gi")), mpsParams(`{"strategy":"MPS","mps":{"pinnedMemoryLimit":"20Gi"}}`)),
 			"sharing.mps.pinnedMemoryLimit 20Gi is more than the 10Gi of memory the claim was allocated"},
 		{"two MPS GPUs", claim("u4", "c4", share("g", "gpu-0", "44444444-4444-4444-4444-444444444444", "10Gi"), share("h", "gpu-1", "55555555-5555-5555-5555-555555555555", "10Gi")),

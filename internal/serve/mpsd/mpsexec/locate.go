@@ -23,14 +23,18 @@ const controlName = "nvidia-cuda-mps-control"
 //   - a root of programs and libraries only (bin/, lib64/, as GKE installs
 //     the driver): the program run in place, with the root's library
 //     directories on LD_LIBRARY_PATH and this process's C library.
-func Locate(driverRoot string) (Spec, error) {
+func Locate(driverRoot string) (Spec, error) { return LocateProgram(driverRoot, controlName) }
+
+// LocateProgram is Locate for another of the driver's programs (name:
+// nvidia-smi), looked for in the same places and run the same way.
+func LocateProgram(driverRoot, name string) (Spec, error) {
 	root := filepath.Clean(driverRoot)
 	if driverRoot == "" {
 		root = "/"
 	}
 	for _, dir := range []string{"usr/bin", "bin"} {
-		inRoot := "/" + dir + "/" + controlName
-		p := filepath.Join(root, dir, controlName)
+		inRoot := "/" + dir + "/" + name
+		p := filepath.Join(root, dir, name)
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
@@ -52,7 +56,7 @@ func Locate(driverRoot string) (Spec, error) {
 		}
 		return Spec{Binary: p, Env: []string{"LD_LIBRARY_PATH=" + strings.Join(libs, ":")}}, nil
 	}
-	return Spec{}, fmt.Errorf("%s is not in the driver root %s (usr/bin or bin): install the driver's compute utilities there (the package with nvidia-smi), or set driverRoot (--driver-root) to the root that has them", controlName, root)
+	return Spec{}, fmt.Errorf("%s is not in the driver root %s (usr/bin or bin): install the driver's utilities there (the package with nvidia-smi), or set driverRoot (--driver-root) to the root that has them", name, root)
 }
 
 // interpreter is the dynamic loader an ELF program names; "" for a static

@@ -40,7 +40,7 @@ func Main(arg string) error {
 		if err := confine(s); err != nil {
 			return fmt.Errorf("mps-exec: confining to the driver root %s: %w", s.DriverRoot, err)
 		}
-		pipe, log, where = RootPipe, RootLog, " in the driver root "+s.DriverRoot
+		pipe, log, where = ifSet(s.Pipe, RootPipe), ifSet(s.Log, RootLog), " in the driver root "+s.DriverRoot
 	} else if s.Shm != "" {
 		if err := unix.Mount(s.Shm, "/dev/shm", "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mps-exec: binding %s on /dev/shm: %w", s.Shm, err)
@@ -49,6 +49,14 @@ func Main(arg string) error {
 	bin := s.binary()
 	err = unix.Exec(bin, append([]string{bin}, s.Args...), environ(os.Environ(), s.Env, pipe, log))
 	return fmt.Errorf("mps-exec: running %s%s: %w", bin, where, err)
+}
+
+// ifSet is v where set is not empty.
+func ifSet(set, v string) string {
+	if set == "" {
+		return ""
+	}
+	return v
 }
 
 // ownNamespace refuses to go on in the parent's mount namespace: the
@@ -103,6 +111,9 @@ func confine(s Spec) error {
 		return fmt.Errorf("%w (the MPS pipe and log directories go under /tmp)", err)
 	}
 	for _, m := range []struct{ source, at string }{{s.Pipe, RootPipe}, {s.Log, RootLog}} {
+		if m.source == "" {
+			continue
+		}
 		at := strings.TrimPrefix(m.at, "/")
 		for _, dir := range []string{filepath.Dir(at), at} {
 			if err := root.mkdir(dir); err != nil {

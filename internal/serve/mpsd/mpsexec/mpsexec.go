@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,9 +64,10 @@ type Spec struct {
 	// Shm is bound on /dev/shm; "": the /dev/shm of DevRoot (chroot) or
 	// the caller's (no chroot) stays.
 	Shm string `json:"shm,omitempty"`
-	// Pipe and Log are the MPS pipe and log directories.
-	Pipe string `json:"pipe"`
-	Log  string `json:"log"`
+	// Pipe and Log are the MPS pipe and log directories, which the control
+	// program requires; other programs (nvidia-smi) may go without.
+	Pipe string `json:"pipe,omitempty"`
+	Log  string `json:"log,omitempty"`
 	// Binary is the path inside the driver root; "": DefaultBinary.
 	Binary string `json:"binary,omitempty"`
 	// Args are the binary's arguments: ["-d"] starts the daemon, none makes
@@ -118,11 +120,12 @@ const (
 )
 
 func (s Spec) validate() error {
+	control := path.Base(s.binary()) == controlName
 	for _, p := range []struct {
 		key, path string
 		required  bool
 	}{
-		{"pipe", s.Pipe, true}, {"log", s.Log, true}, {"driverRoot", s.DriverRoot, false},
+		{"pipe", s.Pipe, control}, {"log", s.Log, control}, {"driverRoot", s.DriverRoot, false},
 		{"devRoot", s.DevRoot, false}, {"shm", s.Shm, false}, {"binary", s.Binary, false},
 	} {
 		switch {
@@ -168,5 +171,11 @@ func environ(base, extra []string, pipe, log string) []string {
 		return k == "CUDA_VISIBLE_DEVICES" || strings.HasPrefix(k, "CUDA_MPS_") || set[k]
 	})
 	env = append(env, extra...)
-	return append(env, pipeEnv+"="+pipe, logEnv+"="+log)
+	if pipe != "" {
+		env = append(env, pipeEnv+"="+pipe)
+	}
+	if log != "" {
+		env = append(env, logEnv+"="+log)
+	}
+	return env
 }

@@ -12,9 +12,10 @@ import (
 	"testing"
 )
 
-// Install builds mockmps as <driverRoot>/usr/bin/nvidia-cuda-mps-control
-// and returns its path. It is static (no cgo), so it also runs chrooted
-// into a driver root that has no libc.
+// Install builds mockmps as <driverRoot>/usr/bin/nvidia-cuda-mps-control,
+// and links it as usr/bin/nvidia-smi (its stand-in, see SMIRecord), and
+// returns the control program's path. It is static (no cgo), so it also
+// runs chrooted into a driver root that has no libc.
 func Install(t testing.TB, driverRoot string) string {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
@@ -28,8 +29,16 @@ func Install(t testing.TB, driverRoot string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building mockmps: %v\n%s", err, out)
 	}
+	if err := os.Link(bin, filepath.Join(filepath.Dir(bin), "nvidia-smi")); err != nil {
+		t.Fatal(err)
+	}
 	return bin
 }
+
+// SMIRecord is the file, in a driver root, where the nvidia-smi stand-in
+// records each command it took, one line each:
+// "compute-policy -i <uuid> --set-timeslice <level>".
+const SMIRecord = "var/log/mock-nvidia-smi.log"
 
 // DriverRoot is a driver root with the stand-in control daemon at
 // /usr/bin/nvidia-cuda-mps-control and the directories a host's has.

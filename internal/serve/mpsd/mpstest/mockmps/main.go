@@ -9,6 +9,10 @@
 // /dev/shm/mockmps.<pid> when it starts (showing which /dev/shm it was
 // given) and removes it on quit. quit answers, removes the socket, pid
 // file and marker, and exits.
+//
+// Installed as nvidia-smi, it takes `compute-policy -i <uuid>
+// --set-timeslice <0-3>` only, appending its arguments as a line to
+// SMIRecord (a path in the root it runs in, chrooted into a driver root).
 package main
 
 import (
@@ -28,7 +32,17 @@ const (
 	pidFile   = "nvidia-cuda-mps-control.pid"
 )
 
+// SMIRecord is where the nvidia-smi stand-in records what it was told.
+const SMIRecord = "/var/log/mock-nvidia-smi.log"
+
 func main() {
+	if filepath.Base(os.Args[0]) == "nvidia-smi" {
+		if err := smi(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	pipe := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
 	if pipe == "" {
 		pipe = "/tmp/nvidia-mps"
@@ -180,5 +194,28 @@ func client(pipe string) error {
 			fmt.Println(a)
 		}
 	}
+	return nil
+}
+
+// smi is the nvidia-smi stand-in.
+func smi(args []string) error {
+	if len(args) != 5 || args[0] != "compute-policy" || args[1] != "-i" || args[3] != "--set-timeslice" || len(args[4]) != 1 || args[4] < "0" || args[4] > "3" {
+		return fmt.Errorf("mock nvidia-smi: takes compute-policy -i <uuid> --set-timeslice <0-3>, got %q", args)
+	}
+	if !strings.HasPrefix(args[2], "GPU-") {
+		return fmt.Errorf("mock nvidia-smi: no GPU %q (a whole GPU's UUID)", args[2])
+	}
+	if err := os.MkdirAll(filepath.Dir(SMIRecord), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(SMIRecord, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(f, strings.Join(args, " "))
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("Set compute time slice to %s for GPU %s.\n", args[4], args[2])
 	return nil
 }
