@@ -219,10 +219,12 @@ func (d *Driver) rebuiltClaim(c *resourceapi.ResourceClaim, h heldClaim) (prepar
 			AdminAccess:  r.AdminAccess != nil && *r.AdminAccess,
 			ShareID:      r.ShareID,
 		}
-		// An MPS client's limits, as Prepare found them, so its daemon is
-		// run again: the device and the config were accepted then.
+		// An MPS client's limits and the interval set, as Prepare found
+		// them, so its daemon is run again and the interval put back at
+		// Unprepare: the device and the config were accepted then.
 		if e, ok := d.byName[r.Device]; ok && cerr == nil {
 			dv.MPS, _ = mpsOf(r, e, configOf(r.Request))
+			dv.TimeSlice, _ = configOf(r.Request).timeSlice()
 		}
 		p.Devices = append(p.Devices, dv)
 	}
