@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -36,12 +37,16 @@ type draData struct {
 	PrepareMs    float64       `json:"prepareMs"`
 	CDIDevices   []string      `json:"cdiDevices"`
 	Container    *containerRun `json:"container,omitempty"`
+	// Share is the memory share prepared after the whole GPU's claim.
+	Share *draShareData `json:"share,omitempty"`
 }
 
 // dra runs the plugin's daemon in DRA mode in this process, publishing to
 // a fake API server, with the kubelet's own DRA manager and plugin
 // manager; the manager prepares a claim for one GPU, the probe runs on
-// the CDI devices it got, and the claim is unprepared.
+// the CDI devices it got, and the claim is unprepared. The GPUs are
+// published with consumable memory (sharing.memoryShares), and a claim for
+// a quarter of one's memory is prepared next (draShare).
 func (c *checker) dra(ctx context.Context, s *Step) {
 	if c.served != nil {
 		c.served.stop() // a node serves one kubelet API at a time
@@ -74,6 +79,8 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	cfg.CDIHookPath = c.hook
 	cfg.PodResourcesSocket = ""
 	cfg.MetricsAddress = ""
+	cfg.MPSRoot = dir("mps")
+	cfg.Sharing.MemoryShares = config.MemoryShares{Enabled: true}
 	for to, v := range map[*string]string{&cfg.DriverRoot: c.node.DriverRoot, &cfg.SysfsRoot: c.node.SysfsRoot, &cfg.DevRoot: c.node.DevRoot, &cfg.ProcRoot: c.node.ProcRoot} {
 		if v != "" {
 			*to = v
@@ -127,7 +134,7 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	data.Claimed = gpu.Name
 	uuid := ptr.Deref(gpu.Attributes["uuid"].StringValue, "")
 
-	pod, err := c.claim(ctx, k, slice.Spec.Pool.Name, gpu.Name)
+	pod, err := c.claim(ctx, k, "probe", resourceapi.DeviceRequestAllocationResult{Request: draRequest, Driver: config.DRADriverName, Pool: slice.Spec.Pool.Name, Device: gpu.Name})
 	if !s.check("claim created", err == nil, "%s", errText(err)) {
 		return
 	}
@@ -148,6 +155,8 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	k.Remove(pod)
 	err = k.Manager.UnprepareResources(ctx, pod)
 	s.check("the claim is unprepared", err == nil, "%s", errText(err))
+	data.Share = c.draShare(ctx, s, k, slice.Spec.Pool.Name, gpu, cfg.CDISpecDir, cfg.MPSRoot)
+	s.Notes = draShareNotes(data.Share)
 }
 
 func countType(devs []resourceapi.Device, typ string) int {
@@ -185,29 +194,28 @@ func (c *checker) waitSlice(ctx context.Context, k *harness.DRAKubelet) (*resour
 	}
 }
 
-// claim creates a pod with a ResourceClaim allocated to device of pool,
-// as the scheduler would have left it, and counts the pod as running.
-func (c *checker) claim(ctx context.Context, k *harness.DRAKubelet, pool, device string) (*v1.Pod, error) {
+// claim creates a pod name with a ResourceClaim (name-gpu) allocated as
+// r, as the scheduler would have left it, and counts the pod as running.
+func (c *checker) claim(ctx context.Context, k *harness.DRAKubelet, name string, r resourceapi.DeviceRequestAllocationResult) (*v1.Pod, error) {
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: draNamespace, UID: types.UID("pod-uid-probe")},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: draNamespace, UID: types.UID("pod-uid-" + name)},
 		Spec: v1.PodSpec{
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("probe-gpu")}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name + "-gpu")}},
 			Containers: []v1.Container{{
 				Name:      "cuda",
 				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
 			}},
 		},
 	}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: "gpu." + config.DRADriverName, Count: 1}
+	if q, ok := r.ConsumedCapacity["memory"]; ok {
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": q}}
+	}
 	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe-gpu", Namespace: draNamespace, UID: types.UID("claim-uid-probe")},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name:    draRequest,
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu." + config.DRADriverName, Count: 1},
-		}}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu", Namespace: draNamespace, UID: types.UID("claim-uid-" + name)},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: draRequest, Exactly: &req}}}},
 		Status: resourceapi.ResourceClaimStatus{
-			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-				{Request: draRequest, Driver: config.DRADriverName, Pool: pool, Device: device},
-			}}},
+			Allocation:  &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{r}}},
 			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}},
 		},
 	}

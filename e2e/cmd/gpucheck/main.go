@@ -17,7 +17,9 @@
 //     and lists the ld cache;
 //  5. dra: the same node in DRA mode, publishing to an in-process fake API
 //     server; the kubelet's DRA manager prepares one claim and the probe
-//     runs on its CDI devices;
+//     runs on its CDI devices; then a claim for a quarter of a GPU's
+//     memory, which must come with that much as its MPS limit (on a real
+//     GPU, an allocation over it refused);
 //  6. mps: the first GPU shared through MPS (2 replicas): the plugin's
 //     control daemon up before the replicas are offered, Allocate's
 //     mounts and limits, containers as MPS clients (on a GPU, one
@@ -44,6 +46,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 	"k8s.io/klog/v2"
 )
 
@@ -61,6 +64,9 @@ type options struct {
 }
 
 func main() {
+	// The DRA step's daemon runs MPS control daemons through this
+	// executable, as the plugin's own does.
+	mpsexec.RunIfHelper()
 	var o options
 	var steps string
 	flag.StringVar(&o.bundle, "bundle", "", "the folder with gpu-device-plugin, its CDI hook, cudaprobe and image/ (default: this program's folder)")
