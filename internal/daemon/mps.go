@@ -35,7 +35,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		if err != nil {
 			return nil, nil, fmt.Errorf("finding this executable, which runs nvidia-smi confined: %w", err)
 		}
-		timeSlice := func(ctx context.Context, uuid string, level int) error {
+		timeSlice := func(ctx context.Context, uuid string, level int) (string, error) {
 			return mpsexec.SetTimeSlice(ctx, self, cfg.DriverRoot, cfg.DevRoot, uuid, level)
 		}
 		return gate, func(ctx context.Context) {
@@ -81,7 +81,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 // mpsClaims is a front-end whose claims start and stop MPS daemons and
 // set GPUs' time-slice intervals (DRA).
 type mpsClaims interface {
-	UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) error)
+	UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) (string, error))
 }
 
 // mpsManager is the manager of the MPS control daemons under cfg's

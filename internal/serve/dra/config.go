@@ -184,8 +184,9 @@ func (g *GPUConfig) timeSlice() (string, int) {
 }
 
 // TimeSlicer sets the compute time-slice of the GPU with uuid to an
-// nvidia-smi level (mpsexec.SetTimeSlice).
-type TimeSlicer func(ctx context.Context, uuid string, level int) error
+// nvidia-smi level and returns what nvidia-smi said
+// (mpsexec.SetTimeSlice).
+type TimeSlicer func(ctx context.Context, uuid string, level int) (string, error)
 
 // setTimeSlicesLocked sets the time-slice intervals p's devices ask for;
 // on a failure those set are put back and the claim fails.
@@ -198,13 +199,14 @@ func (d *Driver) setTimeSlicesLocked(ctx context.Context, p preparedClaim) error
 		if d.timeSlice == nil {
 			return fmt.Errorf("device %s: its time-slice interval cannot be set yet (the GPUs are not discovered yet); the kubelet retries", dv.Device)
 		}
-		if err := d.timeSlice(ctx, dv.gpu, timeSliceIntervals[dv.TimeSlice]); err != nil {
+		said, err := d.timeSlice(ctx, dv.gpu, timeSliceIntervals[dv.TimeSlice])
+		if err != nil {
 			for _, u := range done {
-				_ = d.timeSlice(ctx, u.gpu, timeSliceIntervals["Default"])
+				_, _ = d.timeSlice(ctx, u.gpu, timeSliceIntervals["Default"])
 			}
 			return fmt.Errorf("device %s: setting time-slice interval %s: %w", dv.Device, dv.TimeSlice, err)
 		}
-		d.o.Log.Info("set the GPU's time-slice interval for a claim", "device", dv.Device, "gpu", dv.gpu, "interval", dv.TimeSlice)
+		d.o.Log.Info("set the GPU's time-slice interval for a claim", "device", dv.Device, "gpu", dv.gpu, "interval", dv.TimeSlice, "nvidiaSMI", said)
 		done = append(done, dv)
 	}
 	return nil
@@ -221,8 +223,11 @@ func (d *Driver) resetTimeSlicesLocked(ctx context.Context, p preparedClaim) {
 		if !ok {
 			continue
 		}
-		if err := d.timeSlice(ctx, e.ID, timeSliceIntervals["Default"]); err != nil {
+		said, err := d.timeSlice(ctx, e.ID, timeSliceIntervals["Default"])
+		if err != nil {
 			d.o.Log.Warn("putting the GPU's time-slice interval back to Default", "device", dv.Device, "err", err)
+			continue
 		}
+		d.o.Log.Info("put the GPU's time-slice interval back to Default", "device", dv.Device, "gpu", e.ID, "nvidiaSMI", said)
 	}
 }

@@ -332,7 +332,7 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 // UseSharing runs the MPS daemons of the claims' MPS clients through m
 // until ctx ends, and sets the time-slice intervals they ask for through
 // timeSlice (see Driver.SetMPS).
-func (f *FrontEnd) UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) error) {
+func (f *FrontEnd) UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) (string, error)) {
 	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.writeMPSSpec, timeSlice)
 }
 

@@ -32,14 +32,14 @@ type fakeMPS struct {
 	sliceErr error
 }
 
-func (f *fakeMPS) setTimeSlice(_ context.Context, uuid string, level int) error {
+func (f *fakeMPS) setTimeSlice(_ context.Context, uuid string, level int) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sliceErr != nil {
-		return f.sliceErr
+		return "", f.sliceErr
 	}
 	f.slices = append(f.slices, fmt.Sprintf("%s=%d", uuid, level))
-	return nil
+	return "set", nil
 }
 
 func (f *fakeMPS) Set(_ context.Context, gpus []mpsd.GPU) {

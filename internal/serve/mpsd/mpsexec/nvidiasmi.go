@@ -19,28 +19,31 @@ const (
 
 // SetTimeSlice sets the compute time-slice of the GPU with uuid to level
 // with the driver root's nvidia-smi, run confined as the MPS control
-// daemon is (self is this executable, which acts as the helper). The
-// setting lasts until changed or the driver is reloaded.
-func SetTimeSlice(ctx context.Context, self, driverRoot, devRoot, uuid string, level int) error {
+// daemon is (self is this executable, which acts as the helper), and
+// returns what nvidia-smi said. The setting lasts until changed or the
+// driver is reloaded.
+func SetTimeSlice(ctx context.Context, self, driverRoot, devRoot, uuid string, level int) (string, error) {
 	if level < TimeSliceDefault || level > TimeSliceLong {
-		return fmt.Errorf("time-slice level %d: want %d to %d", level, TimeSliceDefault, TimeSliceLong)
+		return "", fmt.Errorf("time-slice level %d: want %d to %d", level, TimeSliceDefault, TimeSliceLong)
 	}
 	s, err := LocateProgram(driverRoot, "nvidia-smi")
 	if err != nil {
-		return err
+		return "", err
 	}
 	s.DevRoot = devRoot
 	s.Args = []string{"compute-policy", "-i", uuid, "--set-timeslice", strconv.Itoa(level)}
 	cmd, err := Command(ctx, self, s)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nvidia-smi compute-policy -i %s --set-timeslice %d: %w: %s", uuid, level, err, strings.TrimSpace(tail(out.String(), 200)))
+	err = cmd.Run()
+	said := strings.TrimSpace(tail(out.String(), 200))
+	if err != nil {
+		return said, fmt.Errorf("nvidia-smi compute-policy -i %s --set-timeslice %d: %w: %s", uuid, level, err, said)
 	}
-	return nil
+	return said, nil
 }
 
 // tail is the last n bytes of s: what a failing program said last.

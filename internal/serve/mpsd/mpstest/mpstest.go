@@ -13,7 +13,7 @@ import (
 )
 
 // Install builds mockmps as <driverRoot>/usr/bin/nvidia-cuda-mps-control,
-// and links it as usr/bin/nvidia-smi (its stand-in, see SMIRecord), and
+// and links it as usr/bin/nvidia-smi (its compute-policy stand-in), and
 // returns the control program's path. It is static (no cgo), so it also
 // runs chrooted into a driver root that has no libc.
 func Install(t testing.TB, driverRoot string) string {
@@ -34,11 +34,6 @@ func Install(t testing.TB, driverRoot string) string {
 	}
 	return bin
 }
-
-// SMIRecord is the file, in a driver root, where the nvidia-smi stand-in
-// records each command it took, one line each:
-// "compute-policy -i <uuid> --set-timeslice <level>".
-const SMIRecord = "var/log/mock-nvidia-smi.log"
 
 // DriverRoot is a driver root with the stand-in control daemon at
 // /usr/bin/nvidia-cuda-mps-control and the directories a host's has.

@@ -11,8 +11,8 @@
 // file and marker, and exits.
 //
 // Installed as nvidia-smi, it takes `compute-policy -i <uuid>
-// --set-timeslice <0-3>` only, appending its arguments as a line to
-// SMIRecord (a path in the root it runs in, chrooted into a driver root).
+// --set-timeslice <0-3>` of a GPU- UUID only, and says what it set as the
+// real one does.
 package main
 
 import (
@@ -31,9 +31,6 @@ const (
 	markerEnv = "MOCKMPS_SHM_MARKER"
 	pidFile   = "nvidia-cuda-mps-control.pid"
 )
-
-// SMIRecord is where the nvidia-smi stand-in records what it was told.
-const SMIRecord = "/var/log/mock-nvidia-smi.log"
 
 func main() {
 	if filepath.Base(os.Args[0]) == "nvidia-smi" {
@@ -205,17 +202,6 @@ func smi(args []string) error {
 	if !strings.HasPrefix(args[2], "GPU-") {
 		return fmt.Errorf("mock nvidia-smi: no GPU %q (a whole GPU's UUID)", args[2])
 	}
-	if err := os.MkdirAll(filepath.Dir(SMIRecord), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(SMIRecord, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(f, strings.Join(args, " "))
-	if err := f.Close(); err != nil {
-		return err
-	}
-	fmt.Printf("Set compute time slice to %s for GPU %s.\n", args[4], args[2])
+	fmt.Printf("Set compute time slice to %s for GPU %s (mock).\n", args[4], args[2])
 	return nil
 }
