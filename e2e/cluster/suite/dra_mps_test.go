@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ func TestDRAMemoryShares(t *testing.T) {
 		{"install in DRA mode with one GPU shared by memory", s.install},
 		{"the GPU is published with allowMultipleAllocations and a memory request policy", s.slice},
 		{"two claims for a quarter of its memory share it through MPS", s.pods},
+		{"XID 79 on the shared GPU reaches both claims' pods; a reset clears it", s.xid},
 		{"the last claim gone, the daemon stops and its spec devices go", s.release_},
 		{"a claim's time-slice interval is set on its GPU, and put back when it goes", s.timeSlice},
 		{"uninstall leaves the node clean", s.uninstall},
@@ -191,6 +193,49 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 	}
 	if !strings.Contains(string(log), "set_default_active_thread_percentage 100\n") {
 		t.Errorf("the daemon was not given the whole GPU as its default; it was told:\n%s", log)
+	}
+}
+
+func (s *memShareScenario) xid(t *testing.T, ctx context.Context) {
+	ctl, err := mocknvml.OpenControl(env.controlFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	cdiID := "gpu-device-plugin.github.io/gpu=" + s.shared.UUID
+	health := func(want corev1.ResourceHealthStatus) error {
+		for _, name := range sharePods {
+			if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("reporting %s %s", cdiID, want), func(p *corev1.Pod) (bool, error) {
+				h, ok := claimHealth(p)[cdiID]
+				return ok && h.Health == want, nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	injected := time.Now()
+	if err := ctl.InjectContext(ctx, fmt.Sprintf("xid %d 79", s.shared.Index)); err != nil {
+		t.Fatal(err)
+	}
+	if err := health("Unhealthy"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("XID 79 on the shared %s: both claims' pods Unhealthy %s after", s.device(), time.Since(injected).Round(time.Millisecond))
+	for _, cmd := range []string{fmt.Sprintf("recovery %d reset", s.shared.Index), fmt.Sprintf("recovery %d none", s.shared.Index)} {
+		if err := ctl.InjectContext(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(cmd, "reset") {
+			if _, err := waitSlices(ctx, "showing the reset", func(d map[string]resourceapi.Device) bool {
+				return slices.ContainsFunc(d[s.device()].Taints, func(tt resourceapi.DeviceTaint) bool { return tt.Key == draDriver+"/recovery-action" })
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := health("Healthy"); err != nil {
+		t.Fatalf("after the reset: %v%s", err, pluginLogs(ctx))
 	}
 }
 
