@@ -11,6 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -430,6 +431,29 @@ func TestCheckpointJSON(t *testing.T) {
 	want := `{"version":1,"claims":{"u":{"namespace":"ns","name":"c","devices":[{"requests":["r"],"pool":"p","device":"gpu-0","cdiDeviceIDs":["k=v"],"adminAccess":true}]}}}`
 	if string(b) != want {
 		t.Errorf("checkpoint JSON\n got %s\nwant %s", b, want)
+	}
+	// An MPS client's share, its limits and a time-slice interval.
+	share := types.UID("s-1")
+	c.Claims["u"].Devices[0] = preparedDevice{Requests: []string{"r"}, Pool: "p", Device: "gpu-0", CDIDeviceIDs: []string{"k=v"},
+		ShareID: &share, MPS: &preparedMPS{GPU: "GPU-a", ThreadPercentage: 13, PinnedMemoryMiB: 10240, Whole: true}, TimeSlice: "Long"}
+	b, _ = json.Marshal(c)
+	want = `{"version":1,"claims":{"u":{"namespace":"ns","name":"c","devices":[{"requests":["r"],"pool":"p","device":"gpu-0","cdiDeviceIDs":["k=v"],` +
+		`"shareID":"s-1","mps":{"gpu":"GPU-a","threadPercentage":13,"pinnedMemoryMiB":10240,"whole":true},"timeSlice":"Long"}]}}}`
+	if string(b) != want {
+		t.Errorf("checkpoint JSON\n got %s\nwant %s", b, want)
+	}
+}
+
+// The opaque parameters' keys, as docs/dra.md documents them.
+func TestGPUConfigKeys(t *testing.T) {
+	q := resource.MustParse("10Gi")
+	g := GPUConfig{APIVersion: ConfigAPIVersion, Kind: GPUConfigKind, Sharing: &SharingConfig{
+		Strategy: StrategyMPS, MPS: &MPSConfig{ActiveThreadPercentage: 50, PinnedMemoryLimit: &q}, TimeSlicing: &TimeSlicingConfig{Interval: "Long"},
+	}}
+	b, _ := json.Marshal(g)
+	want := `{"apiVersion":"gpu-device-plugin.github.io/v1alpha1","kind":"GPUConfig","sharing":{"strategy":"MPS","mps":{"activeThreadPercentage":50,"pinnedMemoryLimit":"10Gi"},"timeSlicing":{"interval":"Long"}}}`
+	if string(b) != want {
+		t.Errorf("GPUConfig JSON\n got %s\nwant %s", b, want)
 	}
 }
 

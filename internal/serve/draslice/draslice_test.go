@@ -1,7 +1,9 @@
 package draslice
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -216,5 +218,25 @@ func TestMIGCliqueOnlyOnWholeGPUs(t *testing.T) {
 func TestMIGDeviceName(t *testing.T) {
 	if got := MIGDeviceName(nvml.GPU{Index: 5}, nvml.MIGDevice{GPUInstance: 13, ComputeInstance: 1, Index: 6}); got != "gpu-5-mig-13-1" {
 		t.Errorf("MIGDeviceName = %q", got)
+	}
+}
+
+// A GPU sharing.memoryShares selects allows several allocations, its
+// memory consumed whole by default and at least the minimum; list's JSON
+// says so in these keys.
+func TestMemoryShares(t *testing.T) {
+	in := GPUs{GPUs: []nvml.GPU{{Index: 0, UUID: "GPU-a", MemoryBytes: 80 << 30}, {Index: 1, UUID: "GPU-b", MemoryBytes: 80 << 30}},
+		MemoryShares: func(g nvml.GPU) bool { return g.Index == 0 }, ShareMinimum: 2 << 30}
+	devs := GPUDevices(in, t.TempDir(), func(uuid string) string { return "k=" + uuid }, slog.New(slog.DiscardHandler))
+	if len(devs) != 2 || !devs[0].AllowMultipleAllocations || devs[1].AllowMultipleAllocations || devs[1].Capacity["memory"].RequestPolicy != nil {
+		t.Fatalf("devices = %+v", devs)
+	}
+	b, err := json.Marshal(Device{Name: devs[0].Name, Capacity: devs[0].Capacity, AllowMultipleAllocations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"name":"gpu-0","capacity":{"memory":{"value":"80Gi","requestPolicy":{"default":"80Gi","min":"2Gi"}}},"allowMultipleAllocations":true}`
+	if string(b) != want {
+		t.Errorf("JSON\n got %s\nwant %s", b, want)
 	}
 }
