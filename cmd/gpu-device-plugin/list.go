@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -432,11 +433,18 @@ func migPart(m nvml.MIGDevice) health.Part {
 }
 
 // addMPS asks the MPS control daemons of the GPUs shared through MPS, which
-// the serving plugin runs, what they say of themselves.
+// the serving plugin runs, what they say of themselves. In DRA mode a GPU
+// is shared through MPS while claims hold it: while its daemon's
+// directory is there.
 func addMPS(cfg config.Config, gpus []listedGPU, log *slog.Logger) {
 	var uuids []string
-	for _, g := range gpus {
-		if g.Sharing == sharingMPS {
+	for i, g := range gpus {
+		if cfg.KubeletAPI == config.KubeletAPIDRA {
+			if _, err := os.Stat(gpu.MPSDir(cfg.MPSRoot, g.UUID, gpu.MPSPipe)); err == nil {
+				gpus[i].Sharing = sharingMPS
+			}
+		}
+		if gpus[i].Sharing == sharingMPS {
 			uuids = append(uuids, g.UUID)
 		}
 	}

@@ -100,4 +100,14 @@ func TestListMPS(t *testing.T) {
 	if !strings.Contains(table.String(), "2 mps: up, 0 clients") || !strings.Contains(table.String(), "2 mps: daemon down") {
 		t.Errorf("table:\n%s", table.String())
 	}
+
+	// In DRA mode, the GPU whose daemon claims started, and no other.
+	args = []string{"list", "-o", "json", "--config", configFile(t, "kubeletAPI: dra\n"), "--node-name", "n", "--driver-root", root, "--dev-root", "/dev", "--mps-root", mpsRoot, "--sysfs-root", t.TempDir()}
+	gpus = listed()
+	if mps := gpus[0].MPS; gpus[0].Sharing != "mps" || mps == nil || mps.Daemon != "up" {
+		t.Errorf("DRA mode, a claim's daemon running: %q %+v", gpus[0].Sharing, mps)
+	}
+	if gpus[1].Sharing != "" || gpus[1].MPS != nil {
+		t.Errorf("DRA mode, the second GPU: %q %+v", gpus[1].Sharing, gpus[1].MPS)
+	}
 }
