@@ -306,3 +306,26 @@ func TestMPSRefusals(t *testing.T) {
 		t.Errorf("MPS before SetMPS: %v", r.Err)
 	}
 }
+
+// A prioritized list's result names the sub-request the scheduler chose
+// ("gpu/one"): a config for the request applies to it, and the kubelet is
+// answered with that name.
+func TestSubRequestConfig(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	c := withConfig(claim("uid-p", "listed", result("gpu/one", "gpu-2")), mpsParams(`{"strategy":"MPS","mps":{"activeThreadPercentage":40}}`), "gpu")
+	r := prepare(t, d, c)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if len(r.Devices) != 1 || !slices.Equal(r.Devices[0].Requests, []string{"gpu/one"}) || len(r.Devices[0].CDIDeviceIDs) != 2 {
+		t.Errorf("devices = %+v; want gpu/one's, with its MPS client", r.Devices)
+	}
+	if got := m.last(); len(got) != 1 || got[0].ThreadPercentage != 40 {
+		t.Errorf("daemons = %+v; want the config of request gpu applied to gpu/one", got)
+	}
+	// A config naming another sub-request does not apply.
+	other := withConfig(claim("uid-q", "other", result("gpu/two", "gpu-1")), mpsParams(`{"strategy":"MPS"}`), "gpu/one")
+	if r := prepare(t, d, other); r.Err != nil || len(r.Devices[0].CDIDeviceIDs) != 1 {
+		t.Errorf("config for gpu/one applied to gpu/two: %+v", r)
+	}
+}
