@@ -48,24 +48,11 @@ type formsScenario struct {
 }
 
 func (s *formsScenario) install(t *testing.T, ctx context.Context) {
-	if err := prepareNode(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := deletePods(ctx, formPods...); err != nil {
-		t.Fatal(err)
-	}
 	v, err := draValues()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := renderValues(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.apply(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.release = r
+	s.release = installDRA(t, ctx, v, formPods...)
 	if _, err := waitPluginRunning(ctx); err != nil {
 		t.Fatal(err)
 	}

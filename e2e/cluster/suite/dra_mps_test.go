@@ -73,12 +73,6 @@ func (s *memShareScenario) device() string { return fmt.Sprintf("gpu-%d", s.shar
 func (s *memShareScenario) quarterMiB() uint64 { return s.shared.MemoryMiB / 4 }
 
 func (s *memShareScenario) install(t *testing.T, ctx context.Context) {
-	if err := prepareNode(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := deletePods(ctx, memSharePods...); err != nil {
-		t.Fatal(err)
-	}
 	s.shared = env.Profile.GPUs[0]
 	s.root = filepath.Join(env.Fixture, "mps")
 	v, err := draValues()
@@ -89,14 +83,7 @@ func (s *memShareScenario) install(t *testing.T, ctx context.Context) {
 	v["config"].(map[string]any)["sharing"] = map[string]any{"memoryShares": map[string]any{
 		"enabled": true, "devices": []any{s.shared.UUID}, "minimum": "256Mi",
 	}}
-	r, err := renderValues(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.apply(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.release = r
+	s.release = installDRA(t, ctx, v, memSharePods...)
 	if _, err := waitPluginRunning(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -167,14 +167,26 @@ func strAttr(d resourceapi.Device, name resourceapi.QualifiedName) string {
 }
 
 func (s *draScenario) install(t *testing.T, ctx context.Context) {
+	values, err := draValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.release = installDRA(t, ctx, values, draPods...)
+	t.Logf("installed %s", s.release)
+	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// installDRA readies the node, deletes the lane's pods left from an
+// earlier run and applies the release of values (draValues, changed as
+// the lane needs).
+func installDRA(t *testing.T, ctx context.Context, values map[string]any, pods ...string) *release {
+	t.Helper()
 	if err := prepareNode(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := deletePods(ctx, draPods...); err != nil {
-		t.Fatal(err)
-	}
-	values, err := draValues()
-	if err != nil {
+	if err := deletePods(ctx, pods...); err != nil {
 		t.Fatal(err)
 	}
 	r, err := renderValues(values)
@@ -184,11 +196,7 @@ func (s *draScenario) install(t *testing.T, ctx context.Context) {
 	if err := r.apply(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.release = r
-	t.Logf("installed %s", r)
-	if s.plugin, err = waitPluginRunning(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return r
 }
 
 func (s *draScenario) slice(t *testing.T, ctx context.Context) {
