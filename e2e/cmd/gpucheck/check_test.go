@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 )
 
 func TestUniqueUUIDs(t *testing.T) {
@@ -281,18 +284,28 @@ func TestMPSAnswerProblems(t *testing.T) {
 	}
 }
 
-func TestLogTime(t *testing.T) {
-	log := `not json
-{"time":"2026-11-27T12:00:00.5Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-b"}
-{"time":"2026-11-27T12:00:01.25Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-a","adopted":false}
-{"time":"2026-11-27T12:00:09Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-a","adopted":false}
-`
-	got, ok := logTime(log, mpsDaemonUp, "GPU-a")
-	if want := time.Date(2026, 11, 27, 12, 0, 1, 250e6, time.UTC); !ok || !got.Equal(want) {
-		t.Errorf("logTime = %v, %v; want %v (the first)", got, ok, want)
+func TestSaid(t *testing.T) {
+	var entries []harness.LogEntry
+	for _, line := range []string{
+		`{"time":"2026-11-27T12:00:00.5Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-b"}`,
+		`{"time":"2026-11-27T12:00:01.25Z","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-a","adopted":false}`,
+		`{"time":"2026-11-27T12:00:02Z","level":"INFO","msg":"MPS control daemon stopped answering","gpu":"GPU-a"}`,
+		`{"time":"yesterday","level":"INFO","msg":"MPS control daemon up","gpu":"GPU-c"}`,
+	} {
+		var e harness.LogEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
 	}
-	if _, ok := logTime(log, mpsDaemonUp, "GPU-c"); ok {
-		t.Error("found a GPU the log does not name")
+	want := time.Date(2026, 11, 27, 12, 0, 1, 250e6, time.UTC)
+	if got, ok := said(entries[1], mpsDaemonUp, "GPU-a"); !ok || !got.Equal(want) {
+		t.Errorf("said = %v, %v; want %v", got, ok, want)
+	}
+	for i, gpu := range map[int]string{0: "GPU-a", 2: "GPU-a", 3: "GPU-c"} {
+		if _, ok := said(entries[i], mpsDaemonUp, gpu); ok {
+			t.Errorf("entry %d taken as %q about %s", i, mpsDaemonUp, gpu)
+		}
 	}
 }
 

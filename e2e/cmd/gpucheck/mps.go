@@ -131,19 +131,13 @@ func mpsAnswerProblems(a answer, mounts []string, env map[string]string) []strin
 	return bad
 }
 
-// logTime is when the plugin's JSON log says msg about gpu, first.
-func logTime(log, msg, gpu string) (time.Time, bool) {
-	for _, line := range strings.Split(log, "\n") {
-		var l struct {
-			Time time.Time `json:"time"`
-			Msg  string    `json:"msg"`
-			GPU  string    `json:"gpu"`
-		}
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg && l.GPU == gpu {
-			return l.Time, true
-		}
+// said reports whether the plugin's log entry e says msg about gpu, and when.
+func said(e harness.LogEntry, msg, gpu string) (time.Time, bool) {
+	if e.String("msg") != msg || e.String("gpu") != gpu {
+		return time.Time{}, false
 	}
-	return time.Time{}, false
+	at, err := time.Parse(time.RFC3339Nano, e.String("time"))
+	return at, err == nil
 }
 
 // mpsGPU is the GPU to share: the first whole, healthy GPU served as
@@ -287,8 +281,14 @@ func (c *checker) mpsShared(ctx context.Context, s *Step, data *mpsData, g *list
 	}
 	s.check("both replicas healthy (offered once the daemon answers)", true, "%v", list.Healthy())
 	data.SharesOfferedMs = harness.Millis(list.ReceivedAt.Sub(m.p.Started))
-	up, ok := logTime(m.p.Log(), mpsDaemonUp, g.UUID)
-	if s.check("the plugin says its daemon is up", ok, "%s", map[bool]string{false: fmt.Sprintf("no %q about %s in its log", mpsDaemonUp, g.UUID)}[ok]) {
+	// The line is written before the shares are offered, but the harness
+	// copies the plugin's output on its own goroutine: wait for it.
+	e, err := m.p.WaitLog(wait, fmt.Sprintf("%q about %s", mpsDaemonUp, g.UUID), func(e harness.LogEntry) bool {
+		_, ok := said(e, mpsDaemonUp, g.UUID)
+		return ok
+	})
+	up, _ := said(e, mpsDaemonUp, g.UUID)
+	if s.check("the plugin says its daemon is up", err == nil, "%s", errText(err)) {
 		data.DaemonUpMs = harness.Millis(up.Sub(m.p.Started))
 		data.UpToOfferedMs = harness.Millis(list.ReceivedAt.Sub(up))
 		s.check("daemon up before its shares are offered", !list.ReceivedAt.Before(up), "up at %.1f ms, offered at %.1f ms", data.DaemonUpMs, data.SharesOfferedMs)
