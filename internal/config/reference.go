@@ -13,7 +13,7 @@ const ReferencePath = "docs/configuration.md"
 // could hold.
 var fileOnly = []struct{ key, usage string }{
 	{"nicResources", "NIC pools: which NICs each resource serves ([NIC pools](nic-pools.md))"},
-	{"sharing", "GPU sharing: `timeSlicing`, `mps` ([MIG and GPU sharing](mig-and-sharing.md)); `memoryShares`, DRA mode's ([DRA mode](dra.md#claim-configuration))"},
+	{"sharing", "GPU sharing: `timeSlicing`, `mps` ([MIG and GPU sharing](mig-and-sharing.md)); `memoryShares` and `migPartitions`, DRA mode's ([DRA mode](dra.md#claim-configuration), [MIG partitions](dra.md#mig-partitions-created-on-demand))"},
 }
 
 // Reference is the settings reference in Markdown, grouped by category,

@@ -48,6 +48,8 @@ type Sharing struct {
 	MPS         MPS         `json:"mps,omitempty"`
 	// MemoryShares is DRA mode's: see memoryshares.go.
 	MemoryShares MemoryShares `json:"memoryShares,omitempty"`
+	// MIGPartitions is DRA mode's: see migpartitions.go.
+	MIGPartitions MIGPartitions `json:"migPartitions,omitempty"`
 }
 
 // TimeSlicing serves each selected device as several replicas, so that
@@ -234,7 +236,7 @@ func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "
 func sharingShape(raw json.RawMessage) []error {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing, mps or memoryShares (see %s)", sharingExample)}
+		return []error{fmt.Errorf("sharing: want a map with the key timeSlicing, mps, memoryShares or migPartitions (see %s)", sharingExample)}
 	}
 	errs := unknownKeys("sharing", top, jsonKeys(Sharing{}))
 	errs = append(errs, sectionShape[TimeSlicing]("sharing.timeSlicing", top["timeSlicing"])...)
@@ -246,6 +248,14 @@ func sharingShape(raw json.RawMessage) []error {
 		}
 		errs = append(errs, unknownKeys("sharing.memoryShares", m, jsonKeys(MemoryShares{}))...)
 		errs = append(errs, decodeKeys[MemoryShares]("sharing.memoryShares", m)...)
+	}
+	if raw := top["migPartitions"]; !isNull(raw) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return append(errs, errors.New("sharing.migPartitions: want a map with the keys enabled and devices (example: {enabled: true, devices: [\"2\"]})"))
+		}
+		errs = append(errs, unknownKeys("sharing.migPartitions", m, jsonKeys(MIGPartitions{}))...)
+		errs = append(errs, decodeKeys[MIGPartitions]("sharing.migPartitions", m)...)
 	}
 	return errs
 }
@@ -351,7 +361,8 @@ func validateSharing(c Config, withStrategy bool) []error {
 		// Serving its GPUs unshared instead would surprise.
 		bad("sharing.mps: in DRA mode GPUs are shared through MPS by claims (opaque configuration, or sharing.memoryShares), not replicas; remove the section, or set kubeletAPI (--kubelet-api) to %s", KubeletAPIDevicePlugin)
 	}
-	return append(errs, validateMemoryShares(c, withStrategy)...)
+	errs = append(errs, validateMemoryShares(c, withStrategy)...)
+	return append(errs, validateMIGPartitions(c, withStrategy)...)
 }
 
 // section is one sharing section as validateSharing sees it.

@@ -272,7 +272,8 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		rec = recorder(units, mets)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	opts := append(keptHealth(cfg, log), health.WithParts(healthParts(units, len(inv.GPUs))))
+	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
+	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)))
 	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ func AddMIG(procRoot string, gpus []nvml.GPU, log *slog.Logger) []nvml.GPU {
 		}
 		migs := make([]nvml.MIGDevice, 0, len(g.MIG))
 		for _, m := range g.MIG {
-			minors, err := migMinors(procRoot, g.Minor, m.GPUInstance, m.ComputeInstance)
+			minors, err := MIGMinors(procRoot, g.Minor, m.GPUInstance, m.ComputeInstance)
 			if err != nil {
 				log.Error("MIG device's access capability unreadable; it is not served (a container could not open it)",
 					"device", g.UUID, "mig", m.UUID, "gpuInstance", m.GPUInstance, "computeInstance", m.ComputeInstance, "reason", err.Error())
@@ -61,9 +61,9 @@ func AddMIG(procRoot string, gpus []nvml.GPU, log *slog.Logger) []nvml.GPU {
 	return out
 }
 
-// migMinors reads the GPU instance and compute instance access minors of
+// MIGMinors reads the GPU instance and compute instance access minors of
 // MIG device gi/ci of the GPU with minor number gpuMinor.
-func migMinors(procRoot string, gpuMinor, gi, ci int) ([]int, error) {
+func MIGMinors(procRoot string, gpuMinor, gi, ci int) ([]int, error) {
 	giDir := filepath.Join(procRoot, capsDir, "gpu"+strconv.Itoa(gpuMinor), "mig", "gi"+strconv.Itoa(gi))
 	giMinor, err := readMinor(filepath.Join(giDir, "access"))
 	if err != nil {

@@ -27,6 +27,12 @@ const GPUKind = "gpu-device-plugin.github.io/gpu"
 // MPS, carrying its daemon's pipe directory, shared memory and limits.
 const MPSKind = "gpu-device-plugin.github.io/mps"
 
+// MIGKind is the CDI kind of the MIG instances DRA claims create: one
+// spec, rewritten as claims come and go, with a device per instance (by
+// UUID) carrying its access capability nodes. A claim gets it beside its
+// GPU's GPUKind device, which brings the GPU's node and the driver.
+const MIGKind = "gpu-device-plugin.github.io/mig"
+
 // HookName is the file name of our OCI hook program, and its Args[0].
 const HookName = "gpu-device-plugin-cdi-hook"
 
@@ -152,6 +158,19 @@ func HookArgs(driver Driver) []string {
 // MIGCapNode is the path of MIG capability node minor under /dev.
 func MIGCapNode(minor int) string { return "nvidia-caps/nvidia-cap" + strconv.Itoa(minor) }
 
+// MIGCaps is the device of MIGKind for MIG device m: its access
+// capability nodes only (ok false without both minors).
+func MIGCaps(devRoot string, m nvml.MIGDevice) (Device, bool) {
+	if len(m.CapMinors) != 2 {
+		return Device{}, false
+	}
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+	nodes := []DeviceNode{devNode(devRoot, MIGCapNode(m.CapMinors[0])), devNode(devRoot, MIGCapNode(m.CapMinors[1]))}
+	return Device{Name: m.UUID, Edits: Edits{Nodes: nodes}}, true
+}
+
 // migDevice is a MIG device's CDI device: its parent's node, which CUDA
 // opens for every MIG device, and the access capabilities of its GPU
 // instance and compute instance, which admit it to that one slice. It is
@@ -161,11 +180,9 @@ func MIGCapNode(minor int) string { return "nvidia-caps/nvidia-cap" + strconv.It
 // both capability minors is left out (ok false), never given a node set
 // that CUDA would refuse.
 func migDevice(devRoot string, parent DeviceNode, m nvml.MIGDevice) (Device, bool) {
-	if len(m.CapMinors) != 2 {
-		return Device{}, false
-	}
-	nodes := []DeviceNode{parent, devNode(devRoot, MIGCapNode(m.CapMinors[0])), devNode(devRoot, MIGCapNode(m.CapMinors[1]))}
-	return Device{Name: m.UUID, Edits: Edits{Nodes: nodes}}, true
+	d, ok := MIGCaps(devRoot, m)
+	d.Edits.Nodes = append([]DeviceNode{parent}, d.Edits.Nodes...)
+	return d, ok
 }
 
 func devNode(devRoot, name string) DeviceNode {

@@ -8,10 +8,18 @@ import (
 // IDs. A GPU given parts reports health for each of them instead of for
 // itself: a part is Unhealthy when its GPU is (an XID naming no
 // instance, a lost GPU, heat), or when an XID names its instance.
+//
+// A part whose GPUInstance is AnyInstance stands for every instance the GPU
+// has or will have: a GPU whose MIG instances are created on demand (DRA
+// partitions) reports as one part, hit by an XID on any of its instances,
+// and is not taken as a GPU in MIG mode that serves nothing.
 type Part struct {
 	ID                           string
 	GPUInstance, ComputeInstance int
 }
+
+// AnyInstance is a Part's GPUInstance matching every instance.
+const AnyInstance = -1
 
 // WithParts gives GPU i the parts parts[i] (see Part).
 func WithParts(parts [][]Part) Option {
@@ -26,7 +34,7 @@ type partState struct {
 }
 
 func (p *partState) matches(in nvml.Instance) bool {
-	return p.GPUInstance == in.GPUInstance && (in.ComputeInstance < 0 || p.ComputeInstance == in.ComputeInstance)
+	return p.GPUInstance == AnyInstance || p.GPUInstance == in.GPUInstance && (in.ComputeInstance < 0 || p.ComputeInstance == in.ComputeInstance)
 }
 
 // reportIDs are the device IDs GPU i's health is reported as.

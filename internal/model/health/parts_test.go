@@ -83,3 +83,20 @@ func TestPartStickyRestoredAndClearedByTheDriver(t *testing.T) {
 	w.publish(0)
 	expect(t, r.take(), change{"MIG-a", true, ""}, change{"MIG-b", true, ""}, change{"MIG-c", true, ""})
 }
+
+// A GPU partitioned on demand reports as one part standing for every
+// instance: MIG mode is no fault there, and an XID on any instance, or on
+// the GPU, reaches it.
+func TestAnyInstancePart(t *testing.T) {
+	s, r := newSampler(1), &recorder{}
+	s.set(0, func(x *nvml.Sample) { x.MIGEnabled = true })
+	w, err := NewWatcher(policy.Default(), []string{"GPU-0"}, s, r, nil, nil, WithParts([][]Part{{{ID: "GPU-0", GPUInstance: AnyInstance}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.now = (&clock{t: time.Unix(1_000_000, 0)}).now
+	w.Poll()
+	expect(t, r.take())
+	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 79, MIG: &nvml.Instance{GPUInstance: 5, ComputeInstance: 0}})
+	expect(t, r.take(), change{"GPU-0", false, "xid=79"})
+}

@@ -51,6 +51,9 @@ type preparedDevice struct {
 	// TimeSlice is the time-slice interval set on the GPU for the claim,
 	// put back to Default when the claim goes.
 	TimeSlice string `json:"timeSlice,omitempty"`
+	// MIG is set for a MIG instance the claim's Prepare creates on a
+	// partitioned GPU.
+	MIG *preparedMIG `json:"mig,omitempty"`
 	// gpu is the GPU's UUID while preparing (not kept).
 	gpu   string
 	extra jsonkeep.Fields

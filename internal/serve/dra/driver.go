@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
@@ -47,6 +48,9 @@ type Options struct {
 	NodeName string
 	// SysfsRoot is where sysfs is mounted (PCIe roots are read there).
 	SysfsRoot string
+	// DevRoot is the host's /dev, for the CDI devices of MIG instances
+	// claims create; "" is /dev.
+	DevRoot string
 	// CheckpointPath keeps prepared claims across restarts; empty makes
 	// a driver that only previews its devices (list) and prepares none.
 	CheckpointPath string
@@ -106,10 +110,11 @@ type devHealth struct {
 type Driver struct {
 	o Options
 
-	mu     sync.Mutex
-	gpus   []draslice.Device
-	nics   map[string][]draslice.Device // by pool name
-	byName map[string]*draslice.Device
+	mu       sync.Mutex
+	gpus     []draslice.Device
+	counters []draslice.CounterSet
+	nics     map[string][]draslice.Device // by pool name
+	byName   map[string]*draslice.Device
 	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
 	// report before the devices are set.
 	health   map[string]*devHealth
@@ -140,6 +145,15 @@ type Driver struct {
 	mpsCtx  context.Context
 	// timeSlice sets a GPU's time-slice interval; nil until SetMPS.
 	timeSlice TimeSlicer
+
+	// mig creates the MIG instances of claims on the partitioned GPUs
+	// (parents, by UUID), their CDI spec written through migSpec; nil
+	// until SetMIG. migReconciled: the instances an interrupted Prepare
+	// left were destroyed.
+	mig           MIGInstances
+	migSpec       MIGSpec
+	migReconciled bool
+	parents       map[string]nvml.GPU
 
 	pubMu   sync.Mutex // orders publications
 	pub     Publisher
@@ -246,9 +260,27 @@ func (d *Driver) SeedTaints(byDevice map[string][]draslice.Taint) {
 // is not there (yet). Their health starts as what SetHealth said last for
 // the same UUID, else healthy.
 func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
-	es := draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
 	d.mu.Lock()
-	d.gpus = es
+	d.parents = map[string]nvml.GPU{}
+	if len(in.Partitions) > 0 {
+		parts := make(map[string]draslice.Partition, len(in.Partitions))
+		for _, g := range in.GPUs {
+			part, ok := in.Partitions[g.UUID]
+			if !ok || !g.MIGEnabled {
+				continue
+			}
+			part.Foreign = d.foreignLocked(g.UUID, part.Layout.Instances)
+			for _, gi := range part.Foreign {
+				d.o.Log.Warn("MIG: a GPU instance on a partitioned GPU was not made for a claim; it is not served, and no placement over its slices is published",
+					"device", g.UUID, "gpuInstance", gi.ID, "profileID", gi.ProfileID, "start", gi.Start, "size", gi.Size)
+			}
+			parts[g.UUID] = part
+			d.parents[g.UUID] = g
+		}
+		in.Partitions = parts
+	}
+	d.gpus = draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
+	d.counters = draslice.CounterSets(in)
 	d.reindex()
 	d.reported["gpus"] = true
 	d.mu.Unlock()
@@ -361,6 +393,11 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	for chunk := range slices.Chunk(devs, sliceMaxDevices) {
 		sl = append(sl, resourceslice.Slice{Devices: chunk})
 	}
+	// Counter sets have slices of their own: the API takes devices or
+	// counter sets in one slice, not both.
+	for chunk := range slices.Chunk(d.counters, resourceapi.ResourceSliceMaxCounterSets) {
+		sl = append(sl, resourceslice.Slice{SharedCounters: apiCounterSets(chunk)})
+	}
 	if len(sl) == 0 {
 		sl = []resourceslice.Slice{{}}
 	}
@@ -462,12 +499,21 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	defer d.mu.Unlock()
 	d.reloadLocked()
 	d.rebuildIfNeededLocked(ctx)
+	d.reconcileMIGLocked()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []types.UID
 	filled, mpsChanged := false, false
 	for _, c := range claims {
 		if p, ok := d.cp.Claims[c.UID]; ok {
 			if d.fillCDILocked(&p) {
+				d.cp.Claims[c.UID], filled = p, true
+			}
+			if p.hasMIG() {
+				// After a reboot the instances are gone: made again.
+				if err := d.ensureMIGLocked(&p); err != nil {
+					out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+					continue
+				}
 				d.cp.Claims[c.UID], filled = p, true
 			}
 			if err := d.mpsReadyLocked(ctx, p); err != nil {
@@ -478,6 +524,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			continue
 		}
 		p, err := d.prepareLocked(ctx, c)
+		if err == nil && p.hasMIG() {
+			if err = d.prepareMIGLocked(c.UID, &p); err != nil {
+				d.resetTimeSlicesLocked(ctx, p)
+			}
+		}
 		if err == nil && p.hasMPS() {
 			mpsChanged = true
 			if err = d.applyMPSLocked(ctx, map[types.UID]preparedClaim{c.UID: p}); err != nil {
@@ -499,10 +550,17 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	if len(added) > 0 || filled {
 		if err := d.cp.save(d.o.CheckpointPath); err != nil {
+			undone := false
 			for _, uid := range added {
 				d.resetTimeSlicesLocked(ctx, d.cp.Claims[uid])
+				undone = d.undoMIGLocked(d.cp.Claims[uid]) || undone
 				delete(d.cp.Claims, uid)
 				out[uid] = kubeletplugin.PrepareResult{Err: err}
+			}
+			if undone {
+				if err := d.writeMIGSpecLocked(); err != nil {
+					d.o.Log.Warn("MIG: CDI spec", "err", err)
+				}
 			}
 		}
 	}
@@ -583,6 +641,16 @@ func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim
 			return p, fmt.Errorf("request %q: device %s is a %s device, and a time-slice interval is set for whole GPUs; remove timeSlicing.interval for it", r.Request, r.Device, e.Type)
 		}
 		ids := slices.Clone(e.CDIIDs)
+		var mig *preparedMIG
+		if pl := e.Placement; pl != nil {
+			if d.mig == nil {
+				return p, fmt.Errorf("request %q: device %s is a MIG placement, and MIG instances cannot be created yet (the GPUs are not discovered yet); the kubelet retries", r.Request, r.Device)
+			}
+			if err := d.migConflictLocked(e.ID, *pl, p.Devices); err != nil {
+				return p, fmt.Errorf("request %q: %w", r.Request, err)
+			}
+			mig = &preparedMIG{GPU: e.ID, Profile: pl.Profile, ProfileIndex: pl.ProfileIndex, ProfileID: pl.ProfileID, Start: pl.Start, Size: pl.Size}
+		}
 		if mps != nil {
 			switch {
 			case mpsDevice != "":
@@ -596,7 +664,7 @@ func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim
 		p.Devices = append(p.Devices, preparedDevice{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
 			CDIDeviceIDs: ids, AdminAccess: admin, ShareID: r.ShareID, MPS: mps,
-			TimeSlice: interval, gpu: e.ID,
+			TimeSlice: interval, MIG: mig, gpu: e.ID,
 		})
 	}
 	if err := d.setTimeSlicesLocked(ctx, p); err != nil {
@@ -687,14 +755,28 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	defer d.mu.Unlock()
 	d.reloadLocked()
 	d.rebuildIfNeededLocked(ctx)
+	d.reconcileMIGLocked()
 	out := make(map[types.UID]error, len(claims))
 	removed := map[types.UID]preparedClaim{}
+	migChanged := false
 	for _, c := range claims {
 		out[c.UID] = nil
-		if p, ok := d.cp.Claims[c.UID]; ok {
-			removed[c.UID] = p
-			delete(d.cp.Claims, c.UID)
+		p, ok := d.cp.Claims[c.UID]
+		if !ok {
+			continue
 		}
+		if p.hasMIG() {
+			// Destroyed before the claim leaves the checkpoint: a crash in
+			// between leaves an entry whose instance is gone, which the
+			// kubelet's retry clears, never an instance no entry names.
+			if err := d.unprepareMIGLocked(p); err != nil {
+				out[c.UID] = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+				continue
+			}
+			migChanged = true
+		}
+		removed[c.UID] = p
+		delete(d.cp.Claims, c.UID)
 	}
 	if len(removed) > 0 {
 		if err := d.cp.save(d.o.CheckpointPath); err != nil {
@@ -703,6 +785,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 				out[uid] = err
 			}
 			return out, nil
+		}
+	}
+	if migChanged {
+		if err := d.writeMIGSpecLocked(); err != nil {
+			d.o.Log.Warn("MIG: after Unprepare", "err", err)
 		}
 	}
 	for _, p := range removed {
@@ -808,12 +895,32 @@ func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
 			out.Capacity[resourceapi.QualifiedName(k)] = dc
 		}
 	}
+	for _, c := range d.ConsumesCounters {
+		out.ConsumesCounters = append(out.ConsumesCounters, resourceapi.DeviceCounterConsumption{CounterSet: c.CounterSet, Counters: apiCounters(c.Counters)})
+	}
 	for _, t := range taints {
 		dt := resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)}
 		if t.TimeAdded != nil {
 			dt.TimeAdded = &metav1.Time{Time: *t.TimeAdded}
 		}
 		out.Taints = append(out.Taints, dt)
+	}
+	return out
+}
+
+// apiCounterSets are the counter sets as the API has them.
+func apiCounterSets(sets []draslice.CounterSet) []resourceapi.CounterSet {
+	out := make([]resourceapi.CounterSet, len(sets))
+	for i, c := range sets {
+		out[i] = resourceapi.CounterSet{Name: c.Name, Counters: apiCounters(c.Counters)}
+	}
+	return out
+}
+
+func apiCounters(in map[string]int64) map[string]resourceapi.Counter {
+	out := make(map[string]resourceapi.Counter, len(in))
+	for k, v := range in {
+		out[k] = resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
 	}
 	return out
 }

@@ -73,6 +73,7 @@ type FrontEnd struct {
 	gspecs gpu.CDISpecs
 	pools  map[string]*nic.Pool
 	inv    *nvml.Inventory
+	parts  *nvml.Partitioner
 }
 
 // startFrontEnd registers the driver with the kubelet. Slices are
@@ -104,6 +105,7 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		DriverName:     config.DRADriverName,
 		NodeName:       node,
 		SysfsRoot:      cfg.SysfsRoot,
+		DevRoot:        cfg.DevRoot,
 		CheckpointPath: filepath.Join(cfg.DRAPluginDir, CheckpointFile),
 		GPUCDIID:       func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
 		NICCDIID:       f.nicCDIID,
@@ -322,32 +324,67 @@ func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Not
 // first slice carries their taints) and waits.
 func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Lock()
-	inv := f.inv
+	inv, parts := f.inv, f.parts
 	f.mu.Unlock()
-	f.drv.SetGPUs(f.ctx, draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares))
+	in := draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares)
+	if parts != nil {
+		in.Partitions = f.partitions(inv, parts)
+		f.drv.SetMIG(nvmlInstances{p: parts, devRoot: f.cfg.DevRoot, procRoot: f.cfg.ProcRoot}, f.specWriter(cdi.MIGKind))
+	}
+	f.drv.SetGPUs(f.ctx, in)
 	<-ctx.Done()
 	return nil
+}
+
+// UsePartitions creates the MIG instances of claims on the GPUs
+// sharing.migPartitions selects through p.
+func (f *FrontEnd) UsePartitions(p *nvml.Partitioner) {
+	f.mu.Lock()
+	f.parts = p
+	f.mu.Unlock()
+}
+
+// partitions reads what each GPU in MIG mode that sharing.migPartitions
+// selects allows; one that cannot be read is logged and not published.
+func (f *FrontEnd) partitions(inv *nvml.Inventory, p *nvml.Partitioner) map[string]draslice.Partition {
+	out := map[string]draslice.Partition{}
+	for _, g := range inv.GPUs {
+		if !g.MIGEnabled || !f.cfg.Sharing.MIGPartitions.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) {
+			continue
+		}
+		l, err := p.Layout(g)
+		if err != nil {
+			f.drv.o.Log.Error("MIG: reading the placements of a partitioned GPU; it is not published", "device", g.UUID, "index", g.Index, "err", err)
+			continue
+		}
+		f.drv.o.Log.Info("MIG: GPU partitioned on demand", "device", g.UUID, "index", g.Index, "placements", len(l.Placements), "instances", len(l.Instances))
+		out[g.UUID] = draslice.Partition{Layout: l}
+	}
+	return out
 }
 
 // UseSharing runs the MPS daemons of the claims' MPS clients through m
 // until ctx ends, and sets the time-slice intervals they ask for through
 // timeSlice (see Driver.SetMPS).
 func (f *FrontEnd) UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) (string, error)) {
-	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.writeMPSSpec, timeSlice)
+	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.specWriter(cdi.MPSKind), timeSlice)
 }
 
-// writeMPSSpec writes the MPS clients' CDI spec; with none, removes it.
-func (f *FrontEnd) writeMPSSpec(devs []cdi.Device) error {
-	if len(devs) == 0 {
-		f.specs.Publish(cdi.MPSKind, nil)
-		return nil
+// specWriter writes the spec of kind, one the DRA driver keeps (MPS
+// clients, MIG instances), holding devs; with none, removes it.
+func (f *FrontEnd) specWriter(kind string) func(devs []cdi.Device) error {
+	return func(devs []cdi.Device) error {
+		if len(devs) == 0 {
+			f.specs.Publish(kind, nil)
+			return nil
+		}
+		spec, err := cdi.Spec(kind, devs, cdi.Edits{})
+		if err != nil {
+			return err
+		}
+		f.specs.Publish(kind, spec)
+		return f.specs.Ready(kind)
 	}
-	spec, err := cdi.Spec(cdi.MPSKind, devs, cdi.Edits{})
-	if err != nil {
-		return err
-	}
-	f.specs.Publish(cdi.MPSKind, spec)
-	return f.specs.Ready(cdi.MPSKind)
 }
 
 // NoGPUs publishes none, so the NIC pools need not wait for a driver.

@@ -66,12 +66,19 @@ type Device struct {
 	// AllowMultipleAllocations: several claims may hold the device, each
 	// consuming part of its capacity (sharing.memoryShares).
 	AllowMultipleAllocations bool `json:"allowMultipleAllocations,omitempty"`
+	// ConsumesCounters: a MIG placement takes its slices of its GPU's
+	// counter set (sharing.migPartitions).
+	ConsumesCounters []CounterConsumption `json:"consumesCounters,omitempty"`
 
 	// ID is the model's ID: the GPU or MIG UUID, or the NIC's PCI address.
 	ID     string   `json:"-"`
 	Type   string   `json:"-"`
 	Pool   string   `json:"-"`
 	CDIIDs []string `json:"-"`
+	// Placement is set on a MIG placement of a partitioned GPU, whose
+	// instance Prepare creates; ID is then the GPU's UUID, and CDIIDs
+	// are the GPU's (the instance's own come with it).
+	Placement *nvml.MIGPlacement `json:"-"`
 }
 
 // GPUs is what the model knows of the node's GPUs.
@@ -87,6 +94,18 @@ type GPUs struct {
 	// ShareMinimum bytes; a claim that names no amount consumes it all.
 	MemoryShares func(nvml.GPU) bool
 	ShareMinimum uint64
+	// Partitions are the GPUs in MIG mode published as the placements
+	// they allow (sharing.migPartitions), by UUID.
+	Partitions map[string]Partition
+}
+
+// Partition is what a GPU partitioned on demand allows.
+type Partition struct {
+	Layout nvml.MIGLayout
+	// Foreign are GPU instances no prepared claim made (made by hand):
+	// they are not served, and placements over their slices are not
+	// published.
+	Foreign []nvml.GPUInstance
 }
 
 // GPUsOf is what the slices are made of: the inventory, and the GPUs
@@ -132,6 +151,10 @@ func GPUDevices(in GPUs, sysfsRoot string, cdiID func(uuid string) string, log *
 	cliques := nvlinkCliques(in)
 	out := make([]Device, 0, len(in.GPUs))
 	for i, g := range in.GPUs {
+		if part, ok := in.Partitions[g.UUID]; ok && g.MIGEnabled {
+			out = append(out, placementDevices(g, part, gpuAttributes(in, g, sysfsRoot, log), cdiID)...)
+			continue
+		}
 		if g.MIGEnabled && len(g.MIG) == 0 {
 			continue
 		}

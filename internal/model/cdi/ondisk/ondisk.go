@@ -76,8 +76,9 @@ func NewStore(cfg config.Config, log *slog.Logger) (*Store, error) {
 	keep := []string{cdi.GPUKind}
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
 		// Rewritten by the DRA driver once the GPUs are up; until then
-		// the containers of prepared MPS claims still restart.
-		keep = append(keep, cdi.MPSKind)
+		// the containers of prepared MPS claims, and of MIG instances
+		// claims created, still restart.
+		keep = append(keep, cdi.MPSKind, cdi.MIGKind)
 	}
 	for _, r := range cfg.NICResources {
 		keep = append(keep, r.Name)
