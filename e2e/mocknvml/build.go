@@ -62,7 +62,7 @@ func R470Missing() []string {
 		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV",
 		"nvmlSystemGetDriverBranch", "nvmlDeviceGetHandleByUUIDV", "nvmlDeviceGetPciInfoExt",
 		"nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses_v3",
-		"nvmlDeviceGetGpuInstanceProfileInfoV",
+		"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
 	}
 }
 

@@ -35,6 +35,18 @@ var pluginCalls = []string{
 	"nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstanceProfileInfoV",
 }
 
+// migCreateCalls are the NVML symbols that create and destroy MIG
+// instances (DRA's partitionable MIG devices, and their neighbours).
+var migCreateCalls = []string{
+	"nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlDeviceGetGpuInstancePossiblePlacements",
+	"nvmlDeviceGetGpuInstanceRemainingCapacity", "nvmlDeviceCreateGpuInstance",
+	"nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlDeviceGetGpuInstances", "nvmlGpuInstanceDestroy",
+	"nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+	"nvmlGpuInstanceGetComputeInstances", "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
+	"nvmlGpuInstanceGetComputeInstancePossiblePlacements", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+	"nvmlComputeInstanceDestroy",
+}
+
 // gfdCalls are the NVML symbols NVIDIA's GPU Feature Discovery reaches
 // beyond pluginCalls (go-nvlib's MIG profile of a MIG device), so that it
 // labels the same mock node (e2e/gfdcompare).
@@ -66,7 +78,7 @@ func TestBuildExportsPluginCalls(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range append(slices.Clone(pluginCalls), gfdCalls...) {
+	for _, name := range slices.Concat(pluginCalls, gfdCalls, migCreateCalls) {
 		if !exported[name] {
 			t.Errorf("%s is not exported", name)
 		}

@@ -42,6 +42,14 @@ var (
 //	remap <index> <state>        remapped rows: none, pending or failure
 //	transient <index> <calls>    the next <calls> calls on the GPU fail UNKNOWN
 //	fail, unfail                 every call on any GPU fails UNKNOWN, or stops
+//	mig-create-pause <index> [before|after]
+//	                             the next compute instance creation on the GPU
+//	                             stops until resumed (PauseMIGCreate)
+//	mig-create-resume <index>    lets it go on (ResumeMIGCreate)
+//	mig-create-wait <index> [<ms>]
+//	                             answers once one is stopped (WaitMIGCreatePaused)
+//	mig-create-fail <index> [any|gi|ci]
+//	                             the next creation fails INSUFFICIENT_RESOURCES
 //
 // Inject returns once the library has applied the command: Control prefixes
 // each line with an id ("@7 xid 3 79") and reads the library's answer from
@@ -151,4 +159,65 @@ func (c *Control) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return errors.Join(c.cmd.Close(), c.reply.Close())
+}
+
+// MIGPause is where a compute instance creation stopped by PauseMIGCreate
+// waits.
+type MIGPause string
+
+const (
+	// MIGPauseBefore stops nvmlGpuInstanceCreateComputeInstance as it
+	// starts: the GPU instance exists, its compute instance does not yet.
+	// A plugin killed there leaves a GPU instance without a MIG device.
+	MIGPauseBefore MIGPause = "before"
+	// MIGPauseAfter stops it once the compute instance exists (in the
+	// state file and the capability files too) and before the call
+	// returns: a plugin killed there leaves a whole MIG device it never
+	// heard of.
+	MIGPauseAfter MIGPause = "after"
+)
+
+// PauseMIGCreate makes the next nvmlGpuInstanceCreateComputeInstance (or
+// ...WithPlacement) on GPU gpu stop at at until ResumeMIGCreate (or
+// "recover <gpu>"), so a test can kill the caller between creating an
+// instance and recording it. Only that call waits; every other call goes on.
+func (c *Control) PauseMIGCreate(gpu int, at MIGPause) error {
+	return c.Inject(fmt.Sprintf("mig-create-pause %d %s", gpu, at))
+}
+
+// WaitMIGCreatePaused returns once a creation on GPU gpu is stopped by
+// PauseMIGCreate, or fails when none is by the time ctx ends (10 seconds
+// without a deadline). The library's control thread waits meanwhile, so
+// other commands wait behind it.
+func (c *Control) WaitMIGCreatePaused(ctx context.Context, gpu int) error {
+	ms := DefaultTimeout.Milliseconds()
+	if d, ok := ctx.Deadline(); ok {
+		ms = max(time.Until(d).Milliseconds(), 1)
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout+time.Second) // the library answers first
+		defer cancel()
+	}
+	return c.InjectContext(ctx, fmt.Sprintf("mig-create-wait %d %d", gpu, ms))
+}
+
+// ResumeMIGCreate lets a creation stopped on GPU gpu go on, and disarms a
+// pause not reached yet.
+func (c *Control) ResumeMIGCreate(gpu int) error {
+	return c.Inject(fmt.Sprintf("mig-create-resume %d", gpu))
+}
+
+// MIGCreation names which creations FailMIGCreate fails.
+type MIGCreation string
+
+const (
+	MIGCreateAny             MIGCreation = "any" // the next GPU or compute instance creation
+	MIGCreateGPUInstance     MIGCreation = "gi"  // the next nvmlDeviceCreateGpuInstance(WithPlacement)
+	MIGCreateComputeInstance MIGCreation = "ci"  // the next nvmlGpuInstanceCreateComputeInstance(WithPlacement)
+)
+
+// FailMIGCreate makes the next creation of that kind on GPU gpu answer
+// INSUFFICIENT_RESOURCES, creating nothing, as a driver that found no room.
+func (c *Control) FailMIGCreate(gpu int, what MIGCreation) error {
+	return c.Inject(fmt.Sprintf("mig-create-fail %d %s", gpu, what))
 }

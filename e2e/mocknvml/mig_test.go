@@ -39,11 +39,11 @@ func TestLoadProfileMIG(t *testing.T) {
 	}
 	want := []MIGDevice{
 		{GPU: 0, Index: 0, UUID: "MIG-2769e927-e4bf-4564-8537-2ef440e5c51e", GPUInstance: 2, Profile: "3g.40gb",
-			GIProfileIndex: 2, GIProfileID: 9, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
+			GIProfileIndex: 2, GIProfileID: 9, GIStart: 4, Slices: 3, CISlices: 3, MemoryMiB: 40192, Multiprocessors: 60, GICapMinor: 21, CICapMinor: 22},
 		{GPU: 0, Index: 1, UUID: "MIG-a1865506-aadb-4831-9b25-f81fcec1496e", GPUInstance: 3, Profile: "2g.20gb",
-			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
+			GIProfileIndex: 1, GIProfileID: 14, GIStart: 0, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 30, CICapMinor: 31},
 		{GPU: 0, Index: 2, UUID: "MIG-994395a7-74f0-447f-b6f8-7a640701ad82", GPUInstance: 4, Profile: "2g.20gb",
-			GIProfileIndex: 1, GIProfileID: 14, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
+			GIProfileIndex: 1, GIProfileID: 14, GIStart: 2, Slices: 2, CISlices: 2, MemoryMiB: 20096, Multiprocessors: 32, GICapMinor: 39, CICapMinor: 40},
 	}
 	if got := p.GPUs[0].MIGDevices; !reflect.DeepEqual(got, want) {
 		t.Errorf("GPU 0 MIG devices:\n got %+v\nwant %+v", got, want)
@@ -97,6 +97,11 @@ func TestWriteProcAndCapNodes(t *testing.T) {
 	// GPU 0: 3 GIs with one CI each (6), GPU 1: 7 (14), GPU 3: 2 (4); GPU 2 has none.
 	if len(files) != 2+6+14+4 {
 		t.Errorf("%d capability files, want 26:\n%s", len(files), strings.Join(files, "\n"))
+	}
+	// The driver's majors, nvidia-caps' the fixture's nodes' (1:3).
+	wantDevices := "Character devices:\n  1 nvidia-caps\n  1 nvidia-uvm\n195 nvidia\n195 nvidiactl\n\nBlock devices:\n"
+	if b, err := os.ReadFile(filepath.Join(root, "proc", "devices")); err != nil || string(b) != wantDevices {
+		t.Errorf("proc/devices = %q, %v; want %q", b, err, wantDevices)
 	}
 	minors := map[int]bool{}
 	for path, want := range map[string]string{
@@ -545,9 +550,10 @@ func checkMIGDevice(t *testing.T, lib gonvml.Interface, parent, d gonvml.Device,
 	if ret != gonvml.SUCCESS || info.Device != parent || info.Id != uint32(m.GPUInstance) || info.ProfileId != uint32(m.GIProfileID) {
 		t.Errorf("%s: GpuInstance.GetInfo = %+v, %v; want id %d profile %d on the parent", where, info, ret, m.GPUInstance, m.GIProfileID)
 	}
-	// A GPU instance's placement covers the eighths of memory it holds.
-	if size := uint32((m.MemoryMiB*8 + g.MemoryMiB - 1) / g.MemoryMiB); info.Placement.Size != size || info.Placement.Start+size > 8 {
-		t.Errorf("%s: placement %+v, want size %d within 8 memory slices", where, info.Placement, size)
+	// A GPU instance's placement covers the eighths of memory it holds,
+	// where its id says (ids follow placements, as the driver's do).
+	if size := uint32((m.MemoryMiB*8 + g.MemoryMiB - 1) / g.MemoryMiB); info.Placement.Size != size || info.Placement.Start != uint32(m.GIStart) {
+		t.Errorf("%s: placement %+v, want %d:%d", where, info.Placement, m.GIStart, size)
 	}
 	checkComputeInstance(t, where, parent, gi, m)
 }

@@ -24,7 +24,10 @@
  * replaced only while no caller holds NVML open. Handles point into a static
  * array, so they stay valid for the life of the process (the library is
  * linked with -z nodelete, so dlclose never unmaps it either, even with the
- * control thread or a waiter still leaving our code).
+ * control thread or a waiter still leaving our code); a MIG instance's
+ * handle points at its slot, which the library tells is live or not. MIG
+ * instances can be created and destroyed, and kept in a file shared between
+ * processes (MOCK_NVML_MIG_STATE, under an flock); see "MIG" below.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -39,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -123,21 +127,29 @@ struct pcie_rule {
  * (NVML_GPU_INSTANCE_PROFILE_*, what nvmlDeviceGetGpuInstanceProfileInfo
  * takes), with the profile ID an A100 or H100 driver gives each (the ID
  * column of nvidia-smi mig -lgip, what nvmlGpuInstanceInfo_t.profileId
- * holds). IDs are not indices, as on a real GPU. Memory is in eighths.
+ * holds, and what the create and placement calls take). IDs are not
+ * indices, as on a real GPU. Memory is in eighths, the GPU's memory slices;
+ * placements are the memory slices an instance may start at, one bit per
+ * start, as nvidia-smi mig -lgipp lists them on an A100 or H100 (NVIDIA's
+ * MIG user guide). sms are an H100 80GB's.
  */
 struct gi_profile {
     unsigned index, id, slices, instances, eighths;
+    unsigned placements;
+    unsigned sms;
+    const char *suffix; /* after "<slices>g.<GiB>gb" in the profile's name */
 };
 static const struct gi_profile gi_profiles[] = {
-    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 1},      /* 1g.10gb */
-    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 1}, /* 1g.10gb+me */
-    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 2}, /* 1g.20gb */
-    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 2},      /* 2g.20gb */
-    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 4},       /* 3g.40gb */
-    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 4},       /* 4g.40gb */
-    {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 8},       /* 7g.80gb */
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 1, 0x7f, 16, ""},         /* 1g.10gb {0..6}:1 */
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 1, 0x7f, 16, "+me"}, /* 1g.10gb+me {0..6}:1 */
+    {NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 2, 0x55, 26, ""},    /* 1g.20gb {0,2,4,6}:2 */
+    {NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 2, 0x15, 32, ""},         /* 2g.20gb {0,2,4}:2 */
+    {NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 4, 0x11, 60, ""},          /* 3g.40gb {0,4}:4 */
+    {NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 4, 0x01, 64, ""},          /* 4g.40gb {0}:4 */
+    {NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 8, 0x01, 132, ""},         /* 7g.80gb {0}:8 */
 };
 #define N_GI_PROFILES (sizeof gi_profiles / sizeof gi_profiles[0])
+#define MEM_SLICES 8 /* memory slices (eighths) of a MIG GPU */
 
 static const struct gi_profile *gi_profile(unsigned index)
 {
@@ -147,24 +159,95 @@ static const struct gi_profile *gi_profile(unsigned index)
     return NULL;
 }
 
-/* One MIG device (a compute instance), from a mig line of the profile. */
+static const struct gi_profile *gi_profile_by_id(unsigned id)
+{
+    for (size_t k = 0; k < N_GI_PROFILES; k++)
+        if (gi_profiles[k].id == id)
+            return &gi_profiles[k];
+    return NULL;
+}
+
+/*
+ * GPU instance ids follow the placement, as the driver's do (its "swizzle
+ * ids", which the MIG user guide's nvidia-smi examples show): 0 is the
+ * whole GPU, 1 and 2 the halves of memory from slice 0 and 4, 3 to 6 the
+ * quarters from 0, 2, 4 and 6, 7 to 14 the eighths from 0 to 7. So a
+ * 3g.40gb at 4:4 is gi2 whenever it is created, a 1g.10gb at 0:1 gi7.
+ */
+static unsigned gi_id_at(const struct gi_profile *p, unsigned start)
+{
+    switch (p->eighths) {
+    case 8: return 0;
+    case 4: return 1 + start / 4;
+    case 2: return 3 + start / 2;
+    default: return 7 + start;
+    }
+}
+
+/* gi_start_of is the placement start of GPU instance id of profile p; -1 if no such instance can have that id. */
+static int gi_start_of(const struct gi_profile *p, unsigned id, unsigned *start)
+{
+    for (unsigned s = 0; s < MEM_SLICES; s++)
+        if ((p->placements >> s & 1) && gi_id_at(p, s) == id) {
+            *start = s;
+            return 0;
+        }
+    return -1;
+}
+
+/* ci_profile_index is the compute instance profile of a compute instance of that many slices. */
+static unsigned ci_profile_index(unsigned slices)
+{
+    switch (slices) {
+    case 1: return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
+    case 2: return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
+    case 3: return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
+    case 4: return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
+    case 6: return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
+    case 7: return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
+    default: return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
+    }
+}
+
+/* gi_ids names the ids a profile's instances can have, for messages. */
+static const char *gi_ids(const struct gi_profile *p)
+{
+    switch (p->placements) {
+    case 0x7f: return "7 to 13";
+    case 0x55: return "3 to 6";
+    case 0x15: return "3 to 5";
+    case 0x11: return "1 or 2";
+    default: return p->eighths == 8 ? "0" : "1";
+    }
+}
+
+/*
+ * One MIG device (a compute instance) that the driver holds: declared by a
+ * mig line of the profile, created through NVML, or read from the state
+ * file. Its slot in a GPU's migs array is its MIG device index.
+ */
 struct mig_dev {
+    int used;
     unsigned gi, ci, giprofile, slices, cislices, sms;
-    unsigned long long memory; /* bytes */
+    unsigned ci_profile, ci_start; /* compute instance profile ID; placement in the GPU instance's compute slices */
+    unsigned long long memory;     /* bytes: its GPU instance's */
     char uuid[STR_LEN], profile[32];
 };
 
 /* A GPU instance: what nvmlDeviceGetGpuInstanceById hands out. */
 struct nvmlGpuInstance_st {
+    int used;
     unsigned gpu; /* the parent's index */
-    unsigned id, profile_id, slices;
-    unsigned start, size; /* placement, in memory slices */
+    unsigned id, profile_id, giprofile, slices;
+    unsigned start, size;      /* placement, in memory slices */
+    unsigned long long memory; /* bytes */
 };
 
 /*
  * A GPU. Its MIG devices and GPU instances live inside it, so their handles
- * (pointers to migs[k] and gis[k]) are distinct, stable, and map back to the
- * GPU by address; a MIG handle is an nvmlDevice_t that points at a mig_dev.
+ * (pointers to migs[k] and gis[k]) are distinct, stable while the instance
+ * lives, and map back to the GPU by address; a MIG handle is an nvmlDevice_t
+ * that points at a mig_dev.
  */
 struct nvmlDevice_st {
     /* From the profile. */
@@ -183,9 +266,13 @@ struct nvmlDevice_st {
     struct link_end links[NVML_NVLINK_MAX_LINKS];
     unsigned unsupported; /* UNSUP_* */
     unsigned mig;         /* MIG mode, with HAS_MIG */
-    unsigned nmig, ngis;
-    struct mig_dev migs[MAX_MIG];            /* by MIG device index: the order of the mig lines */
-    struct nvmlGpuInstance_st gis[MAX_MIG];  /* in the order the mig lines name them */
+    unsigned nmig, ngis;  /* the profile's mig lines and the GPU instances they name */
+    struct mig_dev decl_migs[MAX_MIG];           /* by MIG device index: the order of the mig lines */
+    struct nvmlGpuInstance_st decl_gis[MAX_MIG]; /* in the order the mig lines name them */
+    /* What the driver holds now: the declared instances, or the state file's, changed by create and destroy. */
+    struct mig_dev migs[MAX_MIG];           /* by MIG device index; used marks a live one */
+    struct nvmlGpuInstance_st gis[MAX_MIG]; /* slots, kept while the instance lives */
+    int in_state;                           /* the state file holds this GPU's instances */
     /* Injected at run time. */
     int lost;
     int has_temp;
@@ -195,7 +282,16 @@ struct nvmlDevice_st {
     int remap_pending, remap_failure;  /* remapped rows */
     unsigned transient;                /* device calls left to answer UNKNOWN */
     unsigned compute_mode;             /* nvmlComputeMode_t, kept until the library unloads */
+    unsigned mig_pause;                /* MIG_PAUSE_*: how the next compute instance creation stops */
+    unsigned mig_paused;               /* creations stopped now */
+    unsigned long mig_resumes;         /* mig-create-resume count: wakes the stopped ones */
+    unsigned mig_fail;                 /* MIG_FAIL_*: the next creation fails */
 };
+
+/* mig-create-pause: where the next compute instance creation on a GPU stops until resumed. */
+enum { MIG_PAUSE_NONE, MIG_PAUSE_BEFORE, MIG_PAUSE_AFTER };
+/* mig-create-fail: which creation on a GPU fails next. */
+enum { MIG_FAIL_NONE, MIG_FAIL_ANY, MIG_FAIL_GI, MIG_FAIL_CI };
 
 struct profile {
     char driver[STR_LEN], nvml[STR_LEN];
@@ -229,6 +325,27 @@ static unsigned long generation;      /* bumped at every final nvmlShutdown */
 static int failing;                   /* "fail" injected */
 static struct nvmlEventSet_st *sets;  /* live event sets */
 static FILE *log_file;                    /* MOCK_NVML_LOG, or NULL */
+
+/* Identifies a version of a file: a rewrite by rename changes the inode, an edit in place the size or time. */
+struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+
+/* MIG instances: see "MIG" below. Guarded by mu. */
+static char state_path[4096];            /* MOCK_NVML_MIG_STATE, or empty */
+static char proc_root[4096];             /* MOCK_NVML_PROC_ROOT, or empty */
+static struct file_id state_seen;        /* the state file's version last read or written */
+static unsigned long long mig_counter;   /* compute instances created: part of each new UUID */
+static pthread_cond_t mig_cond = PTHREAD_COND_INITIALIZER; /* a creation paused or resumed */
+static int control_stopping;             /* the control thread is asked to stop */
+
+static void set_declared(struct nvmlDevice_st *g);
+static int state_reload(int force, char *err, size_t len);
+static void mig_sync(void);
 
 /* lifecycle serialises nvmlInit and nvmlShutdown around the control thread. */
 static pthread_mutex_t lifecycle = PTHREAD_MUTEX_INITIALIZER;
@@ -734,11 +851,11 @@ static int parse_mig(struct parser *ps, char **tok, int n)
                        g->memory >> 20);
     for (unsigned i = 0; i < p->ngpus; i++)
         for (unsigned j = 0; j < p->gpus[i].nmig; j++)
-            if (!strcmp(p->gpus[i].migs[j].uuid, m.uuid))
+            if (!strcmp(p->gpus[i].decl_migs[j].uuid, m.uuid))
                 return fail_at(ps, "mig %llu: uuid %s is also gpu %u's MIG device %u", idx, m.uuid, i, j);
     unsigned ci_slices = m.cislices;
     for (unsigned j = 0; j < g->nmig; j++) {
-        const struct mig_dev *o = &g->migs[j];
+        const struct mig_dev *o = &g->decl_migs[j];
         if (o->gi != m.gi)
             continue;
         if (o->ci == m.ci)
@@ -749,30 +866,48 @@ static int parse_mig(struct parser *ps, char **tok, int n)
     }
     if (ci_slices > m.slices)
         return fail_at(ps, "mig %llu: the compute instances of gi %u take more than its %u slices", idx, m.gi, m.slices);
+    /* Compute slices go to the compute instances in line order. */
+    m.ci_start = ci_slices - m.cislices;
+    m.ci_profile = ci_profile_index(m.cislices);
     /* Slices bound the counts (a CI takes at least one), so the arrays cannot overflow. */
     if (g->nmig == MAX_MIG)
         return fail_at(ps, "mig %llu: more than %d MIG devices", idx, MAX_MIG);
     unsigned k = 0;
-    while (k < g->ngis && g->gis[k].id != m.gi)
+    while (k < g->ngis && g->decl_gis[k].id != m.gi)
         k++;
     if (k == g->ngis) { /* the first line of this GPU instance */
-        unsigned gi_slices = m.slices, placed = 0;
+        const struct gi_profile *gp = gi_profile(m.giprofile);
+        unsigned gi_slices = m.slices, same = 0, start;
         for (unsigned j = 0; j < g->ngis; j++) {
-            gi_slices += g->gis[j].slices;
-            placed += g->gis[j].size;
+            gi_slices += g->decl_gis[j].slices;
+            same += g->decl_gis[j].giprofile == m.giprofile;
         }
         if (gi_slices > MIG_SLICES)
             return fail_at(ps, "mig %llu: its GPU instances take more than %d slices", idx, MIG_SLICES);
-        struct nvmlGpuInstance_st *gi = &g->gis[g->ngis++];
+        /* The id says where the instance lies, as the driver numbers them. */
+        if (gi_start_of(gp, m.gi, &start))
+            return fail_at(ps, "mig %llu: gi %u is not an id a giprofile %u GPU instance has (%s)", idx, m.gi,
+                           m.giprofile, gi_ids(gp));
+        for (unsigned j = 0; j < g->ngis; j++) {
+            const struct nvmlGpuInstance_st *o = &g->decl_gis[j];
+            if (start < o->start + o->size && o->start < start + gp->eighths)
+                return fail_at(ps, "mig %llu: gi %u and gi %u overlap in memory", idx, m.gi, o->id);
+        }
+        if (same == gp->instances)
+            return fail_at(ps, "mig %llu: more than %u GPU instances of giprofile %u", idx, gp->instances, m.giprofile);
+        struct nvmlGpuInstance_st *gi = &g->decl_gis[g->ngis++];
+        gi->used = 1;
         gi->gpu = g->index;
         gi->id = m.gi;
-        gi->profile_id = gi_profile(m.giprofile)->id;
+        gi->profile_id = gp->id;
+        gi->giprofile = m.giprofile;
         gi->slices = m.slices;
-        /* Placed one after another, each over the eighths of memory it holds. */
-        gi->start = placed;
-        gi->size = (g->has & HAS_MEMORY) ? (unsigned)((m.memory * 8 + g->memory - 1) / g->memory) : m.slices;
+        gi->start = start;
+        gi->size = gp->eighths;
+        gi->memory = m.memory;
     }
-    g->migs[g->nmig++] = m;
+    m.used = 1;
+    g->decl_migs[g->nmig++] = m;
     return 0;
 }
 
@@ -942,6 +1077,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_OPERATING_SYSTEM: return "GPU access blocked by the operating system";
     case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
     case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
     case NVML_ERROR_MEMORY: return "Insufficient Memory";
     case NVML_ERROR_NO_DATA: return "No data";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
@@ -1041,9 +1177,12 @@ static void reset_faults(struct nvmlDevice_st *g)
 /* mig_instance says whether GPU instance gi (and compute instance ci, unless NO_INSTANCE) exists on g. */
 static int mig_instance(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
 {
-    for (unsigned k = 0; k < g->nmig; k++)
-        if (g->migs[k].gi == gi && (ci == NO_INSTANCE || g->migs[k].ci == ci))
+    for (unsigned k = 0; k < MAX_MIG; k++) {
+        if (ci == NO_INSTANCE && g->gis[k].used && g->gis[k].id == gi)
             return 1;
+        if (ci != NO_INSTANCE && g->migs[k].used && g->migs[k].gi == gi && g->migs[k].ci == ci)
+            return 1;
+    }
     return 0;
 }
 
@@ -1051,6 +1190,7 @@ static int mig_instance(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
 static int apply(char **tok, int n, char *err, size_t errlen)
 {
     const char *cmd = tok[0];
+    mig_sync(); /* xid names instances another process may have created */
     if (!strcmp(cmd, "fail") || !strcmp(cmd, "unfail")) {
         if (n != 1) {
             snprintf(err, errlen, "usage: %s", cmd);
@@ -1073,6 +1213,10 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         {"recovery", 1, 1, "recovery <index> none|reset|reboot|drain|drain-and-reset"},
         {"remap", 1, 1, "remap <index> none|pending|failure"},
         {"transient", 1, 1, "transient <index> <calls>"},
+        {"mig-create-pause", 0, 1, "mig-create-pause <index> [before|after]"},
+        {"mig-create-resume", 0, 0, "mig-create-resume <index>"},
+        {"mig-create-wait", 0, 1, "mig-create-wait <index> [<milliseconds>]"},
+        {"mig-create-fail", 0, 1, "mig-create-fail <index> [any|gi|ci]"},
     };
     const char *usage = NULL;
     int min = 0, max = 0;
@@ -1083,7 +1227,8 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             max = cmds[i].max;
         }
     if (!usage) {
-        snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, recovery, remap, transient, fail or unfail)", cmd);
+        snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, recovery, remap, transient, "
+                              "mig-create-pause, mig-create-resume, mig-create-wait, mig-create-fail, fail or unfail)", cmd);
         return -1;
     }
     unsigned long long idx, v = 0;
@@ -1096,6 +1241,60 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         return -1;
     }
     struct nvmlDevice_st *g = &prof.gpus[idx];
+    if (!strncmp(cmd, "mig-create-", 11) && (!(g->has & HAS_MIG) || !g->mig)) {
+        snprintf(err, errlen, "%s: gpu %llu does not have MIG on", cmd, idx);
+        return -1;
+    }
+    if (!strcmp(cmd, "mig-create-pause")) {
+        if (n == 3 && strcmp(tok[2], "before") != 0 && strcmp(tok[2], "after") != 0) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->mig_pause = n == 3 && !strcmp(tok[2], "after") ? MIG_PAUSE_AFTER : MIG_PAUSE_BEFORE;
+        return 0;
+    }
+    if (!strcmp(cmd, "mig-create-resume")) {
+        g->mig_pause = MIG_PAUSE_NONE;
+        g->mig_resumes++;
+        pthread_cond_broadcast(&mig_cond);
+        return 0;
+    }
+    if (!strcmp(cmd, "mig-create-fail")) {
+        static const char *const kinds[] = {"any", "gi", "ci"};
+        unsigned k = 0;
+        while (n == 3 && k < 3 && strcmp(kinds[k], tok[2]) != 0)
+            k++;
+        if (k == 3) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->mig_fail = MIG_FAIL_ANY + k; /* the order of MIG_FAIL_* */
+        return 0;
+    }
+    if (!strcmp(cmd, "mig-create-wait")) {
+        /* Answers once a creation on the GPU is paused; the control thread waits meanwhile. */
+        if (n == 3 && (parse_uint(tok[2], 10, 3600000, &v) || v == 0)) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        unsigned long long ms = n == 3 ? v : 10000;
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += (time_t)(ms / 1000);
+        deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        while (g->mig_paused == 0 && !control_stopping)
+            if (pthread_cond_timedwait(&mig_cond, &mu, &deadline) == ETIMEDOUT)
+                break;
+        if (g->mig_paused == 0) {
+            snprintf(err, errlen, "mig-create-wait: no compute instance creation on gpu %llu paused within %llu ms", idx, ms);
+            return -1;
+        }
+        return 0;
+    }
     if (!strcmp(cmd, "xid")) {
         if (parse_uint(tok[2], 10, ~0ULL, &v)) {
             snprintf(err, errlen, "xid: %s is not a decimal XID", tok[2]);
@@ -1167,6 +1366,10 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         g->transient = (unsigned)v;
     } else { /* recover */
         reset_faults(g);
+        g->mig_pause = MIG_PAUSE_NONE;
+        g->mig_fail = MIG_FAIL_NONE;
+        g->mig_resumes++; /* a paused creation goes on */
+        pthread_cond_broadcast(&mig_cond);
     }
     return 0;
 }
@@ -1314,6 +1517,9 @@ static int control_start(const char *path, char *err, size_t errlen)
         return -1;
     }
     snprintf(reply_path, sizeof reply_path, "%s.reply", path);
+    pthread_mutex_lock(&mu);
+    control_stopping = 0;
+    pthread_mutex_unlock(&mu);
     if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
         snprintf(err, errlen, "control pipe: %s", strerror(errno));
         return -1;
@@ -1341,6 +1547,10 @@ static void close_fd(int *fd)
 
 static void control_stop(void)
 {
+    pthread_mutex_lock(&mu);
+    control_stopping = 1; /* ends a mig-create-wait */
+    pthread_cond_broadcast(&mig_cond);
+    pthread_mutex_unlock(&mu);
     if (control_running) {
         char c = 'x';
         if (write(stop_pipe[1], &c, 1) != 1)
@@ -1390,16 +1600,32 @@ static nvmlReturn_t init(void)
     for (unsigned i = 0; i < p->ngpus; i++)
         reset_faults(&p->gpus[i]);
     const char *logpath = getenv("MOCK_NVML_LOG");
+    const char *statepath = getenv("MOCK_NVML_MIG_STATE");
+    const char *procpath = getenv("MOCK_NVML_PROC_ROOT");
 
     pthread_mutex_lock(&mu);
     prof = *p;
     failing = 0;
+    for (unsigned i = 0; i < prof.ngpus; i++) {
+        memset(prof.gpus[i].gis, 0, sizeof prof.gpus[i].gis);
+        set_declared(&prof.gpus[i]);
+    }
+    snprintf(state_path, sizeof state_path, "%s", statepath ? statepath : "");
+    snprintf(proc_root, sizeof proc_root, "%s", procpath ? procpath : "");
     if (logpath && *logpath && !log_file) {
         log_file = fopen(logpath, "ae");
         if (!log_file)
             fprintf(stderr, "mocknvml: opening MOCK_NVML_LOG %s: %s\n", logpath, strerror(errno));
     }
-    log_line("nvmlInit: profile %s, %u GPUs", path, prof.ngpus);
+    if (state_reload(1, err, sizeof err) != 0) {
+        fprintf(stderr, "mocknvml: MOCK_NVML_MIG_STATE: %s\n", err);
+        log_line("nvmlInit: MOCK_NVML_MIG_STATE: %s", err);
+        pthread_mutex_unlock(&mu);
+        free(p);
+        pthread_mutex_unlock(&lifecycle);
+        return NVML_ERROR_UNKNOWN;
+    }
+    log_line("nvmlInit: profile %s, %u GPUs%s%s", path, prof.ngpus, state_path[0] ? ", MIG state " : "", state_path);
     refcount = 1;
     pthread_mutex_unlock(&mu);
     free(p);
@@ -1444,6 +1670,7 @@ nvmlReturn_t nvmlShutdown(void)
     generation++;
     while (sets)
         set_unlink(sets); /* wakes waiters, who see the new generation */
+    pthread_cond_broadcast(&mig_cond); /* and paused creations */
     log_line("nvmlShutdown");
     pthread_mutex_unlock(&mu);
     control_stop();
@@ -1519,28 +1746,40 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 
 /*
  * member_of finds the GPU whose struct holds p at offset first + k * size
- * for some k < count(GPU), and sets *k; NULL when p is no such pointer. It
- * is how a handle is told apart from anything else: GPU handles are
- * &prof.gpus[i] (first 0, size the whole struct), MIG device and GPU
- * instance handles point into a GPU's migs and gis arrays.
+ * for some k < slots that live(GPU, k) accepts, and sets *k; NULL when p is
+ * no such pointer. It is how a handle is told apart from anything else: GPU
+ * handles are &prof.gpus[i] (first 0, size the whole struct), MIG device and
+ * GPU instance handles point into a live slot of a GPU's migs and gis
+ * arrays (a destroyed instance's handle no longer does).
  */
-static struct nvmlDevice_st *member_of(const void *p, size_t first, size_t size,
-                                       unsigned (*count)(const struct nvmlDevice_st *), unsigned *k)
+static struct nvmlDevice_st *member_of(const void *p, size_t first, size_t size, unsigned slots,
+                                       int (*live)(const struct nvmlDevice_st *, unsigned), unsigned *k)
 {
     uintptr_t base = (uintptr_t)prof.gpus, a = (uintptr_t)p;
     if (a < base || a - base >= prof.ngpus * sizeof prof.gpus[0])
         return NULL;
     struct nvmlDevice_st *g = &prof.gpus[(a - base) / sizeof prof.gpus[0]];
     size_t off = (a - base) % sizeof prof.gpus[0];
-    if (off < first || (off - first) % size != 0 || (off - first) / size >= count(g))
+    if (off < first || (off - first) % size != 0 || (off - first) / size >= slots || !live(g, (unsigned)((off - first) / size)))
         return NULL;
     *k = (unsigned)((off - first) / size);
     return g;
 }
 
-static unsigned one(const struct nvmlDevice_st *g) { (void)g; return 1; }
-static unsigned mig_count(const struct nvmlDevice_st *g) { return g->nmig; }
-static unsigned gi_count(const struct nvmlDevice_st *g) { return g->ngis; }
+static int whole(const struct nvmlDevice_st *g, unsigned k) { (void)g; return k == 0; }
+static int mig_live(const struct nvmlDevice_st *g, unsigned k) { return g->migs[k].used; }
+static int gi_live(const struct nvmlDevice_st *g, unsigned k) { return g->gis[k].used; }
+
+/* mig_of and gi_slot resolve a MIG device (or compute instance) and a GPU instance handle; NULL if none lives there. */
+static struct nvmlDevice_st *mig_of(const void *h, unsigned *k)
+{
+    return member_of(h, offsetof(struct nvmlDevice_st, migs), sizeof prof.gpus[0].migs[0], MAX_MIG, mig_live, k);
+}
+
+static struct nvmlDevice_st *gi_slot(const void *h, unsigned *k)
+{
+    return member_of(h, offsetof(struct nvmlDevice_st, gis), sizeof prof.gpus[0].gis[0], MAX_MIG, gi_live, k);
+}
 
 /* mig_handle is the nvmlDevice_t of a MIG device: it points at the mig_dev, never dereferenced as a GPU. */
 static struct nvmlDevice_st *mig_handle(struct mig_dev *m) { return (struct nvmlDevice_st *)(void *)m; }
@@ -1568,11 +1807,12 @@ static nvmlReturn_t handle_check(struct nvmlDevice_st *h, struct nvmlDevice_st *
 {
     if (refcount == 0)
         return NVML_ERROR_UNINITIALIZED;
+    mig_sync(); /* another process may have created or destroyed instances */
     unsigned k;
-    struct nvmlDevice_st *g = member_of(h, 0, sizeof *h, one, &k);
+    struct nvmlDevice_st *g = member_of(h, 0, sizeof *h, 1, whole, &k);
     *mig = NULL;
     if (!g) {
-        g = member_of(h, offsetof(struct nvmlDevice_st, migs), sizeof g->migs[0], mig_count, &k);
+        g = mig_of(h, &k);
         if (!g)
             return NVML_ERROR_INVALID_ARGUMENT;
         *mig = &g->migs[k];
@@ -1701,9 +1941,11 @@ static nvmlReturn_t mig_by_uuid(const char *uuid, nvmlDevice_t *device)
     nvmlReturn_t ret = NVML_ERROR_NOT_FOUND;
     if (refcount == 0)
         ret = NVML_ERROR_UNINITIALIZED;
+    else
+        mig_sync();
     for (unsigned i = 0; refcount > 0 && i < prof.ngpus; i++)
-        for (unsigned k = 0; k < prof.gpus[i].nmig; k++)
-            if (!strcmp(prof.gpus[i].migs[k].uuid, uuid)) {
+        for (unsigned k = 0; k < MAX_MIG; k++)
+            if (prof.gpus[i].migs[k].used && !strcmp(prof.gpus[i].migs[k].uuid, uuid)) {
                 ret = gpu_state(&prof.gpus[i]);
                 if (ret == NVML_SUCCESS)
                     device->handle = mig_handle(&prof.gpus[i].migs[k]);
@@ -2051,6 +2293,627 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
 
 /* ------------------------------------------------------------------- MIG */
 
+/*
+ * What the driver holds. A GPU starts with the instances its profile
+ * declares. Instances can be created and destroyed; with
+ * MOCK_NVML_MIG_STATE the instances of every GPU a create or destroy
+ * touched are kept in that file, written under a lock at each change and
+ * read again by every process when it changes, so all of them see one
+ * driver, as processes on a node do, and a process killed and started again
+ * finds what it created. README.md describes the file.
+ */
+
+/* Profile memory in MiB: its eighths of the GPU's (an eighth per slice without a memory key). */
+static unsigned long long gi_profile_mib(const struct nvmlDevice_st *g, const struct gi_profile *p)
+{
+    return (g->has & HAS_MEMORY) ? (g->memory >> 20) * p->eighths / 8 : 1024ULL * p->eighths;
+}
+
+/* gi_profile_name is the profile's name on g, as nvidia-smi prints it: "3g.40gb", "1g.10gb+me". */
+static void gi_profile_name(const struct nvmlDevice_st *g, const struct gi_profile *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%ug.%llugb%s", p->slices, (gi_profile_mib(g, p) + 1023) / 1024, p->suffix);
+}
+
+/* The compute slices of compute instance profile (its ID, which is its index); 0 for one no A100 or H100 offers. */
+static unsigned ci_slices_of(unsigned profile)
+{
+    static const unsigned slices[] = {
+        [NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE] = 1, [NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE] = 2,
+        [NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE] = 3, [NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE] = 4,
+        [NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE] = 7,
+    };
+    return profile < sizeof slices / sizeof slices[0] ? slices[profile] : 0;
+}
+
+/*
+ * Whether a GPU instance of s slices offers compute instances of c, as an
+ * A100 or H100 does: the whole instance, 1c and 2c in any larger one, 3c
+ * and 4c in the 7-slice one.
+ */
+static int ci_offered(unsigned c, unsigned s)
+{
+    return c != 0 && (c == s || (c <= 2 && c < s) || (c <= 4 && s == MIG_SLICES));
+}
+
+/* ci_placements are the compute slices a compute instance of c may start at in s: multiples of c it fits from. */
+static unsigned ci_placements(unsigned c, unsigned s)
+{
+    unsigned mask = 0;
+    for (unsigned start = 0; start + c <= s; start += c)
+        mask |= 1u << start;
+    return mask;
+}
+
+/* ci_sms: a whole GPU instance has its profile's SMs; a smaller compute instance those of the GPU instance profile of its slices. */
+static unsigned ci_sms(const struct gi_profile *p, unsigned c)
+{
+    if (c == p->slices)
+        return p->sms;
+    for (size_t k = 0; k < N_GI_PROFILES; k++)
+        if (gi_profiles[k].slices == c && gi_profiles[k].eighths <= 4)
+            return gi_profiles[k].sms;
+    return 16 * c;
+}
+
+static struct nvmlGpuInstance_st *gi_find(struct nvmlDevice_st *g, unsigned id)
+{
+    for (unsigned k = 0; k < MAX_MIG; k++)
+        if (g->gis[k].used && g->gis[k].id == id)
+            return &g->gis[k];
+    return NULL;
+}
+
+/* gi_fits says whether a GPU instance of p fits at start beside g's: INSUFFICIENT_RESOURCES if not. */
+static nvmlReturn_t gi_fits(const struct nvmlDevice_st *g, const struct gi_profile *p, unsigned start)
+{
+    unsigned memory = 0, slices = p->slices, same = 0;
+    for (unsigned k = 0; k < MAX_MIG; k++) {
+        const struct nvmlGpuInstance_st *o = &g->gis[k];
+        if (!o->used)
+            continue;
+        memory |= ((1u << o->size) - 1) << o->start;
+        slices += o->slices;
+        same += o->profile_id == p->id;
+    }
+    if (same >= p->instances || slices > MIG_SLICES || (memory & ((1u << p->eighths) - 1) << start))
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    return NVML_SUCCESS;
+}
+
+/* ci_used is the mask of compute slices the compute instances of GPU instance gi take. */
+static unsigned ci_used(const struct nvmlDevice_st *g, unsigned gi)
+{
+    unsigned mask = 0;
+    for (unsigned k = 0; k < MAX_MIG; k++)
+        if (g->migs[k].used && g->migs[k].gi == gi)
+            mask |= ((1u << g->migs[k].cislices) - 1) << g->migs[k].ci_start;
+    return mask;
+}
+
+/* ci_free are the placements for a compute instance of c in gi that no compute instance takes. */
+static unsigned ci_free(const struct nvmlDevice_st *g, const struct nvmlGpuInstance_st *gi, unsigned c)
+{
+    unsigned used = ci_used(g, gi->id), mask = 0, all = ci_placements(c, gi->slices);
+    for (unsigned s = 0; s < MIG_SLICES; s++)
+        if ((all >> s & 1) && !(used & ((1u << c) - 1) << s))
+            mask |= 1u << s;
+    return mask;
+}
+
+/* set_instances makes g hold gis (any order) and migs (by MIG device index), keeping the slot of every GPU instance that stays. */
+static void set_instances(struct nvmlDevice_st *g, const struct nvmlGpuInstance_st *gis, const struct mig_dev *migs)
+{
+    struct nvmlGpuInstance_st next[MAX_MIG];
+    int placed[MAX_MIG] = {0};
+    memset(next, 0, sizeof next);
+    for (unsigned k = 0; k < MAX_MIG; k++)
+        for (unsigned j = 0; g->gis[k].used && j < MAX_MIG; j++)
+            if (gis[j].used && !placed[j] && gis[j].id == g->gis[k].id && gis[j].profile_id == g->gis[k].profile_id) {
+                next[k] = gis[j];
+                placed[j] = 1;
+                break;
+            }
+    for (unsigned j = 0; j < MAX_MIG; j++) {
+        unsigned k = 0;
+        while (gis[j].used && !placed[j] && next[k].used)
+            k++; /* GPU instances take a slice each, so there is a free slot */
+        if (gis[j].used && !placed[j])
+            next[k] = gis[j];
+    }
+    for (unsigned k = 0; k < MAX_MIG; k++)
+        next[k].gpu = g->index;
+    memcpy(g->gis, next, sizeof next);
+    memcpy(g->migs, migs, sizeof g->migs);
+}
+
+/* set_declared gives g its profile's instances back. */
+static void set_declared(struct nvmlDevice_st *g)
+{
+    set_instances(g, g->decl_gis, g->decl_migs);
+    g->in_state = 0;
+}
+
+/* mig_uuid derives a new MIG device's UUID from its parent, instance ids and creation count, shaped as the driver's (version 5). */
+static void mig_uuid(const struct nvmlDevice_st *g, unsigned gi, unsigned ci, unsigned long long counter, char *out,
+                     size_t len)
+{
+    char key[STR_LEN + 64];
+    snprintf(key, sizeof key, "%s/%u/%u/%llu", g->uuid, gi, ci, counter);
+    unsigned long long h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL}; /* FNV-1a, two seeds */
+    for (int i = 0; i < 2; i++)
+        for (const char *c = key; *c; c++)
+            h[i] = (h[i] ^ (unsigned char)*c) * 0x100000001b3ULL;
+    snprintf(out, len, "MIG-%08llx-%04llx-5%03llx-%04llx-%012llx", h[0] >> 32, (h[0] >> 16) & 0xffff,
+             h[0] & 0xfff, 0x8000 | ((h[1] >> 48) & 0x3fff), h[1] & 0xffffffffffffULL);
+}
+
+/* ------------------------------------------------------ capability files */
+
+/* mkdirs makes path's directories down to the last '/' of it. */
+static int mkdirs(char *path)
+{
+    for (char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    return 0;
+}
+
+/* cap_dir is the procfs directory of GPU instance gi, or of its compute instance ci. */
+static void cap_dir(const struct nvmlDevice_st *g, unsigned gi, unsigned ci, char *buf, size_t len)
+{
+    if (ci == NO_INSTANCE)
+        snprintf(buf, len, "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u", proc_root, g->minor, gi);
+    else
+        snprintf(buf, len, "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u/ci%u", proc_root, g->minor, gi, ci);
+}
+
+/*
+ * cap_add writes the access capability of a new GPU instance (ci
+ * NO_INSTANCE) or compute instance under MOCK_NVML_PROC_ROOT, as the driver
+ * shows it, with the minor its mig-minors table gives it: 3 + 135 * GPU
+ * minor + 9 * gi for the GPU instance, that + 1 + ci for a compute instance.
+ */
+static void cap_add(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
+{
+    if (!proc_root[0])
+        return;
+    char path[4200];
+    cap_dir(g, gi, ci, path, sizeof path);
+    size_t n = strlen(path);
+    snprintf(path + n, sizeof path - n, "/access");
+    unsigned minor = 3 + g->minor * (MAX_GI_ID + 1) * (MAX_CI_ID + 2) + gi * (MAX_CI_ID + 2);
+    if (ci != NO_INSTANCE)
+        minor += 1 + ci;
+    FILE *f = NULL;
+    if (mkdirs(path) == 0)
+        f = fopen(path, "we");
+    if (!f || fprintf(f, "DeviceFileMinor: %u\nDeviceFileMode: 444\n", minor) < 0 || fclose(f) != 0)
+        log_line("writing capability %s: %s", path, strerror(errno));
+}
+
+/* cap_remove takes a destroyed instance's capability away. */
+static void cap_remove(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
+{
+    if (!proc_root[0])
+        return;
+    char dir[4200], path[4300];
+    cap_dir(g, gi, ci, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/access", dir);
+    if ((unlink(path) != 0 && errno != ENOENT) || (rmdir(dir) != 0 && errno != ENOENT))
+        log_line("removing capability %s: %s", dir, strerror(errno));
+}
+
+/* -------------------------------------------------------------- state file */
+
+struct state_gpu {
+    int named;
+    struct nvmlGpuInstance_st gis[MAX_MIG]; /* the first ngi */
+    unsigned ngi;
+    struct mig_dev migs[MAX_MIG]; /* by MIG device index */
+};
+
+struct state_file {
+    unsigned long long counter;
+    struct state_gpu gpus[MAX_GPUS];
+};
+
+static int state_fail(char *err, size_t len, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int state_fail(char *err, size_t len, int line, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(err, len, "%.300s:%d: %s", state_path, line, msg);
+    return -1;
+}
+
+/* state_keys finds the values of keys in key=value words; unknown keys are left for newer writers. */
+static int state_keys(char **tok, int n, const char *const *keys, const char **vals, size_t nkeys)
+{
+    for (size_t k = 0; k < nkeys; k++)
+        vals[k] = NULL;
+    for (int i = 1; i < n; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return -1;
+        *eq = '\0';
+        for (size_t k = 0; k < nkeys; k++)
+            if (!strcmp(tok[i], keys[k]))
+                vals[k] = eq + 1;
+    }
+    return 0;
+}
+
+static int state_uint(const char *s, unsigned max, unsigned *out)
+{
+    unsigned long long v;
+    if (!s || parse_uint(s, 10, max, &v))
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+/* state_gi reads "gi id= profile= start= size= [memory=]" into the GPU, checking it fits beside the ones above. */
+static int state_gi(struct state_gpu *sg, const struct nvmlDevice_st *g, char **tok, int n, int line, char *err,
+                    size_t len)
+{
+    static const char *const keys[] = {"id", "profile", "start", "size", "memory"};
+    const char *v[5];
+    unsigned id, pid, start, size, mib = 0;
+    const struct gi_profile *p;
+    if (state_keys(tok, n, keys, v, 5) || state_uint(v[0], MAX_GI_ID, &id) || state_uint(v[1], 1000, &pid) ||
+        state_uint(v[2], MEM_SLICES - 1, &start) || state_uint(v[3], MEM_SLICES, &size) ||
+        (v[4] && state_uint(v[4], 1u << 30, &mib)))
+        return state_fail(err, len, line, "usage: gi id=<0-14> profile=<ID> start=<0-7> size=<1-8> [memory=<MiB>]");
+    if (!(p = gi_profile_by_id(pid)))
+        return state_fail(err, len, line, "gi %u: profile %u is not a GPU instance profile ID the mock offers", id, pid);
+    if (!(p->placements >> start & 1) || size != p->eighths || gi_id_at(p, start) != id)
+        return state_fail(err, len, line, "gi %u: profile %u has no GPU instance %u at %u:%u", id, pid, id, start, size);
+    struct nvmlGpuInstance_st gi = {1, g->index, id, p->id, p->index, p->slices, start, size,
+                                    (mib ? mib : gi_profile_mib(g, p)) << 20};
+    unsigned slices = p->slices, same = 0;
+    for (unsigned k = 0; k < sg->ngi; k++) {
+        const struct nvmlGpuInstance_st *o = &sg->gis[k];
+        if (o->id == id || (start < o->start + o->size && o->start < start + size))
+            return state_fail(err, len, line, "gi %u: overlaps gi %u", id, o->id);
+        slices += o->slices;
+        same += o->profile_id == pid;
+    }
+    if (slices > MIG_SLICES || same >= p->instances)
+        return state_fail(err, len, line, "gi %u: more GPU instances than the GPU holds", id);
+    sg->gis[sg->ngi++] = gi;
+    return 0;
+}
+
+/* state_ci reads "ci gi= id= profile= start= size= index= uuid= [sms=] [name=]" into the GPU. */
+static int state_ci(struct state_gpu *sg, const struct nvmlDevice_st *g, char **tok, int n, int line, char *err,
+                    size_t len)
+{
+    static const char *const keys[] = {"gi", "id", "profile", "start", "size", "index", "uuid", "sms", "name"};
+    const char *v[9];
+    unsigned gid, id, pid, start, size, index, sms = 0;
+    if (state_keys(tok, n, keys, v, 9) || state_uint(v[0], MAX_GI_ID, &gid) || state_uint(v[1], MAX_CI_ID, &id) ||
+        state_uint(v[2], NVML_COMPUTE_INSTANCE_PROFILE_COUNT - 1, &pid) || state_uint(v[3], MIG_SLICES - 1, &start) ||
+        state_uint(v[4], MIG_SLICES, &size) || state_uint(v[5], MAX_MIG - 1, &index) || !v[6] ||
+        strncmp(v[6], "MIG-", 4) != 0 || strlen(v[6]) >= 80 || (v[7] && state_uint(v[7], 65535, &sms)) ||
+        (v[8] && (!*v[8] || strlen(v[8]) >= sizeof sg->migs[0].profile)))
+        return state_fail(err, len, line,
+                          "usage: ci gi=<id> id=<0-7> profile=<ID> start= size= index=<0-6> uuid=MIG-... [sms=] [name=]");
+    const struct nvmlGpuInstance_st *gi = NULL;
+    for (unsigned k = 0; k < sg->ngi; k++)
+        if (sg->gis[k].id == gid)
+            gi = &sg->gis[k];
+    if (!gi)
+        return state_fail(err, len, line, "ci %u/%u: no gi %u above it", gid, id, gid);
+    unsigned c = ci_slices_of(pid), mask = ((1u << size) - 1) << start;
+    if (!ci_offered(c, gi->slices) || size != c || start + size > gi->slices)
+        return state_fail(err, len, line, "ci %u/%u: gi %u has no compute instance of profile %u at %u:%u", gid, id, gid,
+                          pid, start, size);
+    if (sg->migs[index].used)
+        return state_fail(err, len, line, "ci %u/%u: index %u is also ci %u/%u's", gid, id, index,
+                          sg->migs[index].gi, sg->migs[index].ci);
+    for (unsigned k = 0; k < MAX_MIG; k++) {
+        const struct mig_dev *o = &sg->migs[k];
+        if (o->used && o->gi == gid && (o->ci == id || (mask & ((1u << o->cislices) - 1) << o->ci_start)))
+            return state_fail(err, len, line, "ci %u/%u: overlaps ci %u/%u", gid, id, o->gi, o->ci);
+    }
+    const struct gi_profile *p = gi_profile(gi->giprofile);
+    struct mig_dev *m = &sg->migs[index];
+    memset(m, 0, sizeof *m);
+    *m = (struct mig_dev){.used = 1, .gi = gid, .ci = id, .giprofile = gi->giprofile, .slices = gi->slices,
+                          .cislices = c, .sms = sms ? sms : ci_sms(p, c), .ci_profile = pid, .ci_start = start,
+                          .memory = gi->memory};
+    snprintf(m->uuid, sizeof m->uuid, "%s", v[6]);
+    if (v[8]) {
+        snprintf(m->profile, sizeof m->profile, "%s", v[8]);
+    } else {
+        char name[24];
+        gi_profile_name(g, p, name, sizeof name);
+        if (c == gi->slices)
+            snprintf(m->profile, sizeof m->profile, "%s", name);
+        else
+            snprintf(m->profile, sizeof m->profile, "%uc.%s", c, name);
+    }
+    return 0;
+}
+
+/* state_parse reads the state file into sf; on error it fills err with path:line: message. */
+static int state_parse(FILE *f, struct state_file *sf, char *err, size_t len)
+{
+    char buf[LINE_LEN];
+    char *tok[MAX_TOKENS];
+    int line = 0, version = 0;
+    struct state_gpu *sg = NULL;
+    const struct nvmlDevice_st *g = NULL;
+    while (fgets(buf, sizeof buf, f)) {
+        line++;
+        int n = tokenize(buf, tok, MAX_TOKENS);
+        if (n < 0)
+            return state_fail(err, len, line, "unterminated quote or more than %d words", MAX_TOKENS);
+        if (n == 0)
+            continue;
+        if (!version && strcmp(tok[0], "version") != 0)
+            return state_fail(err, len, line, "the file must start with version 1");
+        if (!strcmp(tok[0], "version")) {
+            if (n != 2 || strcmp(tok[1], "1") != 0)
+                return state_fail(err, len, line, "version %s: this library reads version 1", n > 1 ? tok[1] : "");
+            version = 1;
+        } else if (!strcmp(tok[0], "counter")) {
+            unsigned long long v;
+            if (n != 2 || parse_uint(tok[1], 10, ~0ULL, &v))
+                return state_fail(err, len, line, "usage: counter <creations>");
+            sf->counter = v;
+        } else if (!strcmp(tok[0], "gpu")) {
+            static const char *const keys[] = {"uuid"};
+            const char *v[1];
+            if (state_keys(tok, n, keys, v, 1) || !v[0])
+                return state_fail(err, len, line, "usage: gpu uuid=GPU-...");
+            unsigned i = 0;
+            while (i < prof.ngpus && strcmp(prof.gpus[i].uuid, v[0]) != 0)
+                i++;
+            if (i == prof.ngpus)
+                return state_fail(err, len, line, "gpu %s is not in the profile", v[0]);
+            g = &prof.gpus[i];
+            sg = &sf->gpus[i];
+            if (sg->named)
+                return state_fail(err, len, line, "gpu %s is named twice", v[0]);
+            if (!(g->has & HAS_MIG) || !g->mig)
+                return state_fail(err, len, line, "gpu %s does not have MIG on", v[0]);
+            sg->named = 1;
+        } else if (!strcmp(tok[0], "gi") || !strcmp(tok[0], "ci")) {
+            if (!sg)
+                return state_fail(err, len, line, "%s before any gpu line", tok[0]);
+            if ((tok[0][0] == 'g' ? state_gi : state_ci)(sg, g, tok, n, line, err, len))
+                return -1;
+        } else {
+            return state_fail(err, len, line, "unknown keyword %s (want version, counter, gpu, gi or ci)", tok[0]);
+        }
+    }
+    if (ferror(f))
+        return state_fail(err, len, line, "reading: %s", strerror(errno));
+    return 0;
+}
+
+static int same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->exists == b->exists && (!a->exists || (a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+                                                     a->mtime.tv_sec == b->mtime.tv_sec &&
+                                                     a->mtime.tv_nsec == b->mtime.tv_nsec));
+}
+
+static struct file_id file_id_of(const struct stat *st)
+{
+    return (struct file_id){1, st->st_dev, st->st_ino, st->st_size, st->st_mtim};
+}
+
+/*
+ * state_reload reads the state file when it changed since the last read (or
+ * always, with force) and makes every GPU hold what it says: the instances
+ * it lists for the GPUs it names, the profile's for the others (a missing
+ * file names none). Call with mu held. On error the instances stay as they
+ * were and err says why; the file is not read again until it changes.
+ */
+static int state_reload(int force, char *err, size_t len)
+{
+    if (!state_path[0])
+        return 0;
+    struct stat st;
+    struct file_id id = {0};
+    if (stat(state_path, &st) == 0)
+        id = file_id_of(&st);
+    if (!force && same_file(&id, &state_seen))
+        return 0;
+    FILE *f = fopen(state_path, "re");
+    if (!f && errno != ENOENT) {
+        snprintf(err, len, "opening %.300s: %s", state_path, strerror(errno));
+        return -1;
+    }
+    id = (struct file_id){0};
+    if (f && fstat(fileno(f), &st) == 0)
+        id = file_id_of(&st);
+    struct state_file *sf = calloc(1, sizeof *sf);
+    int rc = 0;
+    if (!sf) {
+        snprintf(err, len, "reading %.300s: out of memory", state_path);
+        rc = -1;
+    } else if (f) {
+        rc = state_parse(f, sf, err, len);
+    }
+    if (f)
+        fclose(f);
+    state_seen = id;
+    if (rc == 0) {
+        for (unsigned i = 0; i < prof.ngpus; i++) {
+            struct nvmlDevice_st *g = &prof.gpus[i];
+            if (!sf->gpus[i].named) {
+                set_declared(g);
+                continue;
+            }
+            struct nvmlGpuInstance_st gis[MAX_MIG];
+            memset(gis, 0, sizeof gis);
+            memcpy(gis, sf->gpus[i].gis, sf->gpus[i].ngi * sizeof gis[0]);
+            set_instances(g, gis, sf->gpus[i].migs);
+            g->in_state = 1;
+        }
+        if (sf->counter > mig_counter)
+            mig_counter = sf->counter;
+    }
+    free(sf);
+    return rc;
+}
+
+/* mig_sync reads the state file again if another process changed it; call with mu held. */
+static void mig_sync(void)
+{
+    char err[600];
+    if (state_reload(0, err, sizeof err) != 0) {
+        log_line("MOCK_NVML_MIG_STATE: %s; keeping the instances read before", err);
+        fprintf(stderr, "mocknvml: MOCK_NVML_MIG_STATE: %s; keeping the instances read before\n", err);
+    }
+}
+
+/* state_write replaces the state file with the instances of every GPU it holds, atomically. */
+static int state_write(char *err, size_t len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", state_path, (int)getpid());
+    FILE *f = fopen(tmp, "we");
+    if (!f) {
+        snprintf(err, len, "writing %.300s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# MIG instances of a mock NVML node (MOCK_NVML_MIG_STATE), kept by the library:\n"
+               "# every process using the mock reads it, and rewrites it at each create and destroy.\n"
+               "version 1\ncounter %llu\n",
+            mig_counter);
+    for (unsigned i = 0; i < prof.ngpus; i++) {
+        const struct nvmlDevice_st *g = &prof.gpus[i];
+        if (!g->in_state)
+            continue;
+        fprintf(f, "gpu uuid=%s index=%u\n", g->uuid, g->index);
+        for (unsigned id = 0; id <= MAX_GI_ID; id++)
+            for (unsigned k = 0; k < MAX_MIG; k++)
+                if (g->gis[k].used && g->gis[k].id == id)
+                    fprintf(f, "gi id=%u profile=%u start=%u size=%u memory=%llu\n", id, g->gis[k].profile_id,
+                            g->gis[k].start, g->gis[k].size, g->gis[k].memory >> 20);
+        for (unsigned k = 0; k < MAX_MIG; k++) {
+            const struct mig_dev *m = &g->migs[k];
+            if (m->used)
+                fprintf(f, "ci gi=%u id=%u profile=%u start=%u size=%u index=%u sms=%u name=\"%s\" uuid=%s\n", m->gi,
+                        m->ci, m->ci_profile, m->ci_start, m->cislices, k, m->sms, m->profile, m->uuid);
+        }
+    }
+    int bad = fflush(f) != 0 || ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, state_path) != 0) {
+        snprintf(err, len, "writing %.300s: %s", state_path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    struct stat st;
+    if (stat(state_path, &st) == 0)
+        state_seen = file_id_of(&st);
+    return 0;
+}
+
+/*
+ * mig_begin starts a create or destroy; call with mu held. With a state
+ * file it takes the file's lock (so two processes change it in turn) and
+ * reads it afresh; *lock is the lock's descriptor, -1 without a file.
+ */
+static nvmlReturn_t mig_begin(int *lock)
+{
+    *lock = -1;
+    if (!state_path[0])
+        return NVML_SUCCESS;
+    char path[4200], err[600];
+    snprintf(path, sizeof path, "%s.lock", state_path);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        log_line("MOCK_NVML_MIG_STATE: opening %s: %s", path, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            log_line("MOCK_NVML_MIG_STATE: locking %s: %s", path, strerror(errno));
+            close(fd);
+            return NVML_ERROR_UNKNOWN;
+        }
+    if (state_reload(1, err, sizeof err) != 0) {
+        log_line("MOCK_NVML_MIG_STATE: %s", err);
+        close(fd);
+        return NVML_ERROR_UNKNOWN;
+    }
+    *lock = fd;
+    return NVML_SUCCESS;
+}
+
+/*
+ * mig_end finishes what mig_begin started: when changed names the GPU whose
+ * instances changed, the state file is written with it; a failed write
+ * reads the file back, undoing the change, and answers UNKNOWN.
+ */
+static nvmlReturn_t mig_end(int lock, struct nvmlDevice_st *changed)
+{
+    nvmlReturn_t ret = NVML_SUCCESS;
+    char err[600];
+    if (lock >= 0 && changed) {
+        int was = changed->in_state;
+        changed->in_state = 1;
+        if (state_write(err, sizeof err) != 0) {
+            log_line("MOCK_NVML_MIG_STATE: %s; the change is undone", err);
+            changed->in_state = was;
+            if (state_reload(1, err, sizeof err) != 0)
+                log_line("MOCK_NVML_MIG_STATE: %s", err);
+            ret = NVML_ERROR_UNKNOWN;
+        }
+    }
+    if (lock >= 0)
+        close(lock); /* releases the lock */
+    return ret;
+}
+
+/* mig_take_fail consumes an injected mig-create-fail for a creation of kind on g. */
+static int mig_take_fail(struct nvmlDevice_st *g, unsigned kind, const char *call)
+{
+    if (g->mig_fail != MIG_FAIL_ANY && g->mig_fail != kind)
+        return 0;
+    g->mig_fail = MIG_FAIL_NONE;
+    log_line("%s: gpu %u: failing as injected (mig-create-fail)", call, g->index);
+    return 1;
+}
+
+/*
+ * mig_stop holds a compute instance creation on g until mig-create-resume
+ * (or recover) names the GPU, releasing mu meanwhile; call with mu held.
+ * UNINITIALIZED when nvmlShutdown came first (g is then not touched again).
+ */
+static nvmlReturn_t mig_stop(struct nvmlDevice_st *g, const char *call, const char *where)
+{
+    unsigned long gen = generation, resumes = g->mig_resumes;
+    g->mig_pause = MIG_PAUSE_NONE;
+    g->mig_paused++;
+    log_line("%s: gpu %u: paused %s (mig-create-pause), waiting for mig-create-resume %u", call, g->index, where,
+             g->index);
+    pthread_cond_broadcast(&mig_cond);
+    while (generation == gen && g->mig_resumes == resumes)
+        pthread_cond_wait(&mig_cond, &mu);
+    if (generation != gen)
+        return NVML_ERROR_UNINITIALIZED;
+    g->mig_paused--;
+    log_line("%s: gpu %u: resumed", call, g->index);
+    return NVML_SUCCESS;
+}
+
+/* --------------------------------------------------------- MIG devices */
+
 /* MIG-capable GPUs (with a mig key) hold up to seven MIG devices while MIG is on, none while it is off. */
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
@@ -2062,6 +2925,7 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *c
     });
 }
 
+/* A MIG device's index is its slot: the profile's in line order, a created one the lowest free. */
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
 {
     DEVICE_QUERY(device, migDevice, {
@@ -2069,7 +2933,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
             ret_ = NVML_ERROR_NOT_SUPPORTED;
         else if (index >= (g->mig ? MAX_MIG : 0))
             ret_ = NVML_ERROR_INVALID_ARGUMENT;
-        else if (index >= g->nmig)
+        else if (!g->migs[index].used)
             ret_ = NVML_ERROR_NOT_FOUND; /* an empty slot */
         else
             migDevice->handle = mig_handle(&g->migs[index]);
@@ -2128,33 +2992,45 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     });
 }
 
+/* ------------------------------------------------------- GPU instances */
+
 nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
 {
     DEVICE_QUERY(device, gpuInstance, {
-        ret_ = NVML_ERROR_NOT_FOUND;
+        struct nvmlGpuInstance_st *gi = NULL;
         if (!(g->has & HAS_MIG) || !g->mig)
             ret_ = NVML_ERROR_NOT_SUPPORTED;
-        for (unsigned k = 0; ret_ == NVML_ERROR_NOT_FOUND && k < g->ngis; k++)
-            if (g->gis[k].id == id) {
-                gpuInstance->handle = &g->gis[k];
-                ret_ = NVML_SUCCESS;
-            }
+        else if (!(gi = gi_find(g, id)))
+            ret_ = NVML_ERROR_NOT_FOUND;
+        else
+            gpuInstance->handle = gi;
     });
+}
+
+/* gi_of resolves a GPU instance handle to its GPU and instance; call with mu held. */
+static nvmlReturn_t gi_of(nvmlGpuInstance_t gpuInstance, struct nvmlDevice_st **gpu, struct nvmlGpuInstance_st **gi)
+{
+    if (refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    mig_sync();
+    unsigned k;
+    struct nvmlDevice_st *g = gi_slot(gpuInstance.handle, &k);
+    if (!g)
+        return NVML_ERROR_INVALID_ARGUMENT; /* never one, or destroyed */
+    *gpu = g;
+    *gi = &g->gis[k];
+    return gpu_state(g);
 }
 
 nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
 {
     pthread_mutex_lock(&mu);
-    if (refcount == 0)
-        return device_end(NVML_ERROR_UNINITIALIZED);
-    unsigned k;
-    struct nvmlDevice_st *g =
-        member_of(gpuInstance.handle, offsetof(struct nvmlDevice_st, gis), sizeof g->gis[0], gi_count, &k);
-    if (!g || !info)
-        return device_end(NVML_ERROR_INVALID_ARGUMENT);
-    nvmlReturn_t ret = gpu_state(g);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && !info)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
     if (ret == NVML_SUCCESS) {
-        const struct nvmlGpuInstance_st *gi = &g->gis[k];
         memset(info, 0, sizeof *info);
         info->device.handle = g;
         info->id = gi->id;
@@ -2177,12 +3053,6 @@ static nvmlReturn_t gi_profile_of(const struct nvmlDevice_st *g, unsigned index,
     if (!(g->has & HAS_MIG) || !g->mig || !(*p = gi_profile(index)))
         return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
-}
-
-/* Profile memory in MiB: its eighths of the GPU's (an eighth per slice without a memory key). */
-static unsigned long long gi_profile_mib(const struct nvmlDevice_st *g, const struct gi_profile *p)
-{
-    return (g->has & HAS_MEMORY) ? (g->memory >> 20) * p->eighths / 8 : 1024ULL * p->eighths;
 }
 
 /* Profile info: ID, slices, instances and memory; no engines, no SMs, an empty name. */
@@ -2234,6 +3104,216 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
 }
 #endif
 
+/*
+ * The placements of a profile, by its ID, whether MIG is on or not (as
+ * nvml.h says); NOT_SUPPORTED on a GPU that cannot do MIG or for an ID it
+ * does not offer. A NULL placements asks for the count; a count too small
+ * for them is INSUFFICIENT_SIZE, with the count needed.
+ */
+static nvmlReturn_t possible_placements(nvmlDevice_t device, unsigned int profileId,
+                                        nvmlGpuInstancePlacement_t *placements, unsigned int *count)
+{
+    DEVICE_QUERY(device, count, {
+        const struct gi_profile *p = gi_profile_by_id(profileId);
+        if (!(g->has & HAS_MIG) || !p) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            unsigned n = 0;
+            for (unsigned s = 0; s < MEM_SLICES; s++)
+                if (p->placements >> s & 1) {
+                    if (placements && n < *count)
+                        placements[n] = (nvmlGpuInstancePlacement_t){s, p->eighths};
+                    n++;
+                }
+            if (placements && *count < n)
+                ret_ = NVML_ERROR_INSUFFICIENT_SIZE;
+            *count = n;
+        }
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId,
+                                                           nvmlGpuInstancePlacement_t *placements,
+                                                           unsigned int *count)
+{
+    return possible_placements(device, profileId, placements, count);
+}
+
+/* v1 has the same struct; go-nvml falls back to it only without v2. */
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t device, unsigned int profileId,
+                                                        nvmlGpuInstancePlacement_t *placements, unsigned int *count)
+{
+    return possible_placements(device, profileId, placements, count);
+}
+
+/* How many more instances of the profile fit: free placements, slices and the profile's instance count allowing. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
+                                                       unsigned int *count)
+{
+    DEVICE_QUERY(device, count, {
+        const struct gi_profile *p = gi_profile_by_id(profileId);
+        if (!(g->has & HAS_MIG) || !g->mig || !p) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            /* A profile's placements do not overlap each other, so each free one can hold an instance. */
+            unsigned n = 0, used = 0, same = 0;
+            for (unsigned s = 0; s < MEM_SLICES; s++) {
+                unsigned memory = 0;
+                for (unsigned k = 0; k < MAX_MIG; k++)
+                    if (g->gis[k].used)
+                        memory |= ((1u << g->gis[k].size) - 1) << g->gis[k].start;
+                if ((p->placements >> s & 1) && !(memory & ((1u << p->eighths) - 1) << s))
+                    n++;
+            }
+            for (unsigned k = 0; k < MAX_MIG; k++)
+                if (g->gis[k].used) {
+                    used += g->gis[k].slices;
+                    same += g->gis[k].profile_id == p->id;
+                }
+            if (n > (MIG_SLICES - used) / p->slices)
+                n = (MIG_SLICES - used) / p->slices;
+            if (n > p->instances - same)
+                n = p->instances - same;
+            *count = n;
+        }
+    });
+}
+
+/*
+ * create_gi makes a GPU instance of the profile with that ID at placement,
+ * or at the first free one without. Its id follows the placement (gi_id_at).
+ */
+static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement,
+                              nvmlGpuInstance_t *gpuInstance, const char *call)
+{
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    int lock;
+    nvmlReturn_t ret = mig_begin(&lock);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    struct nvmlDevice_st *g = device.handle;
+    const struct gi_profile *p = NULL;
+    unsigned start = 0;
+    ret = device_check(device.handle);
+    if (ret != NVML_SUCCESS) {
+        mig_end(lock, NULL);
+        return device_end(ret);
+    }
+    if (!(g->has & HAS_MIG) || !g->mig)
+        ret = NVML_ERROR_NOT_SUPPORTED;
+    else if (!gpuInstance || !(p = gi_profile_by_id(profileId)))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    else if (placement && (placement->start >= MEM_SLICES || !(p->placements >> placement->start & 1) ||
+                           placement->size != p->eighths))
+        ret = NVML_ERROR_INVALID_ARGUMENT; /* not one of the profile's placements */
+    else if (mig_take_fail(g, MIG_FAIL_GI, call))
+        ret = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    else if (placement)
+        ret = gi_fits(g, p, start = placement->start);
+    else
+        for (ret = NVML_ERROR_INSUFFICIENT_RESOURCES, start = 0; ret != NVML_SUCCESS && start < MEM_SLICES; start++)
+            if ((p->placements >> start & 1) && gi_fits(g, p, start) == NVML_SUCCESS) {
+                ret = NVML_SUCCESS;
+                break;
+            }
+    struct nvmlGpuInstance_st *gi = NULL;
+    if (ret == NVML_SUCCESS) {
+        for (unsigned k = 0; !gi && k < MAX_MIG; k++)
+            if (!g->gis[k].used)
+                gi = &g->gis[k]; /* fits means at most 7 instances, so one is free */
+        *gi = (struct nvmlGpuInstance_st){1, g->index, gi_id_at(p, start), p->id, p->index, p->slices, start,
+                                          p->eighths, gi_profile_mib(g, p) << 20};
+    }
+    nvmlReturn_t wrote = mig_end(lock, ret == NVML_SUCCESS ? g : NULL);
+    if (ret == NVML_SUCCESS)
+        ret = wrote;
+    if (ret == NVML_SUCCESS) {
+        cap_add(g, gi->id, NO_INSTANCE);
+        gpuInstance->handle = gi;
+        log_line("%s: gpu %u profile %u: created gpu instance %u at %u:%u", call, g->index, profileId, gi->id,
+                 gi->start, gi->size);
+    } else if (placement) {
+        log_line("%s: gpu %u profile %u at %u:%u: %s", call, g->index, profileId, placement->start, placement->size,
+                 nvmlErrorString(ret));
+    } else {
+        log_line("%s: gpu %u profile %u: %s", call, g->index, profileId, nvmlErrorString(ret));
+    }
+    return device_end(ret);
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance)
+{
+    return create_gi(device, profileId, NULL, gpuInstance, "nvmlDeviceCreateGpuInstance");
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                      const nvmlGpuInstancePlacement_t *placement,
+                                                      nvmlGpuInstance_t *gpuInstance)
+{
+    if (!placement)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return create_gi(device, profileId, placement, gpuInstance, "nvmlDeviceCreateGpuInstanceWithPlacement");
+}
+
+/* The GPU instances of a profile, by its ID, in id order. */
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances,
+                                       unsigned int *count)
+{
+    DEVICE_QUERY(device, gpuInstances && count, {
+        if (!(g->has & HAS_MIG) || !g->mig) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else if (!gi_profile_by_id(profileId)) {
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            /* At most the profile's instance count, the buffer go-nvml passes. */
+            unsigned n = 0;
+            for (unsigned id = 0; id <= MAX_GI_ID; id++) {
+                struct nvmlGpuInstance_st *gi = gi_find(g, id);
+                if (gi && gi->profile_id == profileId)
+                    gpuInstances[n++].handle = gi;
+            }
+            *count = n;
+        }
+    });
+}
+
+/* Destroying a GPU instance that holds compute instances is IN_USE, as NVML answers. */
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
+{
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    int lock;
+    nvmlReturn_t ret = mig_begin(&lock);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    ret = gi_of(gpuInstance, &g, &gi);
+    if (ret != NVML_SUCCESS) {
+        mig_end(lock, NULL);
+        log_line("nvmlGpuInstanceDestroy: %s", nvmlErrorString(ret));
+        return device_end(ret);
+    }
+    unsigned id = gi->id;
+    if (ci_used(g, id))
+        ret = NVML_ERROR_IN_USE;
+    else
+        memset(gi, 0, sizeof *gi);
+    nvmlReturn_t wrote = mig_end(lock, ret == NVML_SUCCESS ? g : NULL);
+    if (ret == NVML_SUCCESS)
+        ret = wrote;
+    if (ret == NVML_SUCCESS) {
+        cap_remove(g, id, NO_INSTANCE);
+        log_line("nvmlGpuInstanceDestroy: gpu %u: destroyed gpu instance %u", g->index, id);
+    } else {
+        log_line("nvmlGpuInstanceDestroy: gpu %u gpu instance %u: %s", g->index, id, nvmlErrorString(ret));
+    }
+    return device_end(ret);
+}
+
 /* ------------------------------------------------------- compute instances */
 
 /*
@@ -2243,42 +3323,20 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
  * (NVML_COMPUTE_INSTANCE_PROFILE_*), as nvidia-smi mig -lcip shows them.
  */
 
-/* gi_of resolves a GPU instance handle to its GPU and instance; call with mu held. */
-static nvmlReturn_t gi_of(nvmlGpuInstance_t gpuInstance, struct nvmlDevice_st **gpu, struct nvmlGpuInstance_st **gi)
+/* ci_profile_check: INVALID_ARGUMENT past the indices nvml.h knows, NOT_SUPPORTED for one gi does not offer; else its slices. */
+static nvmlReturn_t ci_profile_check(const struct nvmlGpuInstance_st *gi, unsigned profile, unsigned *c)
 {
-    if (refcount == 0)
-        return NVML_ERROR_UNINITIALIZED;
-    unsigned k;
-    struct nvmlDevice_st *g =
-        member_of(gpuInstance.handle, offsetof(struct nvmlDevice_st, gis), sizeof g->gis[0], gi_count, &k);
-    if (!g)
+    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *gpu = g;
-    *gi = &g->gis[k];
-    return gpu_state(g);
-}
-
-/* ci_profile_index is the compute instance profile of a compute instance of that many slices. */
-static unsigned ci_profile_index(unsigned slices)
-{
-    switch (slices) {
-    case 1: return NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE;
-    case 2: return NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE;
-    case 3: return NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE;
-    case 4: return NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE;
-    case 6: return NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE;
-    case 7: return NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE;
-    default: return NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE;
-    }
+    *c = ci_slices_of(profile);
+    return ci_offered(*c, gi->slices) ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
 /*
- * Compute instance profile info within a GPU instance of gi->slices slices,
- * as an A100 or H100 offers them: the whole instance, 1c and 2c in any larger
- * one, 3c and 4c in the 7-slice one; NOT_SUPPORTED for the rest,
- * INVALID_ARGUMENT past the indices nvml.h knows or for an engine profile
- * other than SHARED. SM and engine counts read 0, as the GPU instance
- * profiles' do.
+ * Compute instance profile info within a GPU instance, by profile ID (which
+ * is the index): slices and instance count; SM and engine counts read 0, as
+ * the GPU instance profiles' do. INVALID_ARGUMENT for an engine profile
+ * other than SHARED.
  */
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
                                                           unsigned int engProfile,
@@ -2287,27 +3345,53 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
     pthread_mutex_lock(&mu);
     struct nvmlDevice_st *g;
     struct nvmlGpuInstance_st *gi;
+    unsigned c = 0;
     nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
-    if (ret != NVML_SUCCESS)
-        return device_end(ret);
-    if (!info || profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
-        engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT)
-        return device_end(NVML_ERROR_INVALID_ARGUMENT);
-    static const unsigned slices_of[] = {
-        [NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE] = 1, [NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE] = 2,
-        [NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE] = 3, [NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE] = 4,
-        [NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE] = 7,
-    };
-    unsigned c = profile < sizeof slices_of / sizeof slices_of[0] ? slices_of[profile] : 0;
-    unsigned s = gi->slices;
-    if (c == 0 || !(c == s || (c <= 2 && c < s) || (c <= 4 && s == MIG_SLICES)))
-        return device_end(NVML_ERROR_NOT_SUPPORTED);
-    memset(info, 0, sizeof *info);
-    info->id = profile;
-    info->sliceCount = c;
-    info->instanceCount = s / c;
-    return device_end(NVML_SUCCESS);
+    if (ret == NVML_SUCCESS && (!info || engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profile, &c);
+    if (ret == NVML_SUCCESS) {
+        memset(info, 0, sizeof *info);
+        info->id = profile;
+        info->sliceCount = c;
+        info->instanceCount = gi->slices / c;
+    }
+    return device_end(ret);
 }
+
+#ifndef MOCK_R470
+/* The versioned call (R510): v2 and v3 add a name (left empty here) and capabilities. */
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                           unsigned int engProfile,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    unsigned c = 0;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && (!info || engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS && info->version != nvmlComputeInstanceProfileInfo_v2 &&
+        info->version != nvmlComputeInstanceProfileInfo_v3)
+        ret = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profile, &c);
+    if (ret == NVML_SUCCESS) {
+        unsigned version = info->version;
+        if (version == nvmlComputeInstanceProfileInfo_v3)
+            memset(info, 0, sizeof(nvmlComputeInstanceProfileInfo_v3_t));
+        else
+            memset(info, 0, sizeof *info);
+        info->version = version;
+        info->id = profile;
+        info->sliceCount = c;
+        info->instanceCount = gi->slices / c;
+    }
+    return device_end(ret);
+}
+#endif
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
                                                    nvmlComputeInstance_t *computeInstance)
@@ -2320,43 +3404,260 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
         return device_end(ret);
     if (!computeInstance)
         return device_end(NVML_ERROR_INVALID_ARGUMENT);
-    for (unsigned k = 0; k < g->nmig; k++)
-        if (g->migs[k].gi == gi->id && g->migs[k].ci == id) {
+    for (unsigned k = 0; k < MAX_MIG; k++)
+        if (g->migs[k].used && g->migs[k].gi == gi->id && g->migs[k].ci == id) {
             computeInstance->handle = (struct nvmlComputeInstance_st *)(void *)&g->migs[k];
             return device_end(NVML_SUCCESS);
         }
     return device_end(NVML_ERROR_NOT_FOUND);
 }
 
+/* The compute instances of a profile in a GPU instance, in id order. */
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                nvmlComputeInstance_t *computeInstances, unsigned int *count)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    unsigned c;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && (!computeInstances || !count))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profileId, &c);
+    if (ret == NVML_SUCCESS) {
+        unsigned n = 0;
+        for (unsigned id = 0; id <= MAX_CI_ID; id++)
+            for (unsigned k = 0; k < MAX_MIG; k++)
+                if (g->migs[k].used && g->migs[k].gi == gi->id && g->migs[k].ci == id &&
+                    g->migs[k].ci_profile == profileId)
+                    computeInstances[n++].handle = (struct nvmlComputeInstance_st *)(void *)&g->migs[k];
+        *count = n;
+    }
+    return device_end(ret);
+}
+
+/* How many more compute instances of the profile fit in the GPU instance. */
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                                unsigned int *count)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    unsigned c;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && !count)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profileId, &c);
+    if (ret == NVML_SUCCESS)
+        *count = (unsigned)__builtin_popcount(ci_free(g, gi, c)); /* placements of one profile do not overlap */
+    return device_end(ret);
+}
+
+/* The placements of a compute instance profile in the GPU instance's compute slices; count as for GPU instances. */
+nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                                 nvmlComputeInstancePlacement_t *placements,
+                                                                 unsigned int *count)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    unsigned c;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && !count)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profileId, &c);
+    if (ret == NVML_SUCCESS) {
+        unsigned n = 0, all = ci_placements(c, gi->slices);
+        for (unsigned s = 0; s < MIG_SLICES; s++)
+            if (all >> s & 1) {
+                if (placements && n < *count)
+                    placements[n] = (nvmlComputeInstancePlacement_t){s, c};
+                n++;
+            }
+        if (placements && *count < n)
+            ret = NVML_ERROR_INSUFFICIENT_SIZE;
+        *count = n;
+    }
+    return device_end(ret);
+}
+
 /*
- * The compute instance's GPU, GPU instance, id, profile and placement: its
- * GPU instance's compute slices are handed out in the order of the mig lines.
- * Only the v2 call: v1's struct lacks the placement.
+ * create_ci makes a compute instance of the profile in the GPU instance, at
+ * placement or the first free one: the lowest free compute instance id
+ * (the first is 0), the lowest free MIG device index, a new UUID. The
+ * mig-create-pause and mig-create-fail faults act here.
  */
-nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+static nvmlReturn_t create_ci(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                              const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance,
+                              const char *call)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    struct nvmlGpuInstance_st *gi;
+    unsigned c = 0;
+    nvmlReturn_t ret = gi_of(gpuInstance, &g, &gi);
+    if (ret == NVML_SUCCESS && !computeInstance)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret == NVML_SUCCESS)
+        ret = ci_profile_check(gi, profileId, &c);
+    if (ret == NVML_SUCCESS && placement &&
+        (placement->start >= MIG_SLICES || !(ci_placements(c, gi->slices) >> placement->start & 1) ||
+         placement->size != c))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    if (ret != NVML_SUCCESS) {
+        log_line("%s: %s", call, nvmlErrorString(ret));
+        return device_end(ret);
+    }
+    unsigned gid = gi->id;
+    if (g->mig_pause == MIG_PAUSE_BEFORE) { /* the GPU instance exists, the compute instance not yet */
+        char where[64];
+        snprintf(where, sizeof where, "before creating a compute instance in gpu instance %u", gid);
+        if ((ret = mig_stop(g, call, where)) != NVML_SUCCESS)
+            return device_end(ret);
+    }
+    int lock;
+    if ((ret = mig_begin(&lock)) != NVML_SUCCESS)
+        return device_end(ret);
+    /* Read afresh: the GPU instance may be gone. */
+    unsigned k;
+    if (!(g = gi_slot(gpuInstance.handle, &k)) || g->gis[k].id != gid) {
+        mig_end(lock, NULL);
+        log_line("%s: gpu instance %u was destroyed", call, gid);
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    gi = &g->gis[k];
+    unsigned free_at = ci_free(g, gi, c), start = 0, id = 0, slot = 0;
+    if (mig_take_fail(g, MIG_FAIL_CI, call))
+        ret = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    else if (placement)
+        ret = (free_at >> (start = placement->start) & 1) ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_RESOURCES;
+    else if (free_at)
+        start = (unsigned)__builtin_ctz(free_at);
+    else
+        ret = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    if (ret == NVML_SUCCESS) {
+        while (mig_instance(g, gid, id))
+            id++; /* at most 7 compute instances, ids 0 to 7 */
+        while (g->migs[slot].used)
+            slot++; /* at most 7 compute slices in use, so a slot is free */
+        const struct gi_profile *p = gi_profile(gi->giprofile);
+        struct mig_dev *m = &g->migs[slot];
+        memset(m, 0, sizeof *m);
+        *m = (struct mig_dev){.used = 1, .gi = gid, .ci = id, .giprofile = gi->giprofile, .slices = gi->slices,
+                              .cislices = c, .sms = ci_sms(p, c), .ci_profile = profileId, .ci_start = start,
+                              .memory = gi->memory};
+        char name[24];
+        gi_profile_name(g, p, name, sizeof name);
+        if (c == gi->slices)
+            snprintf(m->profile, sizeof m->profile, "%s", name);
+        else
+            snprintf(m->profile, sizeof m->profile, "%uc.%s", c, name);
+        mig_uuid(g, gid, id, ++mig_counter, m->uuid, sizeof m->uuid);
+    }
+    nvmlReturn_t wrote = mig_end(lock, ret == NVML_SUCCESS ? g : NULL);
+    if (ret == NVML_SUCCESS)
+        ret = wrote;
+    if (ret != NVML_SUCCESS) {
+        log_line("%s: gpu %u gpu instance %u profile %u: %s", call, g->index, gid, profileId, nvmlErrorString(ret));
+        return device_end(ret);
+    }
+    cap_add(g, gid, id);
+    computeInstance->handle = (struct nvmlComputeInstance_st *)(void *)&g->migs[slot];
+    log_line("%s: gpu %u gpu instance %u profile %u: created compute instance %u at %u:%u, MIG device %u %s", call,
+             g->index, gid, profileId, id, start, c, slot, g->migs[slot].uuid);
+    if (g->mig_pause == MIG_PAUSE_AFTER) { /* both exist; the caller has not heard */
+        char where[96];
+        snprintf(where, sizeof where, "after creating compute instance %u in gpu instance %u", id, gid);
+        ret = mig_stop(g, call, where);
+    }
+    return device_end(ret);
+}
+
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                  nvmlComputeInstance_t *computeInstance)
+{
+    return create_ci(gpuInstance, profileId, NULL, computeInstance, "nvmlGpuInstanceCreateComputeInstance");
+}
+
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                                               const nvmlComputeInstancePlacement_t *placement,
+                                                               nvmlComputeInstance_t *computeInstance)
+{
+    if (!placement)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return create_ci(gpuInstance, profileId, placement, computeInstance,
+                     "nvmlGpuInstanceCreateComputeInstanceWithPlacement");
+}
+
+/* ci_of resolves a compute instance handle (a live MIG device slot); call with mu held. */
+static nvmlReturn_t ci_of(nvmlComputeInstance_t computeInstance, struct nvmlDevice_st **gpu, unsigned *k)
+{
+    if (refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    mig_sync();
+    struct nvmlDevice_st *g = mig_of(computeInstance.handle, k);
+    if (!g)
+        return NVML_ERROR_INVALID_ARGUMENT; /* never one, or destroyed */
+    *gpu = g;
+    return gpu_state(g);
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
 {
     pthread_mutex_lock(&mu);
     if (refcount == 0)
         return device_end(NVML_ERROR_UNINITIALIZED);
+    int lock;
+    nvmlReturn_t ret = mig_begin(&lock);
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    struct nvmlDevice_st *g;
     unsigned k;
-    struct nvmlDevice_st *g =
-        member_of(computeInstance.handle, offsetof(struct nvmlDevice_st, migs), sizeof g->migs[0], mig_count, &k);
-    if (!g || !info)
-        return device_end(NVML_ERROR_INVALID_ARGUMENT);
-    nvmlReturn_t ret = gpu_state(g);
+    ret = ci_of(computeInstance, &g, &k);
+    if (ret != NVML_SUCCESS) {
+        mig_end(lock, NULL);
+        log_line("nvmlComputeInstanceDestroy: %s", nvmlErrorString(ret));
+        return device_end(ret);
+    }
+    unsigned gid = g->migs[k].gi, id = g->migs[k].ci;
+    memset(&g->migs[k], 0, sizeof g->migs[k]);
+    ret = mig_end(lock, g);
+    if (ret == NVML_SUCCESS) {
+        cap_remove(g, gid, id);
+        log_line("nvmlComputeInstanceDestroy: gpu %u: destroyed compute instance %u of gpu instance %u, MIG device %u",
+                 g->index, id, gid, k);
+    } else {
+        log_line("nvmlComputeInstanceDestroy: gpu %u compute instance %u/%u: %s", g->index, gid, id,
+                 nvmlErrorString(ret));
+    }
+    return device_end(ret);
+}
+
+/*
+ * The compute instance's GPU, GPU instance, id, profile and placement in
+ * its GPU instance's compute slices. Only the v2 call: v1's struct lacks
+ * the placement.
+ */
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    pthread_mutex_lock(&mu);
+    struct nvmlDevice_st *g;
+    unsigned k;
+    nvmlReturn_t ret = ci_of(computeInstance, &g, &k);
+    if (ret == NVML_SUCCESS && !info)
+        ret = NVML_ERROR_INVALID_ARGUMENT;
     if (ret != NVML_SUCCESS)
         return device_end(ret);
     const struct mig_dev *m = &g->migs[k];
     memset(info, 0, sizeof *info);
     info->device.handle = g;
-    for (unsigned j = 0; j < g->ngis; j++)
-        if (g->gis[j].id == m->gi)
-            info->gpuInstance.handle = &g->gis[j];
+    info->gpuInstance.handle = gi_find(g, m->gi);
     info->id = m->ci;
-    info->profileId = ci_profile_index(m->cislices);
-    for (unsigned j = 0; j < k; j++)
-        if (g->migs[j].gi == m->gi)
-            info->placement.start += g->migs[j].cislices;
+    info->profileId = m->ci_profile;
+    info->placement.start = m->ci_start;
     info->placement.size = m->cislices;
     return device_end(NVML_SUCCESS);
 }

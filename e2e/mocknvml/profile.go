@@ -37,19 +37,26 @@ type GIProfile struct {
 	ID        int
 	Slices    int
 	Instances int
-	// Eighths is its share of the GPU's memory, in eighths.
+	// Eighths is its share of the GPU's memory, in eighths: the size of
+	// each of its placements, in memory slices.
 	Eighths int
+	// Placements are the memory slices an instance of it can start at,
+	// what nvmlDeviceGetGpuInstancePossiblePlacements answers (nvidia-smi
+	// mig -lgipp on an A100 or H100).
+	Placements []int
+	// Multiprocessors are an H100 80GB's for the whole instance.
+	Multiprocessors int
 }
 
 // GIProfiles are the library's gi_profiles, in its order.
 var GIProfiles = []GIProfile{
-	{Index: 0, ID: 19, Slices: 1, Instances: 7, Eighths: 1}, // 1g.10gb on an H100 80GB
-	{Index: 7, ID: 20, Slices: 1, Instances: 1, Eighths: 1}, // 1g.10gb+me
-	{Index: 9, ID: 15, Slices: 1, Instances: 4, Eighths: 2}, // 1g.20gb
-	{Index: 1, ID: 14, Slices: 2, Instances: 3, Eighths: 2}, // 2g.20gb
-	{Index: 2, ID: 9, Slices: 3, Instances: 2, Eighths: 4},  // 3g.40gb
-	{Index: 3, ID: 5, Slices: 4, Instances: 1, Eighths: 4},  // 4g.40gb
-	{Index: 4, ID: 0, Slices: 7, Instances: 1, Eighths: 8},  // 7g.80gb
+	{Index: 0, ID: 19, Slices: 1, Instances: 7, Eighths: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}, Multiprocessors: 16}, // 1g.10gb on an H100 80GB
+	{Index: 7, ID: 20, Slices: 1, Instances: 1, Eighths: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}, Multiprocessors: 16}, // 1g.10gb+me
+	{Index: 9, ID: 15, Slices: 1, Instances: 4, Eighths: 2, Placements: []int{0, 2, 4, 6}, Multiprocessors: 26},          // 1g.20gb
+	{Index: 1, ID: 14, Slices: 2, Instances: 3, Eighths: 2, Placements: []int{0, 2, 4}, Multiprocessors: 32},             // 2g.20gb
+	{Index: 2, ID: 9, Slices: 3, Instances: 2, Eighths: 4, Placements: []int{0, 4}, Multiprocessors: 60},                 // 3g.40gb
+	{Index: 3, ID: 5, Slices: 4, Instances: 1, Eighths: 4, Placements: []int{0}, Multiprocessors: 64},                    // 4g.40gb
+	{Index: 4, ID: 0, Slices: 7, Instances: 1, Eighths: 8, Placements: []int{0}, Multiprocessors: 132},                   // 7g.80gb
 }
 
 // giProfile returns the profile of NVML profile index index.
@@ -60,6 +67,57 @@ func giProfile(index int) (GIProfile, bool) {
 		}
 	}
 	return GIProfile{}, false
+}
+
+// GIProfileByID returns the profile with the driver's profile ID id.
+func GIProfileByID(id int) (GIProfile, bool) {
+	for _, p := range GIProfiles {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return GIProfile{}, false
+}
+
+// GPUInstanceID is the id the driver gives a GPU instance of p placed at
+// memory slice start: ids follow placements, not creation order (the
+// driver's swizzle ids, as NVIDIA's MIG user guide shows them). 0 is the
+// whole GPU; 1 and 2 the halves from slice 0 and 4; 3 to 6 the quarters
+// from 0, 2, 4 and 6; 7 to 14 the eighths from 0 to 7.
+func (p GIProfile) GPUInstanceID(start int) int {
+	switch p.Eighths {
+	case 8:
+		return 0
+	case 4:
+		return 1 + start/4
+	case 2:
+		return 3 + start/2
+	default:
+		return 7 + start
+	}
+}
+
+// startOf is the placement of GPU instance id of p; false when no instance of p has that id.
+func (p GIProfile) startOf(id int) (int, bool) {
+	for _, s := range p.Placements {
+		if p.GPUInstanceID(s) == id {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// idRange names the ids p's instances can have, as the C library's gi_ids does.
+func (p GIProfile) idRange() string {
+	first, last := p.GPUInstanceID(p.Placements[0]), p.GPUInstanceID(p.Placements[len(p.Placements)-1])
+	switch {
+	case first == last:
+		return strconv.Itoa(first)
+	case last == first+1:
+		return fmt.Sprintf("%d or %d", first, last)
+	default:
+		return fmt.Sprintf("%d to %d", first, last)
+	}
 }
 
 // Profile is a machine the mock library pretends to be, as LoadProfile reads
@@ -137,6 +195,9 @@ type MIGDevice struct {
 	// the profile ID nvmlGpuInstanceGetInfo reports for it (GIProfiles).
 	GIProfileIndex int
 	GIProfileID    int
+	// GIStart is the GPU instance's placement, the memory slice it starts
+	// at: the one its id names (GIProfile.GPUInstanceID).
+	GIStart int
 	// Slices and CISlices are the GPU instance's and the compute
 	// instance's slice counts.
 	Slices          int
@@ -616,11 +677,13 @@ func (ps *parser) parseMIG(tok []string) error {
 	}
 	ciSlices, giSlices, newGI := m.CISlices, m.Slices, true
 	counted := map[int]bool{m.GPUInstance: true}
+	var others []MIGDevice // the first line of each other GPU instance
 	for _, o := range g.MIGDevices {
 		if o.GPUInstance != m.GPUInstance {
 			if !counted[o.GPUInstance] {
 				counted[o.GPUInstance] = true
 				giSlices += o.Slices
+				others = append(others, o)
 			}
 			continue
 		}
@@ -638,6 +701,27 @@ func (ps *parser) parseMIG(tok []string) error {
 	}
 	if newGI && giSlices > migSlices {
 		return ps.errorf("mig %d: its GPU instances take more than %d slices", idx, migSlices)
+	}
+	p, _ := giProfile(m.GIProfileIndex)
+	start, ok := p.startOf(m.GPUInstance)
+	if newGI && !ok {
+		return ps.errorf("mig %d: gi %d is not an id a giprofile %d GPU instance has (%s)", idx, m.GPUInstance, m.GIProfileIndex, p.idRange())
+	}
+	m.GIStart = start
+	if newGI {
+		same := 0
+		for _, o := range others {
+			op, _ := giProfile(o.GIProfileIndex)
+			if start < o.GIStart+op.Eighths && o.GIStart < start+p.Eighths {
+				return ps.errorf("mig %d: gi %d and gi %d overlap in memory", idx, m.GPUInstance, o.GPUInstance)
+			}
+			if o.GIProfileIndex == m.GIProfileIndex {
+				same++
+			}
+		}
+		if same == p.Instances {
+			return ps.errorf("mig %d: more than %d GPU instances of giprofile %d", idx, p.Instances, m.GIProfileIndex)
+		}
 	}
 	m.GICapMinor = GICapMinor(g.Minor, m.GPUInstance)
 	m.CICapMinor = CICapMinor(g.Minor, m.GPUInstance, m.ComputeInstance)
@@ -986,13 +1070,46 @@ func (p *Profile) migCaps() []migCap {
 	return caps
 }
 
+// Character device majors in the devices file WriteProc writes.
+const (
+	// NVIDIAMajor is the major of /dev/nvidia<minor> and /dev/nvidiactl,
+	// fixed by the driver (195), so it is the real one.
+	NVIDIAMajor = 195
+	// NVIDIACapsMajor and NVIDIAUVMMajor are the majors of
+	// /dev/nvidia-caps/nvidia-cap<N> and /dev/nvidia-uvm. The kernel hands
+	// these out when the driver loads, so no value is the real one; they
+	// read 1 because the fixture's device nodes are all 1:3 char devices
+	// (e2e/cluster/fixture's deviceNodes: /dev/null's numbers, which a
+	// container can open): a program that matches a capability node against
+	// /proc/devices, or makes a missing one from its major and the
+	// capability's minor, gets the major the fixture's nodes have.
+	NVIDIACapsMajor = 1
+	NVIDIAUVMMajor  = 1
+)
+
+// devicesFile is /proc/devices as a node with the driver loaded lists the
+// driver's character devices (and no others: nothing else reads it here).
+func devicesFile() string {
+	return fmt.Sprintf("Character devices:\n%3d nvidia-caps\n%3d nvidia-uvm\n%3d nvidia\n%3d nvidiactl\n\nBlock devices:\n",
+		NVIDIACapsMajor, NVIDIAUVMMajor, NVIDIAMajor, NVIDIAMajor)
+}
+
 // WriteProc writes the MIG capabilities as the driver shows them under
 // procRoot (standing in for /proc): driver/nvidia/capabilities/mig/config
 // and mig/monitor, and for each MIG device
 // driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access and
 // gi<G>/ci<C>/access, each "DeviceFileMinor: <N>\nDeviceFileMode: <octal>\n"
-// where N is the minor of /dev/nvidia-caps/nvidia-cap<N>.
+// where N is the minor of /dev/nvidia-caps/nvidia-cap<N>; and devices,
+// the character device majors (NVIDIAMajor, NVIDIACapsMajor, NVIDIAUVMMajor).
+// The library adds and removes the capabilities of instances created and
+// destroyed through NVML under MOCK_NVML_PROC_ROOT, which should be procRoot.
 func (p *Profile) WriteProc(procRoot string) error {
+	if err := os.MkdirAll(procRoot, 0o755); err != nil {
+		return fmt.Errorf("writing proc: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(devicesFile()), 0o644); err != nil {
+		return fmt.Errorf("writing proc devices: %w", err)
+	}
 	base := filepath.Join(procRoot, "driver", "nvidia", "capabilities")
 	for _, c := range p.migCaps() {
 		path := filepath.Join(base, filepath.FromSlash(c.path))

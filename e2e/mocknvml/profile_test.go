@@ -184,6 +184,10 @@ var badProfiles = []struct {
 	{"mig GPU instance described two ways", migGPU0 + "mig 0 gi=1 ci=0 profile=1c.3g.40gb giprofile=2 slices=3 cislices=1 memory=40192 sms=16 uuid=MIG-a\nmig 0 gi=1 ci=1 profile=1c.2g.20gb giprofile=1 slices=2 cislices=1 memory=20096 sms=16 uuid=MIG-b\n", "gi 1 differs from its earlier line"},
 	{"mig compute instances overflow their GPU instance", migGPU0 + "mig 0 gi=1 ci=0 profile=2c.3g.40gb giprofile=2 slices=3 cislices=2 memory=40192 sms=32 uuid=MIG-a\nmig 0 gi=1 ci=1 profile=2c.3g.40gb giprofile=2 slices=3 cislices=2 memory=40192 sms=32 uuid=MIG-b\n", "the compute instances of gi 1 take more than its 3 slices"},
 	{"mig GPU instances overflow the GPU", migGPU0 + "mig 0 gi=0 ci=0 profile=7g.80gb giprofile=4 slices=7 cislices=7 memory=80768 sms=132 uuid=MIG-z\nmig 0 " + mig1g + "\n", "its GPU instances take more than 7 slices"},
+	{"mig gi not an id of its profile", migGPU0 + "mig 0 gi=3 ci=0 profile=1g.10gb giprofile=0 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\n", "gi 3 is not an id a giprofile 0 GPU instance has (7 to 13)"},
+	{"mig 2g at the last quarter", migGPU0 + "mig 0 gi=6 ci=0 profile=2g.20gb giprofile=1 slices=2 cislices=2 memory=20096 sms=32 uuid=MIG-a\n", "gi 6 is not an id a giprofile 1 GPU instance has (3 to 5)"},
+	{"mig GPU instances overlap", migGPU0 + "mig 0 gi=1 ci=0 profile=3g.40gb giprofile=2 slices=3 cislices=3 memory=40192 sms=60 uuid=MIG-a\nmig 0 gi=4 ci=0 profile=2g.20gb giprofile=1 slices=2 cislices=2 memory=20096 sms=32 uuid=MIG-b\n", "gi 4 and gi 1 overlap in memory"},
+	{"mig two media-extension instances", migGPU0 + "mig 0 gi=7 ci=0 profile=1g.10gb+me giprofile=7 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-a\nmig 0 gi=8 ci=0 profile=1g.10gb+me giprofile=7 slices=1 cislices=1 memory=9856 sms=16 uuid=MIG-b\n", "more than 1 GPU instances of giprofile 7"},
 }
 
 // migGPU0 is a gpu line with MIG on for the mig cases of badProfiles, and

@@ -11,8 +11,10 @@
 # 3g 40192 MiB and 60 (a one-slice compute instance of it gets 16, as a 1g
 # has); giprofile is NVML's profile index, NVML_GPU_INSTANCE_PROFILE_*
 # (1g 0, 2g 1, 3g 2, 1g+me 7), and NVML reports an H100's profile IDs for
-# them (19, 14, 9, 20), not the index. Instance ids are distinct within
-# each GPU, as the driver's are; which ones it would pick is not modelled.
+# them (19, 14, 9, 20), not the index. GPU instance ids are the ones the
+# driver gives each placement: GPU 0's 3g.40gb gi2 lies at memory slices
+# 4:4 and its 2g.20gbs gi3 and gi4 at 0:2 and 2:2, GPU 1's 1g.10gbs gi7 to
+# gi13 at 0 to 6, GPU 3's 1g.10gb+me gi13 at 6:1 and 3g.40gb gi1 at 0:4.
 #
 # mig <gpu> gi= ci= profile= giprofile= slices= cislices= memory= sms= uuid=
 # declares one MIG device of a gpu with mig=on; its MIG device index is the
