@@ -57,17 +57,17 @@ type GPUInstance struct {
 }
 
 // partitionSymbols are the functions partitioning needs besides MIG
-// listing; each is in every driver since R470 (the versioned placement
-// and compute instance calls fall back to their first version in go-nvml).
+// listing. go-nvml calls a versioned one where the library has it, else
+// the first version: either will do ("a|b").
 var partitionSymbols = []string{
-	"nvmlDeviceGetGpuInstancePossiblePlacements",
+	"nvmlDeviceGetGpuInstancePossiblePlacements_v2|nvmlDeviceGetGpuInstancePossiblePlacements",
 	"nvmlDeviceCreateGpuInstanceWithPlacement",
 	"nvmlDeviceGetGpuInstances",
 	"nvmlGpuInstanceGetComputeInstanceProfileInfo",
 	"nvmlGpuInstanceCreateComputeInstance",
 	"nvmlGpuInstanceGetComputeInstanceById",
 	"nvmlGpuInstanceGetComputeInstances",
-	"nvmlComputeInstanceGetInfo",
+	"nvmlComputeInstanceGetInfo_v2|nvmlComputeInstanceGetInfo",
 	"nvmlComputeInstanceDestroy",
 	"nvmlGpuInstanceDestroy",
 }
@@ -97,8 +97,8 @@ func NewPartitioner(lib Library, log *slog.Logger) (*Partitioner, error) {
 		missing = append(missing, "symbol lookup")
 	} else {
 		for _, s := range partitionSymbols {
-			if ext.LookupSymbol(s) != nil {
-				missing = append(missing, s)
+			if !slices.ContainsFunc(strings.Split(s, "|"), func(name string) bool { return ext.LookupSymbol(name) == nil }) {
+				missing = append(missing, strings.ReplaceAll(s, "|", " or "))
 			}
 		}
 	}

@@ -327,6 +327,7 @@ func (d *Driver) writeMIGSpecLocked() error {
 // in the checkpoint first, so a crash during the creation leaves an entry
 // that says what to destroy, then created, then their spec written.
 func (d *Driver) prepareMIGLocked(uid types.UID, p *preparedClaim) error {
+	start := d.o.Now()
 	d.cp.Claims[uid] = *p
 	if err := d.cp.save(d.o.CheckpointPath); err != nil {
 		delete(d.cp.Claims, uid)
@@ -352,7 +353,8 @@ func (d *Driver) prepareMIGLocked(uid types.UID, p *preparedClaim) error {
 	for _, dv := range p.Devices {
 		if m := dv.MIG; m != nil {
 			d.o.Log.Info("MIG: created an instance for a claim", "claim", p.Namespace+"/"+p.Name, "device", dv.Device, "gpu", m.GPU,
-				"profile", m.Profile, "start", m.Start, "gpuInstance", m.GPUInstance, "computeInstance", m.ComputeInstance, "mig", m.UUID)
+				"profile", m.Profile, "start", m.Start, "gpuInstance", m.GPUInstance, "computeInstance", m.ComputeInstance, "mig", m.UUID,
+				"took", d.o.Now().Sub(start).String())
 		}
 	}
 	return nil
@@ -389,7 +391,12 @@ func (d *Driver) unprepareMIGLocked(p preparedClaim) error {
 	if d.mig == nil {
 		return errors.New("its MIG instances cannot be destroyed yet (the GPUs are not discovered yet); the kubelet retries")
 	}
-	return d.destroyMIGLocked(p)
+	start := d.o.Now()
+	if err := d.destroyMIGLocked(p); err != nil {
+		return err
+	}
+	d.o.Log.Info("MIG: destroyed a claim's instances", "claim", p.Namespace+"/"+p.Name, "migs", p.migUUIDs(), "took", d.o.Now().Sub(start).String())
+	return nil
 }
 
 // undoMIGLocked destroys what Prepare created for claim p, which is not

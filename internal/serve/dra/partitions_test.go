@@ -39,9 +39,10 @@ func h100Layout() nvml.MIGLayout {
 }
 
 // fakeMIG models NVML's MIG reconfiguration on one node: GPU instance IDs
-// are handed out per profile (a 3g gets 1 or 2 whatever its placement),
-// overlapping placements are refused, a created MIG device gets a new
-// UUID every time, and the instances outlive the driver that made them.
+// follow from the placement as on an A100 or H100 (neither its start nor
+// an index: a 3g at slice 4 is GPU instance 2), overlapping placements are
+// refused, a created MIG device gets a new UUID every time, and the
+// instances outlive the driver that made them.
 type fakeMIG struct {
 	mu      sync.Mutex
 	gis     map[string]map[int]fakeGI // by GPU UUID, GPU instance ID
@@ -60,8 +61,19 @@ func newFakeMIG() *fakeMIG {
 	return &fakeMIG{gis: map[string]map[int]fakeGI{}, inUse: map[int]bool{}, failAt: -1}
 }
 
-// firstID is where a profile's GPU instance IDs start, as on an H100.
-var firstID = map[string]int{"7g.80gb": 0, "4g.40gb": 1, "3g.40gb": 1, "2g.20gb": 3, "1g.10gb": 7}
+// giID is the GPU instance ID the driver gives a placement: 0 for the
+// whole GPU, then the halves, quarters and eighths of its memory in order.
+func giID(pl nvml.MIGPlacement) int {
+	switch pl.Size {
+	case 8:
+		return 0
+	case 4:
+		return 1 + pl.Start/4
+	case 2:
+		return 3 + pl.Start/2
+	}
+	return 7 + pl.Start
+}
 
 func (f *fakeMIG) Create(g nvml.GPU, pl nvml.MIGPlacement) (nvml.MIGDevice, error) {
 	f.mu.Lock()
@@ -80,12 +92,7 @@ func (f *fakeMIG) Create(g nvml.GPU, pl nvml.MIGPlacement) (nvml.MIGDevice, erro
 			return nvml.MIGDevice{}, fmt.Errorf("GPU %s: %w", g.UUID, nvml.ErrPlacementTaken)
 		}
 	}
-	id := firstID[pl.Profile]
-	for ; ; id++ {
-		if _, taken := gis[id]; !taken {
-			break
-		}
-	}
+	id := giID(pl)
 	f.made++
 	gis[id] = fakeGI{pl: pl, uuid: fmt.Sprintf("MIG-%s-%d-%d", g.UUID, id, f.made)}
 	hook := f.created
@@ -176,7 +183,8 @@ func partitionDriver(t *testing.T, dir string, f *fakeMIG, in draslice.GPUs) (*D
 }
 
 func TestPartitionsPublished(t *testing.T) {
-	// A 1g made by hand at slice 0: the placements over it are withheld.
+	// A 1g made by hand at slice 0 (GPU instance 7): the placements over
+	// it are withheld.
 	_, pub, _ := partitionDriver(t, t.TempDir(), newFakeMIG(), partitionedGPUs(nvml.GPUInstance{ID: 7, ProfileID: 19, Start: 0, Size: 1}))
 	devs := byName(pub.last(t))
 	if _, ok := devs["gpu-2"]; ok {
@@ -247,7 +255,7 @@ func TestPartitionPrepareUnprepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for uid, want := range map[types.UID]string{"uid-3g": "MIG-GPU-c-1-1", "uid-4g": "MIG-GPU-c-2-2"} {
+	for uid, want := range map[types.UID]string{"uid-3g": "MIG-GPU-c-2-1", "uid-4g": "MIG-GPU-c-1-2"} {
 		r := got[uid]
 		if r.Err != nil {
 			t.Fatalf("%s: %v", uid, r.Err)
@@ -257,13 +265,13 @@ func TestPartitionPrepareUnprepare(t *testing.T) {
 			t.Errorf("%s: CDI devices %v", uid, ids)
 		}
 	}
-	if n := specs.names(); !slices.Equal(n, []string{"MIG-GPU-c-1-1", "MIG-GPU-c-2-2"}) {
+	if n := specs.names(); !slices.Equal(n, []string{"MIG-GPU-c-2-1", "MIG-GPU-c-1-2"}) {
 		t.Errorf("MIG spec devices %v", n)
 	}
 	specs.mu.Lock()
 	nodes := specs.devs[0].Edits.Nodes
 	specs.mu.Unlock()
-	if len(nodes) != 2 || nodes[0].HostPath != "/host/dev/nvidia-caps/nvidia-cap282" || nodes[1].Path != "/dev/nvidia-caps/nvidia-cap283" {
+	if len(nodes) != 2 || nodes[0].HostPath != "/host/dev/nvidia-caps/nvidia-cap291" || nodes[1].Path != "/dev/nvidia-caps/nvidia-cap292" {
 		t.Errorf("caps nodes %+v", nodes)
 	}
 	// The GPU instance IDs are the driver's, not the placements.
@@ -271,7 +279,7 @@ func TestPartitionPrepareUnprepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := cp.Claims["uid-3g"].Devices[0].MIG; m == nil || m.GPUInstance != 1 || m.Start != 4 || m.UUID != "MIG-GPU-c-1-1" || m.ProfileID != 9 {
+	if m := cp.Claims["uid-3g"].Devices[0].MIG; m == nil || m.GPUInstance != 2 || m.Start != 4 || m.UUID != "MIG-GPU-c-2-1" || m.ProfileID != 9 {
 		t.Errorf("checkpoint: %+v", m)
 	}
 
@@ -282,17 +290,17 @@ func TestPartitionPrepareUnprepare(t *testing.T) {
 	}
 	// The kubelet prepares again at each container start: the same answer.
 	again, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))})
-	if ids := again["uid-3g"].Devices[0].CDIDeviceIDs; again["uid-3g"].Err != nil || ids[1] != cdi.MIGKind+"=MIG-GPU-c-1-1" {
+	if ids := again["uid-3g"].Devices[0].CDIDeviceIDs; again["uid-3g"].Err != nil || ids[1] != cdi.MIGKind+"=MIG-GPU-c-2-1" {
 		t.Errorf("prepared again: %v %v", ids, again["uid-3g"].Err)
 	}
 
 	// A process still on the instance: Unprepare fails and keeps the claim.
-	f.inUse[1] = true
+	f.inUse[2] = true
 	res, _ := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-3g"}})
 	if res["uid-3g"] == nil || !strings.Contains(res["uid-3g"].Error(), "In use") {
 		t.Errorf("unprepare in use: %v", res["uid-3g"])
 	}
-	delete(f.inUse, 1)
+	delete(f.inUse, 2)
 	res, _ = d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-3g"}, {UID: "uid-4g"}})
 	if res["uid-3g"] != nil || res["uid-4g"] != nil {
 		t.Fatalf("unprepare: %v", res)
@@ -364,7 +372,7 @@ func TestPartitionCrashBetweenCreateAndCheckpoint(t *testing.T) {
 	}
 	// Restart from that moment: the instance is ours, not foreign, so its
 	// placements stay published; the first call destroys it.
-	d2, pub2, specs2 := partitionDriver(t, crashed, f, partitionedGPUs(nvml.GPUInstance{ID: 1, ProfileID: 9, Start: 4, Size: 4}))
+	d2, pub2, specs2 := partitionDriver(t, crashed, f, partitionedGPUs(nvml.GPUInstance{ID: 2, ProfileID: 9, Start: 4, Size: 4}))
 	if _, ok := byName(pub2.last(t))["gpu-2-3g-40gb-4"]; !ok {
 		t.Error("the placement being created when the process died is withheld")
 	}
