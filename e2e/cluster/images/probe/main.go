@@ -1,6 +1,6 @@
 // Command probe is the end-to-end test container: it prints, as one JSON
 // line, what a GPU workload would look for (the NVIDIA_*, CUDA_MPS_* and PCIDEVICE_*
-// environment, the /dev/nvidia* nodes with their numbers, any files named
+// environment, the /dev/nvidia* and /dev/nvidia-caps/* nodes with their numbers, any files named
 // by -look-for, the targets of links named by -links, and the libraries
 // the image's own `ldconfig -p` lists, as Triton reads them), then waits
 // for SIGTERM, or exits with -exit.
@@ -55,15 +55,15 @@ func main() {
 		}
 	}
 	var paths []string
-	for _, pattern := range []string{"/dev/nvidia*", "/dev/infiniband/*"} {
+	for _, pattern := range []string{"/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/infiniband/*"} {
 		m, _ := filepath.Glob(pattern)
 		paths = append(paths, m...)
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
 		var st syscall.Stat_t
-		if err := syscall.Stat(p, &st); err != nil {
-			continue
+		if err := syscall.Stat(p, &st); err != nil || st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			continue // the nvidia-caps directory is listed by its nodes
 		}
 		r.Devices = append(r.Devices, Device{
 			Path:  p,
