@@ -164,9 +164,9 @@ func (s *migScenario) slice(t *testing.T, ctx context.Context) {
 		}
 	}
 	slices.Sort(placements)
-	// An H100's: 7 + 1 (1g, +me), 4 (1g.20gb), 3 (2g), 2 (3g), 1 (4g), 1 (7g).
-	if len(placements) != 19 {
-		t.Errorf("%d placements published, want 19: %v", len(placements), placements)
+	// An H100's: 7 (1g), 7 (1g+me), 4 (1g.20gb), 3 (2g), 2 (3g), 1 (4g), 1 (7g).
+	if len(placements) != 25 {
+		t.Errorf("%d placements published, want 25: %v", len(placements), placements)
 	}
 	d := devs[s.name("3g.40gb", 4)]
 	if len(d.ConsumesCounters) != 1 || d.ConsumesCounters[0].CounterSet != fmt.Sprintf("gpu-%d-slices", s.gpu.Index) || len(d.ConsumesCounters[0].Counters) != 5 {
@@ -176,7 +176,8 @@ func (s *migScenario) slice(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sets) != 1 || len(sets[0].Counters) != 9 {
+	// 8 memory slices, 7 compute slices, one 1g.10gb+me at most.
+	if len(sets) != 1 || len(sets[0].Counters) != 10 {
 		t.Errorf("counter sets %+v", sets)
 	}
 	t.Logf("published %d placements: %v", len(placements), placements)

@@ -37,7 +37,11 @@ type MIGPlacement struct {
 	Start int `json:"start"`
 	Size  int `json:"size"`
 	// ComputeSlices is how many of the GPU's compute slices it holds.
-	ComputeSlices   int    `json:"computeSlices"`
+	ComputeSlices int `json:"computeSlices"`
+	// Instances is how many GPU instances of the profile the GPU holds
+	// at most, whatever the placements left: one 1g.10gb+me, as the GPU
+	// has one set of media engines.
+	Instances       int    `json:"instances"`
 	MemoryBytes     uint64 `json:"memoryBytes"`
 	Multiprocessors int    `json:"multiprocessors"`
 }
@@ -137,7 +141,7 @@ func (p *Partitioner) Layout(g GPU) (MIGLayout, error) {
 			out.MemorySlices = max(out.MemorySlices, int(pl.Start+pl.Size))
 			out.Placements = append(out.Placements, MIGPlacement{
 				ProfileIndex: index, ProfileID: info.Id, Profile: name, Start: int(pl.Start), Size: int(pl.Size),
-				ComputeSlices: int(info.SliceCount), MemoryBytes: info.MemorySizeMB << 20, Multiprocessors: int(info.MultiprocessorCount),
+				ComputeSlices: int(info.SliceCount), Instances: int(info.InstanceCount), MemoryBytes: info.MemorySizeMB << 20, Multiprocessors: int(info.MultiprocessorCount),
 			})
 		}
 		gis, ret := h.GetGpuInstances(&info)

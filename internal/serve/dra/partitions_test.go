@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -24,17 +25,18 @@ import (
 // profile IDs (not the indices) and placements in memory slices.
 func h100Layout() nvml.MIGLayout {
 	l := nvml.MIGLayout{MemorySlices: 8, ComputeSlices: 7}
-	add := func(index int, id uint32, name string, slices, size int, mib uint64, sms int, starts ...int) {
+	add := func(index int, id uint32, name string, slices, size, instances int, mib uint64, sms int, starts ...int) {
 		for _, s := range starts {
 			l.Placements = append(l.Placements, nvml.MIGPlacement{ProfileIndex: index, ProfileID: id, Profile: name, Start: s, Size: size,
-				ComputeSlices: slices, MemoryBytes: mib << 20, Multiprocessors: sms})
+				ComputeSlices: slices, Instances: instances, MemoryBytes: mib << 20, Multiprocessors: sms})
 		}
 	}
-	add(0, 19, "1g.10gb", 1, 1, 9856, 16, 0, 1, 2, 3, 4, 5, 6)
-	add(1, 14, "2g.20gb", 2, 2, 20096, 32, 0, 2, 4)
-	add(2, 9, "3g.40gb", 3, 4, 40320, 60, 0, 4)
-	add(3, 5, "4g.40gb", 4, 4, 40320, 64, 0)
-	add(4, 0, "7g.80gb", 7, 8, 80896, 132, 0)
+	add(0, 19, "1g.10gb", 1, 1, 7, 9856, 16, 0, 1, 2, 3, 4, 5, 6)
+	add(7, 20, "1g.10gb+me", 1, 1, 1, 9856, 16, 0, 1, 2, 3, 4, 5, 6)
+	add(1, 14, "2g.20gb", 2, 2, 3, 20096, 32, 0, 2, 4)
+	add(2, 9, "3g.40gb", 3, 4, 2, 40320, 60, 0, 4)
+	add(3, 5, "4g.40gb", 4, 4, 1, 40320, 64, 0)
+	add(4, 0, "7g.80gb", 7, 8, 1, 80896, 132, 0)
 	return l
 }
 
@@ -226,11 +228,19 @@ func TestPartitionsPublished(t *testing.T) {
 		}
 		sets = append(sets, s.SharedCounters...)
 	}
-	if len(sets) != 1 || sets[0].Name != "gpu-2-slices" || len(sets[0].Counters) != 9 {
+	// 8 memory slices, 7 compute slices, and one 1g.10gb+me at most
+	// (the GPU has one set of media engines).
+	if len(sets) != 1 || sets[0].Name != "gpu-2-slices" || len(sets[0].Counters) != 10 {
 		t.Fatalf("counter sets: %+v", sets)
 	}
 	if q := sets[0].Counters["compute-slices"].Value; q.Value() != 7 {
 		t.Errorf("compute-slices = %s, want 7", q.String())
+	}
+	if q := sets[0].Counters["instances-1g-10gb-me"].Value; q.Value() != 1 {
+		t.Errorf("instances-1g-10gb-me = %s, want 1", q.String())
+	}
+	if c := devs["gpu-2-1g-10gb-me-3"].ConsumesCounters; len(c) != 1 || len(c[0].Counters) != 3 || !c[0].Counters["instances-1g-10gb-me"].Value.Equal(resource.MustParse("1")) {
+		t.Errorf("gpu-2-1g-10gb-me-3 consumes %+v", c)
 	}
 }
 

@@ -23,11 +23,38 @@ type CounterConsumption struct {
 
 // Counter names. A placement takes each memory slice it covers, so two
 // placements over one slice exclude each other, and its compute slices,
-// which the GPU has fewer of than memory slices (7 and 8).
+// which the GPU has fewer of than memory slices (7 and 8). A profile the
+// GPU holds fewer instances of than it has placements for (one
+// 1g.10gb+me: the GPU has one set of media engines) has a counter of its
+// own, "instances-<profile>", each placement taking one.
 const (
 	counterComputeSlices = "compute-slices"
 	counterMemorySlice   = "memory-slice-"
+	counterInstances     = "instances-"
 )
+
+// instanceLimit is a profile's instance counter and its value.
+type instanceLimit struct {
+	name  string
+	limit int
+}
+
+// instanceLimits are the profiles of l whose instances are counted.
+func instanceLimits(l nvml.MIGLayout) map[string]instanceLimit {
+	places := map[string]int{}
+	limit := map[string]int{}
+	for _, p := range l.Placements {
+		places[p.Profile]++
+		limit[p.Profile] = p.Instances
+	}
+	out := map[string]instanceLimit{}
+	for profile, n := range places {
+		if lim := limit[profile]; lim > 0 && lim < n {
+			out[profile] = instanceLimit{counterInstances + profileLabel(profile), lim}
+		}
+	}
+	return out
+}
 
 // CounterSetName is the counter set of the GPU with index index.
 func CounterSetName(index int) string { return "gpu-" + strconv.Itoa(index) + "-slices" }
@@ -43,6 +70,9 @@ func CounterSets(in GPUs) []CounterSet {
 		c := map[string]int64{counterComputeSlices: int64(part.Layout.ComputeSlices)}
 		for k := range part.Layout.MemorySlices {
 			c[counterMemorySlice+strconv.Itoa(k)] = 1
+		}
+		for _, l := range instanceLimits(part.Layout) {
+			c[l.name] = int64(l.limit)
 		}
 		out = append(out, CounterSet{Name: CounterSetName(g.Index), Counters: c})
 	}
@@ -79,6 +109,7 @@ func profileLabel(profile string) string {
 // device on it, and its full-size profile (7g) is the whole GPU.
 func placementDevices(g nvml.GPU, part Partition, common map[string]Attribute, cdiID func(uuid string) string) []Device {
 	out := make([]Device, 0, len(part.Layout.Placements))
+	limits := instanceLimits(part.Layout)
 	for _, p := range part.Layout.Placements {
 		if overlapsAny(p, part.Foreign) {
 			continue
@@ -95,6 +126,9 @@ func placementDevices(g nvml.GPU, part Partition, common map[string]Attribute, c
 		counters := map[string]int64{counterComputeSlices: int64(p.ComputeSlices)}
 		for k := p.Start; k < p.Start+p.Size; k++ {
 			counters[counterMemorySlice+strconv.Itoa(k)] = 1
+		}
+		if l, ok := limits[p.Profile]; ok {
+			counters[l.name] = 1
 		}
 		d := Device{
 			Name: PlacementDeviceName(g, p), Attributes: attrs, ID: g.UUID, Type: TypeMIG, CDIIDs: []string{cdiID(g.UUID)},

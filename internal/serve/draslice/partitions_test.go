@@ -34,3 +34,25 @@ func TestCounterSets(t *testing.T) {
 		t.Errorf("counter sets %+v", sets)
 	}
 }
+
+// A profile with fewer instances than placements gets a counter of its
+// own; one with as many placements as instances none.
+func TestInstanceCounters(t *testing.T) {
+	l := nvml.MIGLayout{MemorySlices: 8, ComputeSlices: 7}
+	for k := range 7 {
+		l.Placements = append(l.Placements,
+			nvml.MIGPlacement{Profile: "1g.10gb", Start: k, Size: 1, ComputeSlices: 1, Instances: 7},
+			nvml.MIGPlacement{Profile: "1g.10gb+me", Start: k, Size: 1, ComputeSlices: 1, Instances: 1})
+	}
+	in := GPUs{GPUs: []nvml.GPU{{Index: 0, UUID: "GPU-0", MIGEnabled: true}}, Partitions: map[string]Partition{"GPU-0": {Layout: l}}}
+	sets := CounterSets(in)
+	if len(sets) != 1 || len(sets[0].Counters) != 10 || sets[0].Counters["instances-1g-10gb-me"] != 1 {
+		t.Fatalf("counter sets %+v", sets)
+	}
+	for _, d := range GPUDevices(in, t.TempDir(), func(string) string { return "" }, nil) {
+		_, counted := d.ConsumesCounters[0].Counters["instances-1g-10gb-me"]
+		if counted != (d.Placement.Profile == "1g.10gb+me") {
+			t.Errorf("%s consumes %v", d.Name, d.ConsumesCounters[0].Counters)
+		}
+	}
+}
