@@ -297,7 +297,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	as := func(uuid string) layout.Served { sv, _ := served.Of(uuid); return sv }
-	st, err := pollHealth(cfg, lib, inv, served, log)
+	dra, partitioned := listPartitions(cfg, lib, inv, log)
+	st, err := pollHealth(cfg, lib, inv, served, partitioned, log)
 	if err != nil {
 		return err
 	}
@@ -312,7 +313,12 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	gpuCDIName := func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) }
 	reasons := map[string]string{}
 	for i, g := range inv.GPUs {
-		if healthy, reason := st.gpu(i); !healthy {
+		healthy, reason := st.gpu(i)
+		if partitioned[i] {
+			// As the DRA front-end watches it: one part for every instance.
+			healthy, reason = st.mig(g.UUID)
+		}
+		if !healthy {
 			reasons[g.UUID] = reason
 		}
 		for _, m := range g.MIG {
@@ -321,7 +327,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 			}
 		}
 	}
-	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(draslice.GPUsOf(inv, cfg.Sharing.MemoryShares), cfg.SysfsRoot, gpuCDIName, log), reasons)}
+	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(dra, cfg.SysfsRoot, gpuCDIName, log), reasons)}
 	// held merges a unit's holders through the device-plugin API (any of
 	// its device IDs under the resource it is served as) and through DRA.
 	held := func(uuid, draName string) []podresources.Holder {
@@ -390,7 +396,7 @@ func (h healthStates) mig(uuid string) (bool, string) {
 
 // pollHealth polls once through the same policy serve uses; events need
 // a watch over time, so list reports what the polled state says now.
-func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served *layout.Node, log *slog.Logger) (healthStates, error) {
+func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served *layout.Node, partitioned []bool, log *slog.Logger) (healthStates, error) {
 	ids := make([]string, len(inv.GPUs))
 	for i, g := range inv.GPUs {
 		ids[i] = g.UUID
@@ -407,6 +413,10 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 	for i, g := range inv.GPUs {
 		for _, m := range g.MIG {
 			all[i] = append(all[i], migPart(m))
+			nAll++
+		}
+		if partitioned[i] {
+			all[i] = append(all[i], health.Part{ID: g.UUID, GPUInstance: health.AnyInstance})
 			nAll++
 		}
 	}
@@ -426,6 +436,29 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 	// The second poll reads the same GPUs: its warnings would repeat.
 	h.all, err = poll(all, slog.New(slog.DiscardHandler))
 	return h, err
+}
+
+// listPartitions is what DRA mode publishes of the GPUs, with the GPUs
+// sharing.migPartitions selects as every placement they allow (whoever
+// made the instances on them: list does not read the claims), and which
+// GPUs (by position) are partitioned. A GPU whose placements cannot be
+// read is said and published as without the setting.
+func listPartitions(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, log *slog.Logger) (draslice.GPUs, []bool) {
+	in := draslice.GPUsOf(inv, cfg.Sharing.MemoryShares)
+	partitioned := make([]bool, len(inv.GPUs))
+	if !cfg.Sharing.MIGPartitions.Enabled {
+		return in, partitioned
+	}
+	p, err := nvml.NewPartitioner(lib, log)
+	if err != nil {
+		log.Warn("sharing.migPartitions is set, and no GPU is partitioned", "err", err)
+		return in, partitioned
+	}
+	in.Partitions = draslice.Partitions(inv.GPUs, cfg.Sharing.MIGPartitions, p.Layout, log)
+	for i, g := range inv.GPUs {
+		_, partitioned[i] = in.Partitions[g.UUID]
+	}
+	return in, partitioned
 }
 
 func migPart(m nvml.MIGDevice) health.Part {

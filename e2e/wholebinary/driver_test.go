@@ -3,6 +3,7 @@ package wholebinary
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -215,4 +216,54 @@ func TestMIGEnabledGPU(t *testing.T) {
 	n := startNode(t, "dgx-a100-mig")
 	onlyUnhealthy(t, n.first, n.uuid(1))
 	loggedOnce(t, n, n.uuid(1), api.Unhealthy, "mig-enabled")
+}
+
+// TestListMIGPartitions: with sharing.migPartitions, list shows what DRA
+// mode publishes of a GPU in MIG mode with no instance: every placement
+// it allows, consuming its counters, untainted (MIG mode is how it is
+// served, not a fault).
+func TestListMIGPartitions(t *testing.T) {
+	path, err := harness.ProfilePath("dgx-h100-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("kubeletAPI: dra\nnodeName: gpu-node\nsharing:\n  migPartitions: {enabled: true, devices: [\"2\"]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := harness.RunCommand(ctx(t), binary, library, path, "list", "--config", cfg, "--output", "json", "--log-format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		DRA struct {
+			Devices []struct {
+				Name             string `json:"name"`
+				Taints           []any  `json:"taints"`
+				ConsumesCounters []struct {
+					CounterSet string           `json:"counterSet"`
+					Counters   map[string]int64 `json:"counters"`
+				} `json:"consumesCounters"`
+			} `json:"devices"`
+		} `json:"dra"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("list output: %v\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	placements := 0
+	for _, d := range out.DRA.Devices {
+		if !strings.HasPrefix(d.Name, "gpu-2-") {
+			continue
+		}
+		placements++
+		if len(d.Taints) > 0 || len(d.ConsumesCounters) != 1 || d.ConsumesCounters[0].CounterSet != "gpu-2-slices" {
+			t.Errorf("%s: taints %v, counters %+v", d.Name, d.Taints, d.ConsumesCounters)
+		}
+		if d.Name == "gpu-2-3g-40gb-4" && (d.ConsumesCounters[0].Counters["compute-slices"] != 3 || d.ConsumesCounters[0].Counters["memory-slice-7"] != 1) {
+			t.Errorf("%s counters %v", d.Name, d.ConsumesCounters[0].Counters)
+		}
+	}
+	if placements != 25 {
+		t.Errorf("%d placements of GPU 2 listed, want an H100's 25\n%s", placements, stdout)
+	}
 }

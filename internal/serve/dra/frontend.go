@@ -328,7 +328,7 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Unlock()
 	in := draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares)
 	if parts != nil {
-		in.Partitions = f.partitions(inv, parts)
+		in.Partitions = draslice.Partitions(inv.GPUs, f.cfg.Sharing.MIGPartitions, parts.Layout, f.drv.o.Log)
 		f.drv.SetMIG(nvmlInstances{p: parts, devRoot: f.cfg.DevRoot, procRoot: f.cfg.ProcRoot}, f.specWriter(cdi.MIGKind))
 	}
 	f.drv.SetGPUs(f.ctx, in)
@@ -342,25 +342,6 @@ func (f *FrontEnd) UsePartitions(p *nvml.Partitioner) {
 	f.mu.Lock()
 	f.parts = p
 	f.mu.Unlock()
-}
-
-// partitions reads what each GPU in MIG mode that sharing.migPartitions
-// selects allows; one that cannot be read is logged and not published.
-func (f *FrontEnd) partitions(inv *nvml.Inventory, p *nvml.Partitioner) map[string]draslice.Partition {
-	out := map[string]draslice.Partition{}
-	for _, g := range inv.GPUs {
-		if !g.MIGEnabled || !f.cfg.Sharing.MIGPartitions.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) {
-			continue
-		}
-		l, err := p.Layout(g)
-		if err != nil {
-			f.drv.o.Log.Error("MIG: reading the placements of a partitioned GPU; it is not published", "device", g.UUID, "index", g.Index, "err", err)
-			continue
-		}
-		f.drv.o.Log.Info("MIG: GPU partitioned on demand", "device", g.UUID, "index", g.Index, "placements", len(l.Placements), "instances", len(l.Instances))
-		out[g.UUID] = draslice.Partition{Layout: l}
-	}
-	return out
 }
 
 // UseSharing runs the MPS daemons of the claims' MPS clients through m

@@ -1,12 +1,34 @@
 package draslice
 
 import (
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
+
+// Partitions reads, through layout, what each GPU in MIG mode that sel
+// selects allows. A GPU whose layout cannot be read is logged and left
+// out: it is published as without the setting.
+func Partitions(gpus []nvml.GPU, sel config.MIGPartitions, layout func(nvml.GPU) (nvml.MIGLayout, error), log *slog.Logger) map[string]Partition {
+	out := map[string]Partition{}
+	for _, g := range gpus {
+		if !g.MIGEnabled || !sel.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) {
+			continue
+		}
+		l, err := layout(g)
+		if err != nil {
+			log.Error("MIG: reading the placements of a partitioned GPU; it is not partitioned", "device", g.UUID, "index", g.Index, "err", err)
+			continue
+		}
+		log.Info("MIG: GPU partitioned on demand", "device", g.UUID, "index", g.Index, "placements", len(l.Placements), "instances", len(l.Instances))
+		out[g.UUID] = Partition{Layout: l}
+	}
+	return out
+}
 
 // CounterSet is a named set of counters that devices consume
 // (partitionable devices): a partitioned GPU's memory and compute slices.
