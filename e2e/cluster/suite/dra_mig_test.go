@@ -296,23 +296,26 @@ func (s *migScenario) free(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, podMIG3g); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitInstance(ctx, s.state, s.gpu.UUID, gone, false); err != nil {
+	if err := waitInstance(ctx, s.state, s.gpu.UUID, gone, false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range pluginLogLines(ctx, s.plugin, "MIG: destroyed a claim's instances") {
 		t.Logf("Unprepare destroyed %v in %v", l["migs"], l["took"])
 	}
-	if _, err := waitPod(ctx, podMIGLate, 2*time.Minute, "running", func(p *corev1.Pod) (bool, error) {
+	// The scheduler retries the pending pod on its own schedule.
+	freed := time.Now()
+	if _, err := waitPod(ctx, podMIGLate, 3*time.Minute, "running", func(p *corev1.Pod) (bool, error) {
 		return p.Status.Phase == corev1.PodRunning, nil
 	}); err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
 	}
+	t.Logf("the pending pod ran %.1fs after the placement was freed", time.Since(freed).Seconds())
 }
 
 // waitInstance waits until the mock's state has (or lacks) MIG device uuid.
-func waitInstance(ctx context.Context, state, gpu, uuid string, present bool) error {
+func waitInstance(ctx context.Context, state, gpu, uuid string, present bool, timeout time.Duration) error {
 	var last []mocknvml.MIGStateCI
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		st, err := mocknvml.LoadMIGState(state)
 		if err != nil {
 			return false, nil
@@ -373,8 +376,10 @@ func (s *migScenario) crash(t *testing.T, ctx context.Context) {
 	if s.plugin, err = waitPluginRunning(ctx, s.plugin); err != nil {
 		t.Fatal(err)
 	}
-	// The next plugin destroys the orphan and prepares the claim anew.
-	if err := waitInstance(ctx, s.state, s.gpu.UUID, orphan, false); err != nil {
+	// The next plugin destroys the orphan and prepares the claim anew at
+	// the kubelet's retry (its pod resync: about a minute after the
+	// failed Prepare).
+	if err := waitInstance(ctx, s.state, s.gpu.UUID, orphan, false, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := waitPod(ctx, podMIGCrash, 2*time.Minute, "running", func(p *corev1.Pod) (bool, error) {
