@@ -68,7 +68,7 @@ func (f *fakePublisher) count() int {
 
 // fakeSysfs links two GPUs and a NIC under PCIe root pci0000:00 and one
 // GPU under pci0000:80, as /sys/bus/pci/devices does.
-func fakeSysfs(t *testing.T) string {
+func fakeSysfs(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
 	for addr, rc := range map[string]string{"0000:07:00.0": "pci0000:00", "0000:0f:00.0": "pci0000:00", "0000:0c:00.0": "pci0000:00", "0000:87:00.0": "pci0000:80"} {
@@ -103,7 +103,7 @@ type testSpecs struct{ err error }
 
 func (s *testSpecs) Ensure(string) error { return s.err }
 
-func newTestDriver(t *testing.T, dir string, o Options) (*Driver, *fakePublisher) {
+func newTestDriver(t testing.TB, dir string, o Options) (*Driver, *fakePublisher) {
 	t.Helper()
 	o.DriverName, o.NodeName = testDriver, testNode
 	if o.SysfsRoot == "" {
