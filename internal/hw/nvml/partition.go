@@ -167,6 +167,10 @@ func (p *Partitioner) Layout(g GPU) (MIGLayout, error) {
 // slices it needs, are held by another GPU instance.
 var ErrPlacementTaken = errors.New("the placement is taken by another GPU instance")
 
+// ErrLeftBehind is Create's error when a later step failed and the GPU
+// instance it had created could not be destroyed again: it is still there.
+var ErrLeftBehind = errors.New("the GPU instance created is left behind")
+
 // Create makes a GPU instance of pl's profile at pl on GPU g, with one
 // compute instance spanning it, and returns the MIG device they make
 // (UUID, instance IDs, profile; CapMinors are nvcaps'). When a later step
@@ -196,7 +200,7 @@ func (p *Partitioner) Create(g GPU, pl MIGPlacement) (MIGDevice, error) {
 	m, err := p.fill(h, gi, g, info)
 	if err != nil {
 		if derr := destroyGI(gi); derr != nil {
-			p.log.Error("destroying a GPU instance whose creation failed half-way", "device", g.UUID, "profile", pl.Profile, "start", pl.Start, "err", derr)
+			return MIGDevice{}, fmt.Errorf("GPU %s: %s at slice %d: %w; destroying it again: %w (%w)", g.UUID, pl.Profile, pl.Start, err, derr, ErrLeftBehind)
 		}
 		return MIGDevice{}, fmt.Errorf("GPU %s: %s at slice %d: %w", g.UUID, pl.Profile, pl.Start, err)
 	}

@@ -21,7 +21,7 @@ func (n nvmlInstances) Create(g nvml.GPU, pl nvml.MIGPlacement) (nvml.MIGDevice,
 	}
 	if err := n.caps(g, &m); err != nil {
 		if derr := n.p.Destroy(g, m.GPUInstance); derr != nil {
-			return nvml.MIGDevice{}, fmt.Errorf("%w; destroying it again: %w", err, derr)
+			return nvml.MIGDevice{}, fmt.Errorf("%w; destroying it again: %w (%w)", err, derr, nvml.ErrLeftBehind)
 		}
 		return nvml.MIGDevice{}, err
 	}

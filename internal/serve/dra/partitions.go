@@ -149,16 +149,18 @@ func (d *Driver) migConflictLocked(uuid string, p nvml.MIGPlacement, same []prep
 // createMIGLocked creates the instances of claim p's devices that do not
 // exist (all of them for a new claim; after a reboot, those gone), and
 // hands each device its instance's CDI device. On failure the instances
-// this call created are destroyed again.
+// this call created are destroyed again; the error wraps errLeftBehind
+// when one of them (or a half-made one) could not be.
 func (d *Driver) createMIGLocked(p *preparedClaim) error {
 	var made []*preparedMIG
-	undo := func() {
+	fail := func(err error) error {
 		for _, m := range made {
-			if err := d.mig.Destroy(d.parents[m.GPU], m.GPUInstance); err != nil {
-				d.o.Log.Error("MIG: destroying an instance of a claim that failed", "gpu", m.GPU, "gpuInstance", m.GPUInstance, "err", err)
+			if derr := d.mig.Destroy(d.parents[m.GPU], m.GPUInstance); derr != nil {
+				err = fmt.Errorf("%w; destroying %s again: %w (%w)", err, m.UUID, derr, errLeftBehind)
 			}
 			m.UUID = ""
 		}
+		return err
 	}
 	for i := range p.Devices {
 		dv := &p.Devices[i]
@@ -168,27 +170,26 @@ func (d *Driver) createMIGLocked(p *preparedClaim) error {
 		}
 		g, ok := d.parents[m.GPU]
 		if !ok {
-			undo()
-			return fmt.Errorf("device %s: GPU %s is not partitioned on this node now", dv.Device, m.GPU)
+			return fail(fmt.Errorf("device %s: GPU %s is not partitioned on this node now", dv.Device, m.GPU))
 		}
 		if m.UUID != "" {
 			got, found, err := d.mig.Find(g, m.GPUInstance)
 			switch {
 			case err != nil:
-				undo()
-				return fmt.Errorf("device %s: %w", dv.Device, err)
+				return fail(fmt.Errorf("device %s: %w", dv.Device, err))
 			case found && got.UUID == m.UUID:
 				continue
 			case found:
-				undo()
-				return fmt.Errorf("device %s: GPU instance %d of GPU %s is %s now, not the claim's %s; destroy it, or delete the pod", dv.Device, m.GPUInstance, m.GPU, got.UUID, m.UUID)
+				return fail(fmt.Errorf("device %s: GPU instance %d of GPU %s is %s now, not the claim's %s; destroy it, or delete the pod", dv.Device, m.GPUInstance, m.GPU, got.UUID, m.UUID))
 			}
 			d.o.Log.Warn("MIG: a claim's instance is gone (the node rebooted, or it was destroyed by hand); creating it again", "device", dv.Device, "gpu", m.GPU, "mig", m.UUID)
 		}
 		dev, err := d.mig.Create(g, m.placement())
 		if err != nil {
-			undo()
-			return fmt.Errorf("device %s: %w", dv.Device, err)
+			if errors.Is(err, nvml.ErrLeftBehind) {
+				err = fmt.Errorf("%w (%w)", err, errLeftBehind)
+			}
+			return fail(fmt.Errorf("device %s: %w", dv.Device, err))
 		}
 		m.created(dev)
 		made = append(made, m)
@@ -196,6 +197,11 @@ func (d *Driver) createMIGLocked(p *preparedClaim) error {
 	}
 	return nil
 }
+
+// errLeftBehind marks a failed creation that may have left an instance:
+// the claim stays recorded as being prepared, so the reconciliation
+// destroys it by its placement.
+var errLeftBehind = errors.New("an instance may be left; it is destroyed at the next call")
 
 // withoutKind is ids without those of kind.
 func withoutKind(ids []string, kind string) []string {
@@ -341,6 +347,21 @@ func (d *Driver) prepareMIGLocked(uid types.UID, p *preparedClaim) error {
 		}
 	}
 	if err := d.createMIGLocked(p); err != nil {
+		if errors.Is(err, errLeftBehind) {
+			// Still recorded as being prepared (on disk it always was):
+			// the next call's reconciliation destroys what is at its
+			// placements, then forgets it, and the kubelet's retry
+			// prepares it anew. NVML shut down under a creation (the
+			// process stopping) ends here too.
+			for _, dv := range p.Devices {
+				if dv.MIG != nil {
+					dv.MIG.UUID = ""
+				}
+			}
+			d.cp.Claims[uid] = *p
+			d.migReconciled = false
+			return err
+		}
 		forget()
 		return err
 	}

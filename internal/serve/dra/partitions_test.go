@@ -52,6 +52,9 @@ type fakeMIG struct {
 	inUse   map[int]bool // GPU instance IDs whose destroy is refused
 	created func()       // called after each creation, before it returns
 	failAt  int          // the placement start whose creation fails, -1 none
+	// leaveAt is a placement start whose creation fails half-way and
+	// cannot destroy what it made (NVML shut down under it), -1 none.
+	leaveAt int
 }
 
 type fakeGI struct {
@@ -60,7 +63,7 @@ type fakeGI struct {
 }
 
 func newFakeMIG() *fakeMIG {
-	return &fakeMIG{gis: map[string]map[int]fakeGI{}, inUse: map[int]bool{}, failAt: -1}
+	return &fakeMIG{gis: map[string]map[int]fakeGI{}, inUse: map[int]bool{}, failAt: -1, leaveAt: -1}
 }
 
 // giID is the GPU instance ID the driver gives a placement: 0 for the
@@ -98,6 +101,11 @@ func (f *fakeMIG) Create(g nvml.GPU, pl nvml.MIGPlacement) (nvml.MIGDevice, erro
 	f.made++
 	gis[id] = fakeGI{pl: pl, uuid: fmt.Sprintf("MIG-%s-%d-%d", g.UUID, id, f.made)}
 	hook := f.created
+	if pl.Start == f.leaveAt {
+		f.leaveAt = -1
+		f.mu.Unlock()
+		return nvml.MIGDevice{}, fmt.Errorf("creating its compute instance: Uninitialized; destroying it again: Uninitialized (%w)", nvml.ErrLeftBehind)
+	}
 	f.mu.Unlock()
 	if hook != nil {
 		hook()
@@ -439,5 +447,47 @@ func TestPartitionBeforeDiscovery(t *testing.T) {
 	got, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-0"))})
 	if err := got["uid-3g"].Err; err == nil || !strings.Contains(err.Error(), "the kubelet retries") {
 		t.Errorf("Prepare: %v", err)
+	}
+}
+
+// A creation that fails half-way and cannot destroy what it made (NVML
+// shut down under it as the process stops) keeps the claim recorded as
+// being prepared: the next call destroys the instance by its placement,
+// and the kubelet's retry prepares the claim anew.
+func TestPartitionCreateLeavesAnInstance(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := newFakeMIG()
+	f.leaveAt = 4
+	d, _, _ := partitionDriver(t, dir, f, partitionedGPUs())
+	c := claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))
+	got, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+	if err := got["uid-3g"].Err; err == nil || !errors.Is(err, errLeftBehind) {
+		t.Fatalf("Prepare: %v", err)
+	}
+	cp, _ := loadCheckpoint(d.o.CheckpointPath)
+	if m := cp.Claims["uid-3g"].Devices; len(m) != 1 || m[0].MIG == nil || m[0].MIG.UUID != "" {
+		t.Fatalf("on disk: %+v, want the claim recorded as being prepared", cp.Claims)
+	}
+	if f.count("GPU-c") != 1 {
+		t.Fatal("the fake left nothing")
+	}
+	// A process started now (the one that failed was stopping) sees the
+	// instance as the claim's, not as one made by hand.
+	_, pub, _ := partitionDriver(t, dir, f, partitionedGPUs(nvml.GPUInstance{ID: 2, ProfileID: 9, Start: 4, Size: 4}))
+	if _, ok := byName(pub.last(t))["gpu-2-3g-40gb-4"]; !ok {
+		t.Error("the placement left behind is withheld as foreign")
+	}
+	// The retry, in the same process: reconciled, then prepared anew.
+	got, _ = d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+	if got["uid-3g"].Err != nil {
+		t.Fatal(got["uid-3g"].Err)
+	}
+	if n := f.count("GPU-c"); n != 1 {
+		t.Errorf("%d instances, want the new one only", n)
+	}
+	cp, _ = loadCheckpoint(d.o.CheckpointPath)
+	if m := cp.Claims["uid-3g"].Devices[0].MIG; m == nil || m.UUID == "" {
+		t.Errorf("on disk after the retry: %+v", m)
 	}
 }
