@@ -40,13 +40,16 @@ const DefaultMemoryShareMinimum = "1Gi"
 
 // Selects says whether the GPU is shared by memory.
 func (m MemoryShares) Selects(index int, uuid, pciBusID, model string) bool {
-	if !m.Enabled {
-		return false
-	}
-	if len(m.Devices) == 0 {
+	return m.Enabled && anyOrMatches(m.Devices, index, uuid, pciBusID, model)
+}
+
+// anyOrMatches says whether devices, a list of GPUs as includeGPUs takes
+// them, names the GPU; an empty list names every GPU.
+func anyOrMatches(devices []string, index int, uuid, pciBusID, model string) bool {
+	if len(devices) == 0 {
 		return true
 	}
-	for _, e := range m.Devices {
+	for _, e := range devices {
 		if gpuMatches(e, index, uuid, pciBusID, model) {
 			return true
 		}

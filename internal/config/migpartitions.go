@@ -31,18 +31,7 @@ type MIGPartitions struct {
 
 // Selects says whether the GPU, in MIG mode, is partitioned on demand.
 func (m MIGPartitions) Selects(index int, uuid, pciBusID, model string) bool {
-	if !m.Enabled {
-		return false
-	}
-	if len(m.Devices) == 0 {
-		return true
-	}
-	for _, e := range m.Devices {
-		if gpuMatches(e, index, uuid, pciBusID, model) {
-			return true
-		}
-	}
-	return false
+	return m.Enabled && anyOrMatches(m.Devices, index, uuid, pciBusID, model)
 }
 
 // validateMIGPartitions checks sharing.migPartitions; without withMode it

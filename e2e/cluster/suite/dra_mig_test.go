@@ -334,12 +334,8 @@ func (s *migScenario) crash(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, podMIG4g, podMIGLate); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		st, err := mocknvml.LoadMIGState(s.state)
-		g, _ := st.GPU(s.gpu.UUID)
-		return err == nil && len(g.GPUInstances) == 0, nil
-	}); err != nil {
-		t.Fatalf("instances left after the pods went: %v", err)
+	if err := s.waitNoInstance(ctx); err != nil {
+		t.Fatal(err)
 	}
 	ctl, err := mocknvml.OpenControl(env.controlFIFO())
 	if err != nil {
@@ -400,6 +396,24 @@ func (s *migScenario) crash(t *testing.T, ctx context.Context) {
 	t.Logf("killed between creating %s and recording it; the pod ran on a new instance %.1fs later", orphan, time.Since(killed).Seconds())
 }
 
+// waitNoInstance waits until the partitioned GPU has no GPU instance.
+func (s *migScenario) waitNoInstance(ctx context.Context) error {
+	var left []mocknvml.MIGStateGI
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		st, err := mocknvml.LoadMIGState(s.state)
+		if err != nil {
+			return false, nil
+		}
+		g, _ := st.GPU(s.gpu.UUID)
+		left = g.GPUInstances
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("GPU instances %+v left after the pods went: %w", left, err)
+	}
+	return nil
+}
+
 // pluginLogLines are the plugin pod's JSON log entries with message msg.
 func pluginLogLines(ctx context.Context, pod, msg string) []map[string]any {
 	out, err := k8s.kube.CoreV1().Pods(releaseNamespace).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
@@ -420,12 +434,8 @@ func (s *migScenario) uninstall(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, migPods...); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		st, err := mocknvml.LoadMIGState(s.state)
-		g, _ := st.GPU(s.gpu.UUID)
-		return err == nil && len(g.GPUInstances) == 0, nil
-	}); err != nil {
-		t.Errorf("instances left after the pods went: %v", err)
+	if err := s.waitNoInstance(ctx); err != nil {
+		t.Error(err)
 	}
 	uninstallDRA(t, ctx, s.release, migTmpl3g, migTmpl4g)
 	s.release = nil

@@ -235,19 +235,26 @@ func migDevices(parent nvml.GPU, common map[string]Attribute, cdiID func(uuid st
 			attrs["profile"] = str(m.Profile)
 		}
 		maps.Copy(attrs, common)
-		d := Device{Name: MIGDeviceName(parent, m), Attributes: attrs, ID: m.UUID, Type: TypeMIG, CDIIDs: []string{cdiID(m.UUID)}}
-		if m.MemoryBytes > 0 || m.Multiprocessors > 0 {
-			d.Capacity = map[string]Capacity{}
-		}
-		if m.MemoryBytes > 0 {
-			d.Capacity["memory"] = Capacity{Value: Bytes(m.MemoryBytes)}
-		}
-		if m.Multiprocessors > 0 {
-			d.Capacity["multiprocessors"] = Capacity{Value: strconv.Itoa(m.Multiprocessors)}
-		}
-		out = append(out, d)
+		out = append(out, Device{Name: MIGDeviceName(parent, m), Attributes: attrs, ID: m.UUID, Type: TypeMIG, CDIIDs: []string{cdiID(m.UUID)},
+			Capacity: migCapacity(m.MemoryBytes, m.Multiprocessors)})
 	}
 	return out
+}
+
+// migCapacity is a MIG device's or placement's capacity: its memory and
+// multiprocessors, each left out when unknown (nil: both).
+func migCapacity(memory uint64, sms int) map[string]Capacity {
+	if memory == 0 && sms == 0 {
+		return nil
+	}
+	c := map[string]Capacity{}
+	if memory > 0 {
+		c["memory"] = Capacity{Value: Bytes(memory)}
+	}
+	if sms > 0 {
+		c["multiprocessors"] = Capacity{Value: strconv.Itoa(sms)}
+	}
+	return c
 }
 
 // NICDevices turns a pool's NICs into devices. cdiID names a NIC's CDI

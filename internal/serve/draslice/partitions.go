@@ -152,21 +152,12 @@ func placementDevices(g nvml.GPU, part Partition, common map[string]Attribute, c
 		if l, ok := limits[p.Profile]; ok {
 			counters[l.name] = 1
 		}
-		d := Device{
+		out = append(out, Device{
 			Name: PlacementDeviceName(g, p), Attributes: attrs, ID: g.UUID, Type: TypeMIG, CDIIDs: []string{cdiID(g.UUID)},
+			Capacity:         migCapacity(p.MemoryBytes, p.Multiprocessors),
 			ConsumesCounters: []CounterConsumption{{CounterSet: CounterSetName(g.Index), Counters: counters}},
 			Placement:        &p,
-		}
-		if p.MemoryBytes > 0 || p.Multiprocessors > 0 {
-			d.Capacity = map[string]Capacity{}
-		}
-		if p.MemoryBytes > 0 {
-			d.Capacity["memory"] = Capacity{Value: Bytes(p.MemoryBytes)}
-		}
-		if p.Multiprocessors > 0 {
-			d.Capacity["multiprocessors"] = Capacity{Value: strconv.Itoa(p.Multiprocessors)}
-		}
-		out = append(out, d)
+		})
 	}
 	return out
 }
