@@ -172,9 +172,14 @@ func (s *migScenario) slice(t *testing.T, ctx context.Context) {
 	if len(d.ConsumesCounters) != 1 || d.ConsumesCounters[0].CounterSet != fmt.Sprintf("gpu-%d-slices", s.gpu.Index) || len(d.ConsumesCounters[0].Counters) != 5 {
 		t.Errorf("%s consumes %+v", s.name("3g.40gb", 4), d.ConsumesCounters)
 	}
-	sets, err := counterSets(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// The counter sets are a slice of their own, which the helper's
+	// controller may write a moment after the devices'.
+	var sets []resourceapi.CounterSet
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		sets, err = counterSets(ctx)
+		return err == nil && len(sets) > 0, nil
+	}); err != nil {
+		t.Fatalf("no counter set published: %v", err)
 	}
 	// 8 memory slices, 7 compute slices, one 1g.10gb+me at most.
 	if len(sets) != 1 || len(sets[0].Counters) != 10 {
