@@ -12,6 +12,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -202,7 +203,11 @@ func (d *Driver) writeStatus(ctx context.Context, p statusPlan) {
 	case first:
 		// Said once per claim: the kubelet prepares it again at each pod
 		// start, and a later success or Unprepare resets this.
-		log.Warn("writing the claim's device status failed; its pods run without it", "devices", len(want), "took", time.Since(start), "err", err)
+		args := []any{"devices", len(want), "took", time.Since(start), "err", err}
+		if apierrors.IsForbidden(err) {
+			args = append(args, "fix", "grant resourceclaims/status patch, and resourceclaims/driver associated-node:patch for "+d.o.DriverName+" (docs/security.md)")
+		}
+		log.Warn("writing the claim's device status failed; its pods run without it", args...)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -383,5 +384,20 @@ func TestClaimStatusOnlyPrepared(t *testing.T) {
 	un, _ := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: bad.UID}})
 	if un[bad.UID] != nil {
 		t.Error(un[bad.UID])
+	}
+}
+
+// Refused for want of access (the node package's kubelet credentials, a
+// chart without the rule): the warning says what to grant.
+func TestClaimStatusForbidden(t *testing.T) {
+	c := apiClaim()
+	client := fake.NewClientset(c)
+	client.PrependReactor("patch", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(resourceapi.Resource("resourceclaims"), c.Name, errors.New("RBAC: no"))
+	})
+	d, logs := statusDriver(t, client, Options{})
+	prepareOK(t, d, c)
+	if !strings.Contains(logs.String(), "grant resourceclaims/status patch") {
+		t.Errorf("the warning does not say what to grant:\n%s", logs)
 	}
 }
