@@ -204,7 +204,7 @@ func (d *Driver) writeStatus(ctx context.Context, p statusPlan) {
 		// Said once per claim: the kubelet prepares it again at each pod
 		// start, and a later success or Unprepare resets this.
 		args := []any{"devices", len(want), "took", time.Since(start), "err", err}
-		if apierrors.IsForbidden(err) {
+		if refused(err) {
 			args = append(args, "fix", "grant resourceclaims/status patch, and resourceclaims/driver associated-node:patch for "+d.o.DriverName+" (docs/security.md)")
 		}
 		log.Warn("writing the claim's device status failed; its pods run without it", args...)
@@ -318,4 +318,24 @@ func deviceStatusApply(s resourceapi.AllocatedDeviceStatus) *resourceac.Allocate
 		out.WithNetworkData(nd)
 	}
 	return out
+}
+
+// refused says the API server turned the write down for want of access:
+// RBAC on resourceclaims/status (403), or its per-driver check of
+// status.devices on resourceclaims/driver, which comes back as an invalid
+// claim (422) with a Forbidden cause.
+func refused(err error) bool {
+	if apierrors.IsForbidden(err) {
+		return true
+	}
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Type == metav1.CauseTypeForbidden {
+			return true
+		}
+	}
+	return false
 }

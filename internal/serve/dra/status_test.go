@@ -15,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -391,13 +393,29 @@ func TestClaimStatusOnlyPrepared(t *testing.T) {
 // chart without the rule): the warning says what to grant.
 func TestClaimStatusForbidden(t *testing.T) {
 	c := apiClaim()
-	client := fake.NewClientset(c)
-	client.PrependReactor("patch", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(resourceapi.Resource("resourceclaims"), c.Name, errors.New("RBAC: no"))
-	})
-	d, logs := statusDriver(t, client, Options{})
-	prepareOK(t, d, c)
-	if !strings.Contains(logs.String(), "grant resourceclaims/status patch") {
-		t.Errorf("the warning does not say what to grant:\n%s", logs)
+	for _, tc := range []struct {
+		name string
+		err  error
+		fix  bool
+	}{
+		{"RBAC", apierrors.NewForbidden(resourceapi.Resource("resourceclaims"), c.Name, errors.New("RBAC: no")), true},
+		// As Kubernetes 1.36+ refuses an entry of a driver the writer may
+		// not write (resourceclaims/driver).
+		{"per-driver check", apierrors.NewInvalid(schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaim"}, c.Name, field.ErrorList{
+			field.Forbidden(field.NewPath("status", "devices"), `changing status.devices requires resource="resourceclaims/driver"`)}), true},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaim"}, c.Name, field.ErrorList{
+			field.Invalid(field.NewPath("status", "devices"), "x", "must be an allocated device in the claim")}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(c)
+			client.PrependReactor("patch", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.err
+			})
+			d, logs := statusDriver(t, client, Options{})
+			prepareOK(t, d, c)
+			if got := strings.Contains(logs.String(), "grant resourceclaims/status patch"); got != tc.fix {
+				t.Errorf("the warning says what to grant: %v, want %v:\n%s", got, tc.fix, logs)
+			}
+		})
 	}
 }
