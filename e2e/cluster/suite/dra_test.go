@@ -472,8 +472,9 @@ func (s *draScenario) alignedClaim(t *testing.T, ctx context.Context) {
 }
 
 // checkClaimStatus checks the claims' status.devices entries of our
-// devices: Ready, the identifying data, and for a NIC its networkData as
-// the fixture's sysfs has it (interface, hardware address).
+// devices (a share's by its shareID): Ready, the identifying data, and for
+// a NIC its networkData as the fixture's sysfs has it (interface, hardware
+// address).
 func checkClaimStatus(claims []resourceapi.ResourceClaim, devs map[string]resourceapi.Device) error {
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
@@ -484,7 +485,8 @@ func checkClaimStatus(claims []resourceapi.ResourceClaim, devs map[string]resour
 				continue
 			}
 			i := slices.IndexFunc(c.Status.Devices, func(e resourceapi.AllocatedDeviceStatus) bool {
-				return e.Driver == r.Driver && e.Pool == r.Pool && e.Device == r.Device
+				return e.Driver == r.Driver && e.Pool == r.Pool && e.Device == r.Device &&
+					(e.ShareID == nil) == (r.ShareID == nil) && (e.ShareID == nil || *e.ShareID == string(*r.ShareID))
 			})
 			if i < 0 {
 				return fmt.Errorf("claim %s: no status entry for %s; status.devices %+v", c.Name, r.Device, c.Status.Devices)

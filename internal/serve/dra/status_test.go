@@ -419,3 +419,28 @@ func TestClaimStatusForbidden(t *testing.T) {
 		})
 	}
 }
+
+// Two claims on shares of one GPU: each claim's entry carries its share.
+func TestClaimStatusShares(t *testing.T) {
+	const idA, idB = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+	a := claim("uid-a", "a", share("g", "gpu-0", idA, "10Gi"))
+	b := claim("uid-b", "b", share("g", "gpu-0", idB, "10Gi"))
+	client := fake.NewClientset(a, b)
+	d, _ := statusDriver(t, client, Options{})
+	in := testGPUs()
+	_, in.MemoryShares = sharedGPUs()
+	in.ShareMinimum = 1 << 30
+	d.SetGPUs(context.Background(), in)
+	m := &fakeMPS{}
+	d.SetMPS(context.Background(), m, "/run/mps", m.writeSpec, m.setTimeSlice)
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{a, b})
+	if err != nil || got[a.UID].Err != nil || got[b.UID].Err != nil {
+		t.Fatalf("Prepare: %v %+v", err, got)
+	}
+	for c, id := range map[*resourceapi.ResourceClaim]string{a: idA, b: idB} {
+		es := getClaim(t, client, c).Status.Devices
+		if len(es) != 1 || es[0].Device != "gpu-0" || es[0].ShareID == nil || *es[0].ShareID != id || condition(es[0], ConditionReady) == nil {
+			t.Errorf("claim %s: status.devices %+v, want gpu-0's share %s, Ready", c.Name, es, id)
+		}
+	}
+}
