@@ -70,7 +70,8 @@ type deviceStatusData struct {
 	// PCIBusID is the device's PCI address (a GPU's, a MIG device's
 	// parent's, a NIC's), as the resource.kubernetes.io/pciBusID attribute.
 	PCIBusID string `json:"pciBusID,omitempty"`
-	// UUID is a GPU's or MIG device's UUID.
+	// UUID is a GPU's or MIG device's UUID; for a MIG instance made for
+	// the claim, the instance's.
 	UUID string `json:"uuid,omitempty"`
 }
 
@@ -139,6 +140,7 @@ func (d *Driver) statusPlans(claims []*resourceapi.ResourceClaim, out map[types.
 			continue
 		}
 		p := statusPlan{claim: c}
+		prepared := d.cp.Claims[c.UID]
 		for _, dv := range r.Devices {
 			sd := statusDevice{key: resourceapi.AllocatedDeviceStatus{Driver: d.o.DriverName, Pool: dv.PoolName, Device: dv.DeviceName}}
 			if dv.ShareID != nil {
@@ -150,6 +152,13 @@ func (d *Driver) statusPlans(claims []*resourceapi.ResourceClaim, out map[types.
 				sd.data = deviceStatusData{PCIBusID: attrString(e, draslice.AttrPCIBusID)}
 				if e.Type != draslice.TypeNIC {
 					sd.data.UUID = attrString(e, "uuid")
+				}
+				// A MIG instance made for the claim (a placement) has its
+				// UUID in the checkpoint, not in the slice.
+				for _, pd := range prepared.Devices {
+					if pd.Device == dv.DeviceName && pd.MIG != nil && pd.MIG.UUID != "" {
+						sd.data.UUID = pd.MIG.UUID
+					}
 				}
 				if h := d.health[e.ID]; h != nil && !h.healthy {
 					sd.unhealthy = h.reason

@@ -444,3 +444,21 @@ func TestClaimStatusShares(t *testing.T) {
 		}
 	}
 }
+
+// A MIG instance made for the claim: its entry's uuid is the instance's,
+// which only the checkpoint knows, and pciBusID its parent's.
+func TestClaimStatusMIGPlacement(t *testing.T) {
+	c := claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))
+	client := fake.NewClientset(c)
+	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, ClaimStatus: apiClaims{client}})
+	d.SetMIG(newFakeMIG(), (&migSpecs{}).write)
+	d.SetGPUs(context.Background(), partitionedGPUs())
+	prepareOK(t, d, c)
+	es := getClaim(t, client, c).Status.Devices
+	if len(es) != 1 || condition(es[0], ConditionReady) == nil {
+		t.Fatalf("status.devices %+v", es)
+	}
+	if m := dataOf(t, es[0]); m["uuid"] != "MIG-GPU-c-2-1" || m["pciBusID"] != "0000:87:00.0" {
+		t.Errorf("data = %v, want the instance's UUID and its parent's PCI address", m)
+	}
+}
