@@ -147,22 +147,34 @@ func checkDRAPod(t *testing.T, spec corev1.PodSpec, c corev1.Container, want *wa
 var wantDRARules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+	// The claims' status.devices entries: a server-side apply is a patch,
+	// and the API server checks the driver's entries against the synthetic
+	// resourceclaims/driver (associated-node: the claim is on the pod's node).
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{draDriver}, Verbs: []string{"associated-node:patch"}},
 	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 }
 
-// grants flattens rules into group/resource/verb triples, so that the same
-// grants written as other rules compare equal.
+// grants flattens rules into group/resource[name]/verb triples, so that
+// the same grants written as other rules compare equal; a rule without
+// resourceNames grants every name ([*]).
 func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
 	t.Helper()
 	var out []string
 	for _, r := range rules {
-		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-			t.Errorf("rule %+v: resourceNames and nonResourceURLs are not expected", r)
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: nonResourceURLs are not expected", r)
+		}
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{"*"}
 		}
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
-				for _, v := range r.Verbs {
-					out = append(out, fmt.Sprintf("%s/%s:%s", g, res, v))
+				for _, n := range names {
+					for _, v := range r.Verbs {
+						out = append(out, fmt.Sprintf("%s/%s[%s]:%s", g, res, n, v))
+					}
 				}
 			}
 		}
@@ -238,8 +250,8 @@ func TestHelmDRA(t *testing.T) {
 	checkDaemonSet(t, ds, cm, defaultDRADaemonSet())
 	t.Run("init container installs the hook", func(t *testing.T) { checkInstallsHook(t, ds) })
 	checkAcceptedByPlugin(t, ds, cm)
-	if len(objs.Policies) != 1 || len(objs.PolicyBindings) != 1 {
-		t.Errorf("%d ValidatingAdmissionPolicies, %d bindings: want the one restricting ResourceSlices to the pod's node", len(objs.Policies), len(objs.PolicyBindings))
+	if len(objs.Policies) != 2 || len(objs.PolicyBindings) != 2 {
+		t.Errorf("%d ValidatingAdmissionPolicies, %d bindings: want the two restricting ResourceSlices and claim status to the pod's node", len(objs.Policies), len(objs.PolicyBindings))
 	}
 	if len(objs.DeviceClasses) != 2 || objs.DeviceClasses[0].Name != "gpu."+draDriver || objs.DeviceClasses[1].Name != "mig."+draDriver {
 		t.Errorf("want DeviceClasses gpu.%s and mig.%s alone, got %d", draDriver, draDriver, len(objs.DeviceClasses))
@@ -571,14 +583,38 @@ func policyVerdictOn(t *testing.T, p *admissionregistrationv1.ValidatingAdmissio
 	return strings.Join(msgs, "; ")
 }
 
-// checkPolicyScope pins what the policy applies to: every write of a
-// ResourceSlice in any version, denied on failure.
+// checkPolicyScope pins what the slices policy applies to: every write of
+// a ResourceSlice in any version, denied on failure.
 func checkPolicyScope(t *testing.T, objs objects) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	if len(objs.Policies) != 1 || len(objs.PolicyBindings) != 1 {
-		t.Fatalf("%d ValidatingAdmissionPolicies and %d bindings, want one each", len(objs.Policies), len(objs.PolicyBindings))
+	return checkDRAPolicy(t, objs, "-resourceslices", "resourceslices", []string{"CREATE", "DELETE", "UPDATE"})
+}
+
+// checkClaimStatusScope pins what the claim-status policy applies to:
+// every update of a ResourceClaim's status in any version.
+func checkClaimStatusScope(t *testing.T, objs objects) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	return checkDRAPolicy(t, objs, "-claim-status", "resourceclaims/status", []string{"UPDATE"})
+}
+
+// checkDRAPolicy finds DRA mode's policy named …suffix, with its binding,
+// and pins its scope: ops on resource.k8s.io resource in every version,
+// denied on failure, bound everywhere with Deny.
+func checkDRAPolicy(t *testing.T, objs objects, suffix, resource string, ops []string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	if len(objs.Policies) != 2 || len(objs.PolicyBindings) != 2 {
+		t.Fatalf("%d ValidatingAdmissionPolicies and %d bindings, want two each", len(objs.Policies), len(objs.PolicyBindings))
 	}
-	p, b := objs.Policies[0], objs.PolicyBindings[0]
+	i := slices.IndexFunc(objs.Policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return strings.HasSuffix(p.Name, suffix) })
+	if i < 0 {
+		t.Fatalf("no policy named …%s", suffix)
+	}
+	p := objs.Policies[i]
+	j := slices.IndexFunc(objs.PolicyBindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool { return b.Spec.PolicyName == p.Name })
+	if j < 0 {
+		t.Fatalf("policy %s is bound to nothing", p.Name)
+	}
+	b := objs.PolicyBindings[j]
 	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("failurePolicy %v, want Fail: a policy that cannot run must not let writes through", p.Spec.FailurePolicy)
 	}
@@ -588,9 +624,9 @@ func checkPolicyScope(t *testing.T, objs objects) *admissionregistrationv1.Valid
 	}
 	r := mc.ResourceRules[0]
 	if !slices.Equal(r.APIGroups, []string{"resource.k8s.io"}) || !slices.Equal(r.APIVersions, []string{"*"}) ||
-		!slices.Equal(r.Resources, []string{"resourceslices"}) || len(r.ResourceNames) > 0 ||
-		!slices.Equal(sorted(opStrings(r.Operations)), []string{"CREATE", "DELETE", "UPDATE"}) {
-		t.Errorf("rule %+v, want CREATE, UPDATE and DELETE of resource.k8s.io resourceslices in every version", r)
+		!slices.Equal(r.Resources, []string{resource}) || len(r.ResourceNames) > 0 ||
+		!slices.Equal(sorted(opStrings(r.Operations)), ops) {
+		t.Errorf("rule %+v, want %v of resource.k8s.io %s in every version", r, ops, resource)
 	}
 	if b.Spec.PolicyName != p.Name || !slices.Equal(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) ||
 		b.Spec.MatchResources != nil || b.Spec.ParamRef != nil {
@@ -677,6 +713,99 @@ func TestHelmDRAAdmissionPolicy(t *testing.T) {
 	}
 }
 
+// The claim-status policy keeps each plugin to its own entries of
+// status.devices (its driver, its node's pool) and leaves the rest of the
+// claim alone: evaluated on the status updates a plugin, a compromised one,
+// and others make.
+func TestHelmDRAClaimStatusPolicy(t *testing.T) {
+	objs := renderWith(t, draValues(nil))
+	p := checkClaimStatusScope(t, objs)
+
+	sa := "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
+	onNode := func(name, node string) user.Info {
+		extra := map[string][]string{}
+		if node != "" {
+			extra["authentication.kubernetes.io/node-name"] = []string{node}
+		}
+		return &user.DefaultInfo{Name: name, Groups: []string{"system:serviceaccounts"}, Extra: extra}
+	}
+	ready := func(msg string) []metav1.Condition {
+		return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", Message: msg, LastTransitionTime: metav1.Unix(1767225600, 0)}}
+	}
+	own := func(pool, dev string) resourcev1.AllocatedDeviceStatus {
+		return resourcev1.AllocatedDeviceStatus{Driver: draDriver, Pool: pool, Device: dev, Conditions: ready("prepared on node " + pool)}
+	}
+	nic := own("n1", "nic-0000-18-00-0")
+	nic.NetworkData = &resourcev1.NetworkDeviceData{InterfaceName: "ibp24s0", HardwareAddress: "00:00:10:29:fe:80:00:00:00:00:00:00:58:a2:e1:03:00:1a:2b:10"}
+	nic.Data = &runtime.RawExtension{Raw: []byte(`{"pciBusID":"0000:18:00.0"}`)}
+	other := resourcev1.AllocatedDeviceStatus{Driver: "net.example.com", Pool: "n1", Device: "eth0", Conditions: ready("attached"),
+		NetworkData: &resourcev1.NetworkDeviceData{InterfaceName: "net1", IPs: []string{"10.0.0.2/24"}}}
+	// claim is a claim allocated on n1 with status entries devs.
+	claim := func(devs ...resourcev1.AllocatedDeviceStatus) *resourcev1.ResourceClaim {
+		return &resourcev1.ResourceClaim{
+			TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim"},
+			ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-c", ResourceVersion: "10", Labels: map[string]string{"app": "x"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"}}},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu." + draDriver}}}}},
+			Status: resourcev1.ResourceClaimStatus{
+				Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+					{Request: "gpu", Driver: draDriver, Pool: "n1", Device: "gpu-0"},
+					{Request: "nic", Driver: draDriver, Pool: "n1", Device: "nic-0000-18-00-0"},
+					{Request: "net", Driver: "net.example.com", Pool: "n1", Device: "eth0"},
+				}}},
+				ReservedFor: []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "uid-p"}},
+				Devices:     devs,
+			},
+		}
+	}
+	with := func(c *resourcev1.ResourceClaim, f func(*resourcev1.ResourceClaim)) *resourcev1.ResourceClaim {
+		f(c)
+		return c
+	}
+	before := claim(other)
+	for _, tc := range []struct {
+		name     string
+		u        user.Info
+		obj, old *resourcev1.ResourceClaim
+		deny     string // part of the message; "" admits
+	}{
+		{"add own entries", onNode(sa, "n1"), claim(other, own("n1", "gpu-0"), nic), before, ""},
+		{"add own entries before the other driver's", onNode(sa, "n1"), claim(nic, own("n1", "gpu-0"), other), before, ""},
+		{"change own entries", onNode(sa, "n1"), claim(other, own("n1", "gpu-0")), claim(other, nic, own("n1", "gpu-0")), ""},
+		{"the server's own fields change", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) {
+			c.ResourceVersion = "11"
+			c.ManagedFields = append(c.ManagedFields, metav1.ManagedFieldsEntry{Manager: "gpu-device-plugin", Operation: metav1.ManagedFieldsOperationApply, Subresource: "status"})
+		}), before, ""},
+		{"an entry in another node's pool", onNode(sa, "n1"), claim(other, own("n2", "gpu-0")), before, "may change only its own status.devices entries"},
+		{"another driver's entry changed", onNode(sa, "n1"), claim(with(claim(other), func(c *resourcev1.ResourceClaim) {
+			c.Status.Devices[0].NetworkData = &resourcev1.NetworkDeviceData{InterfaceName: "net1", IPs: []string{"10.0.0.3/24"}}
+		}).Status.Devices[0], nic), before, "not another driver's or node's"},
+		{"another driver's entry removed", onNode(sa, "n1"), claim(nic), before, "not another driver's or node's"},
+		{"an entry of another driver added", onNode(sa, "n1"), claim(other, resourcev1.AllocatedDeviceStatus{Driver: "net.example.com", Pool: "n1", Device: "eth1"}), before, "not another driver's or node's"},
+		{"allocation changed", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) { c.Status.Allocation = nil }), before, "not status.allocation"},
+		{"reservedFor changed", onNode(sa, "n1"), with(claim(other), func(c *resourcev1.ResourceClaim) { c.Status.ReservedFor = nil }), before, "not status.reservedFor"},
+		{"labels changed", onNode(sa, "n1"), with(claim(other), func(c *resourcev1.ResourceClaim) { c.Labels = map[string]string{"app": "y"} }), before, "not metadata.labels"},
+		{"spec changed", onNode(sa, "n1"), with(claim(other), func(c *resourcev1.ResourceClaim) { c.Spec.Devices.Requests[0].Name = "other" }), before, "not spec"},
+		{"token without a node", onNode(sa, ""), claim(other, nic), before, "the token names no node"},
+		// Not the plugin's account: the policy does not apply.
+		{"another service account", onNode("system:serviceaccount:kube-system:other", "n1"), claim(own("n2", "gpu-0")), before, ""},
+		{"a kubelet", &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}}, claim(own("n2", "gpu-0")), before, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := policyVerdictOn(t, p, resourcev1.SchemeGroupVersion.WithResource("resourceclaims"), resourcev1.SchemeGroupVersion.WithKind("ResourceClaim"),
+				"c", "status", admission.Update, tc.u, tc.obj, tc.old)
+			switch {
+			case tc.deny == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.deny != "" && got == "":
+				t.Errorf("admitted, want denied with %q", tc.deny)
+			case tc.deny != "" && !strings.Contains(got, tc.deny):
+				t.Errorf("denied with %q, want %q in the message", got, tc.deny)
+			}
+		})
+	}
+}
+
 // The static DRA manifest holds what the chart renders with kubeletAPI:
 // dra: every object, give or take Helm's own labels and the config
 // checksum.
@@ -715,6 +844,7 @@ func TestManifestDRA(t *testing.T) {
 	checkDRARBAC(t, objs, "kube-system", "gpu-device-plugin")
 	checkDaemonSet(t, objs.DaemonSets[0], objs.ConfigMaps[0], defaultDRADaemonSet())
 	checkPolicyScope(t, objs)
+	checkClaimStatusScope(t, objs)
 	checkAcceptedByPlugin(t, objs.DaemonSets[0], objs.ConfigMaps[0])
 }
 

@@ -370,7 +370,7 @@ func TestHelmNodeLabelsNodeMode(t *testing.T) {
 			for _, p := range objs.Policies {
 				names[p.Name] = true
 			}
-			if !names["gpu-device-plugin-node-labels"] || len(names) != map[string]int{"device-plugin": 1, "dra": 2}[mode] {
+			if !names["gpu-device-plugin-node-labels"] || len(names) != map[string]int{"device-plugin": 1, "dra": 3}[mode] {
 				t.Errorf("policies %v", names)
 			}
 			ds, cm := objs.DaemonSets[0], objs.ConfigMaps[0]

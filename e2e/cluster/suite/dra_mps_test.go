@@ -147,6 +147,14 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 		if r.Device != s.device() || r.ShareID == nil || consumed.Cmp(quarter) != 0 {
 			t.Fatalf("pod %s: allocated %s share %v consuming %v; want a share of %s consuming %s", name, r.Device, r.ShareID, r.ConsumedCapacity, s.device(), quarter.String())
 		}
+		// Each share's claim has its own status entry, keyed by its shareID.
+		_, devs, err := nodeSlices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkClaimStatus(claims, devs); err != nil {
+			t.Fatalf("pod %s: %v%s", name, err, pluginLogs(ctx))
+		}
 		shares[string(*r.ShareID)] = true
 		rep, err := probeOutput(ctx, name)
 		if err != nil {

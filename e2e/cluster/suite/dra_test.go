@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -459,6 +460,104 @@ func (s *draScenario) alignedClaim(t *testing.T, ctx context.Context) {
 		t.Fatalf("claim got %v (NUMA nodes %v), want two GPUs and a NIC on NUMA node 0", got, nodes)
 	}
 	t.Logf("aligned claim: %v on NUMA node 0", got)
+	// Written before Prepare returned, so there by the time the pod runs.
+	if err := checkClaimStatus(claims, devs); err != nil {
+		t.Fatalf("%v%s", err, pluginLogs(ctx))
+	}
+	if n, mean, err := statusApplyLatency(ctx); err != nil {
+		t.Logf("the API server's latency of claim status applies: %v", err)
+	} else {
+		t.Logf("claim status applies so far: %d, %.1f ms each on average (apiserver_request_duration_seconds)", n, mean*1000)
+	}
+}
+
+// checkClaimStatus checks the claims' status.devices entries of our
+// devices (a share's by its shareID): Ready, the identifying data, and for
+// a NIC its networkData as the fixture's sysfs has it (interface, hardware
+// address).
+func checkClaimStatus(claims []resourceapi.ResourceClaim, devs map[string]resourceapi.Device) error {
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver != draDriver {
+				continue
+			}
+			i := slices.IndexFunc(c.Status.Devices, func(e resourceapi.AllocatedDeviceStatus) bool {
+				return e.Driver == r.Driver && e.Pool == r.Pool && e.Device == r.Device &&
+					(e.ShareID == nil) == (r.ShareID == nil) && (e.ShareID == nil || *e.ShareID == string(*r.ShareID))
+			})
+			if i < 0 {
+				return fmt.Errorf("claim %s: no status entry for %s; status.devices %+v", c.Name, r.Device, c.Status.Devices)
+			}
+			e := c.Status.Devices[i]
+			if !slices.ContainsFunc(e.Conditions, func(c metav1.Condition) bool {
+				return c.Type == "Ready" && c.Status == metav1.ConditionTrue && c.Reason == "Prepared"
+			}) {
+				return fmt.Errorf("claim %s, %s: conditions %+v, want Ready True (Prepared)", c.Name, r.Device, e.Conditions)
+			}
+			d := devs[r.Device]
+			var data map[string]string
+			if e.Data == nil || json.Unmarshal(e.Data.Raw, &data) != nil {
+				return fmt.Errorf("claim %s, %s: data %v, want a JSON object", c.Name, r.Device, e.Data)
+			}
+			bus := strAttr(d, "resource.kubernetes.io/pciBusID")
+			if data["pciBusID"] != bus {
+				return fmt.Errorf("claim %s, %s: data %v, want pciBusID %s", c.Name, r.Device, data, bus)
+			}
+			if strAttr(d, "type") != "nic" {
+				if data["uuid"] != strAttr(d, "uuid") || e.NetworkData != nil {
+					return fmt.Errorf("claim %s, %s: data %v, networkData %+v; want uuid %s, no networkData", c.Name, r.Device, data, e.NetworkData, strAttr(d, "uuid"))
+				}
+				continue
+			}
+			ifs, err := os.ReadDir(filepath.Join(env.Fixture, "sys", "bus", "pci", "devices", bus, "net"))
+			if err != nil || len(ifs) == 0 {
+				return fmt.Errorf("the fixture's NIC %s has no interface: %v", bus, err)
+			}
+			mac, err := os.ReadFile(filepath.Join(env.Fixture, "sys", "class", "net", ifs[0].Name(), "address"))
+			if err != nil {
+				return err
+			}
+			want := resourceapi.NetworkDeviceData{InterfaceName: ifs[0].Name(), HardwareAddress: strings.TrimSpace(string(mac))}
+			if nd := e.NetworkData; nd == nil || nd.InterfaceName != want.InterfaceName || nd.HardwareAddress != want.HardwareAddress || len(nd.IPs) != 0 {
+				return fmt.Errorf("claim %s, NIC %s: networkData %+v, want %+v", c.Name, r.Device, nd, want)
+			}
+		}
+	}
+	return nil
+}
+
+// statusApplyLatency is how many server-side applies of ResourceClaim
+// status the API server has served, and their mean latency in seconds,
+// from its request-duration histogram.
+func statusApplyLatency(ctx context.Context) (int, float64, error) {
+	b, err := k8s.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var sum, count float64
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, `resource="resourceclaims"`) || !strings.Contains(l, `subresource="status"`) || !strings.Contains(l, `verb="APPLY"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		var v float64
+		if _, err := fmt.Sscan(f[len(f)-1], &v); err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(l, "apiserver_request_duration_seconds_sum{"):
+			sum += v
+		case strings.HasPrefix(l, "apiserver_request_duration_seconds_count{"):
+			count += v
+		}
+	}
+	if count == 0 {
+		return 0, 0, errors.New("none counted")
+	}
+	return int(count), sum / count, nil
 }
 
 // claimHealth is what the kubelet reports of the claim pod's devices, by

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -82,4 +83,46 @@ func netdevLinkType(dir string) string {
 		return LinkInfiniBand
 	}
 	return ""
+}
+
+// ErrNoNetdev is returned by FirstNetdev for a PCI function with no network
+// interface in the namespace sysfs was mounted from: bound to vfio-pci,
+// its interface moved into a pod's namespace, or the function gone.
+var ErrNoNetdev = errors.New("no network interface in this network namespace")
+
+// Netdev is a network interface of a PCI function as read at one moment.
+type Netdev struct {
+	Name string
+	// HardwareAddress is the interface's address file as the kernel prints
+	// it: a MAC ("b8:3f:d2:a1:b2:c3"), 20 bytes for InfiniBand; empty when
+	// unreadable.
+	HardwareAddress string
+}
+
+// FirstNetdev reads the first network interface (by name) of the PCI
+// function at addr and its hardware address, now rather than from a scan:
+// an interface may have been renamed, moved or readdressed since. An
+// interface whose address cannot be read is returned with the error.
+func FirstNetdev(sysfsRoot, addr string) (Netdev, error) {
+	dirs := netdevDirs(filepath.Join(sysfsRoot, "bus", "pci", "devices", addr))
+	if len(dirs) == 0 {
+		return Netdev{}, fmt.Errorf("PCI function %s: %w", addr, ErrNoNetdev)
+	}
+	names := make([]string, 0, len(dirs))
+	for nd := range dirs {
+		names = append(names, nd)
+	}
+	slices.Sort(names)
+	nd := Netdev{Name: names[0]}
+	path := filepath.Join(sysfsRoot, "class", "net", nd.Name, "address")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		path = filepath.Join(dirs[nd.Name], nd.Name, "address")
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nd, fmt.Errorf("PCI function %s, interface %s: reading its hardware address: %w", addr, nd.Name, err)
+	}
+	nd.HardwareAddress = strings.TrimSpace(string(b))
+	return nd, nil
 }

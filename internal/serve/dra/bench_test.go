@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
@@ -108,5 +109,62 @@ func BenchmarkPrepareMIG(b *testing.B) {
 		if res, err := d.UnprepareResourceClaims(ctx, objs); err != nil || res["uid"] != nil {
 			b.Fatal(err, res)
 		}
+	}
+}
+
+// countingStatus counts writes and keeps the last, so a claim can be given
+// its current status.
+type countingStatus struct {
+	n    int
+	last []resourceapi.AllocatedDeviceStatus
+}
+
+func (c *countingStatus) ApplyDeviceStatus(_ context.Context, _ *resourceapi.ResourceClaim, devs []resourceapi.AllocatedDeviceStatus) error {
+	c.n++
+	c.last = devs
+	return nil
+}
+
+// BenchmarkClaimStatus is the status write after Prepare for a claim of
+// two GPUs and a NIC, less the API server: the entries made (the NIC's
+// interface and address read from sysfs) and handed to a writer that
+// keeps them ("new"); the same claim prepared again with its status
+// current, compared and not written ("current"); and the whole client
+// path, the apply encoded and merged by the fake clientset ("fake-apply").
+func BenchmarkClaimStatus(b *testing.B) {
+	for _, mode := range []string{"new", "current", "fake-apply"} {
+		b.Run(mode, func(b *testing.B) {
+			c := apiClaim()
+			cs := &countingStatus{}
+			o := Options{ClaimStatus: cs, SysfsRoot: nicSysfs(b)}
+			var client *fake.Clientset
+			if mode == "fake-apply" {
+				client = fake.NewClientset(c)
+				o.ClaimStatus = apiClaims{client}
+			}
+			d, _ := statusDriver(b, client, o)
+			ctx := context.Background()
+			claims := []*resourceapi.ResourceClaim{c}
+			out, err := d.prepareClaims(ctx, claims)
+			if err != nil || out[c.UID].Err != nil {
+				b.Fatal(err, out[c.UID].Err)
+			}
+			if mode == "current" {
+				d.writeClaimStatus(ctx, claims, out)
+				c.Status.Devices = append(c.Status.Devices, cs.last...)
+				cs.n = 0
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if mode == "fake-apply" {
+					// Entries absent each time, as on a first Prepare.
+					c.Status.Devices = nil
+				}
+				d.writeClaimStatus(ctx, claims, out)
+			}
+			if mode == "current" && cs.n != 0 {
+				b.Fatalf("%d writes of a current status", cs.n)
+			}
+		})
 	}
 }

@@ -65,6 +65,9 @@ type Options struct {
 	// either, such claims are logged as lost.
 	PodResources PodResources
 	Claims       ClaimGetter
+	// ClaimStatus, when set, writes the prepared claims' status.devices
+	// entries (status.go).
+	ClaimStatus ClaimStatuses
 	// Sources is how many device sources (GPUs, NIC pools) report before
 	// the first publication, so a restart does not briefly publish a
 	// slice without the devices of a slower source.
@@ -161,6 +164,9 @@ type Driver struct {
 	lastPub *resourceslice.DriverResources // as last published
 
 	deb debounce
+
+	statusLog     statusLog
+	statusTimeout time.Duration // statusWriteTimeout; tests shorten it
 }
 
 // debounce is the publication pending after health changes.
@@ -219,14 +225,16 @@ func New(o Options) (*Driver, error) {
 		o.Log.Info("restored prepared claims", "count", len(cp.Claims), "path", o.CheckpointPath)
 	}
 	return &Driver{
-		rebuild:  rebuild,
-		o:        o,
-		nics:     map[string][]draslice.Device{},
-		byName:   map[string]*draslice.Device{},
-		health:   map[string]*devHealth{},
-		reported: map[string]bool{},
-		cp:       cp,
-		changed:  make(chan struct{}),
+		rebuild:       rebuild,
+		o:             o,
+		nics:          map[string][]draslice.Device{},
+		byName:        map[string]*draslice.Device{},
+		health:        map[string]*devHealth{},
+		reported:      map[string]bool{},
+		cp:            cp,
+		changed:       make(chan struct{}),
+		statusLog:     statusLog{failed: map[types.UID]bool{}},
+		statusTimeout: statusWriteTimeout,
 	}, nil
 }
 
@@ -493,8 +501,15 @@ func (d *Driver) publish(ctx context.Context) {
 // PrepareResourceClaims answers each claim with the CDI device IDs of its
 // devices on this node. A claim prepared before (by this process or an
 // earlier one) gets the same answer again. A claim is reported prepared
-// only once the checkpoint on disk holds it.
+// only once the checkpoint on disk holds it. Then, outside the lock, the
+// prepared claims' status.devices entries are written (writeClaimStatus).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out, err := d.prepareClaims(ctx, claims)
+	d.writeClaimStatus(ctx, claims, out)
+	return out, err
+}
+
+func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()

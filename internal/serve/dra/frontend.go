@@ -112,6 +112,7 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 		Specs:          f,
 		PodResources:   held,
 		Claims:         apiClaims{client},
+		ClaimStatus:    apiClaims{client},
 		Sources:        1 + len(cfg.NICResources),
 		Log:            log,
 	})
@@ -165,7 +166,8 @@ func makePluginDirs(cfg config.Config) error {
 // The DRA executable's client-side request limit (client-go's token
 // bucket), stated rather than left to client-go's defaults. Its requests
 // are the ResourceSlice writes (debounced to one a second at most), a
-// ResourceClaim read per claim prepared and the slice informer's watch:
+// ResourceClaim read and a status write per claim prepared (none for a
+// claim prepared again whose status is current) and the slice informer's watch:
 // bursts of Prepare fit in the burst, and no bug of ours can make one
 // node send more than kubeQPS requests a second for long.
 const (
