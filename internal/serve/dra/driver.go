@@ -657,7 +657,15 @@ func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim
 		}
 		ids := slices.Clone(e.CDIIDs)
 		var mig *preparedMIG
-		if pl := e.Placement; pl != nil {
+		if pl := e.Placement; pl != nil && admin {
+			// A monitor watches the instance a claim made there; it
+			// makes none of its own.
+			held, err := d.heldInstanceLocked(r.Device)
+			if err != nil {
+				return p, fmt.Errorf("request %q: %w", r.Request, err)
+			}
+			ids = held
+		} else if pl != nil {
 			if d.mig == nil {
 				return p, fmt.Errorf("request %q: device %s is a MIG placement, and MIG instances cannot be created yet (the GPUs are not discovered yet); the kubelet retries", r.Request, r.Device)
 			}

@@ -119,6 +119,20 @@ func (d *Driver) foreignLocked(uuid string, instances []nvml.GPUInstance) []nvml
 	return out
 }
 
+// heldInstanceLocked is the CDI device IDs of the instance a prepared
+// claim made at placement device: what an admin-access request for the
+// placement is given.
+func (d *Driver) heldInstanceLocked(device string) ([]string, error) {
+	for _, c := range d.cp.Claims {
+		for _, dv := range c.Devices {
+			if dv.Device == device && dv.MIG != nil && dv.MIG.UUID != "" && !dv.AdminAccess {
+				return slices.Clone(dv.CDIDeviceIDs), nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("device %s is a MIG placement with no instance a claim made: admin access watches an instance, and creates none; ask for it once a workload's claim holds the placement", device)
+}
+
 // migConflictLocked says why placement p of device on GPU uuid cannot be
 // prepared: a prepared claim's instance, or an earlier device of the
 // same claim, covers one of its slices. The scheduler's counters keep

@@ -491,3 +491,33 @@ func TestPartitionCreateLeavesAnInstance(t *testing.T) {
 		t.Errorf("on disk after the retry: %+v", m)
 	}
 }
+
+// An admin-access request for a placement watches the instance a claim
+// made there, and makes none; with none there, it is refused.
+func TestPartitionAdminAccess(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeMIG()
+	d, _, _ := partitionDriver(t, t.TempDir(), f, partitionedGPUs())
+	admin := result("mig", "gpu-2-3g-40gb-4")
+	admin.AdminAccess = new(true)
+	got, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-mon", "monitor", admin)})
+	if err := got["uid-mon"].Err; err == nil || !strings.Contains(err.Error(), "no instance a claim made") {
+		t.Errorf("admin access with no instance: %v", err)
+	}
+	got, _ = d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))})
+	if got["uid-3g"].Err != nil {
+		t.Fatal(got["uid-3g"].Err)
+	}
+	mon, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-mon", "monitor", admin)})
+	if mon["uid-mon"].Err != nil || !slices.Equal(mon["uid-mon"].Devices[0].CDIDeviceIDs, got["uid-3g"].Devices[0].CDIDeviceIDs) {
+		t.Errorf("monitor got %+v, want the workload's %v", mon["uid-mon"], got["uid-3g"].Devices[0].CDIDeviceIDs)
+	}
+	if f.count("GPU-c") != 1 {
+		t.Errorf("%d instances, want the workload's only", f.count("GPU-c"))
+	}
+	// The monitor going destroys nothing; the workload's going does.
+	res, _ := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-mon"}})
+	if res["uid-mon"] != nil || f.count("GPU-c") != 1 {
+		t.Errorf("unprepare monitor: %v, %d instances", res["uid-mon"], f.count("GPU-c"))
+	}
+}
