@@ -605,12 +605,16 @@ func checkDRAPolicy(t *testing.T, objs objects, suffix, resource string, ops []s
 	if len(objs.Policies) != 2 || len(objs.PolicyBindings) != 2 {
 		t.Fatalf("%d ValidatingAdmissionPolicies and %d bindings, want two each", len(objs.Policies), len(objs.PolicyBindings))
 	}
-	i := slices.IndexFunc(objs.Policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return strings.HasSuffix(p.Name, suffix) })
+	i := slices.IndexFunc(objs.Policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool {
+		return strings.HasSuffix(p.Name, suffix)
+	})
 	if i < 0 {
 		t.Fatalf("no policy named …%s", suffix)
 	}
 	p := objs.Policies[i]
-	j := slices.IndexFunc(objs.PolicyBindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool { return b.Spec.PolicyName == p.Name })
+	j := slices.IndexFunc(objs.PolicyBindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+		return b.Spec.PolicyName == p.Name
+	})
 	if j < 0 {
 		t.Fatalf("policy %s is bound to nothing", p.Name)
 	}
@@ -643,20 +647,26 @@ func opStrings(ops []admissionregistrationv1.OperationType) []string {
 	return out
 }
 
+// pluginAccount is the plugin's ServiceAccount as the API server names it.
+const pluginAccount = "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
+
+// onNode is user name as a pod's bound token shows it on node (none: a
+// token that names no node).
+func onNode(name, node string) user.Info {
+	extra := map[string][]string{}
+	if node != "" {
+		extra["authentication.kubernetes.io/node-name"] = []string{node}
+	}
+	return &user.DefaultInfo{Name: name, Groups: []string{"system:serviceaccounts"}, Extra: extra}
+}
+
 // The admission policy keeps each plugin to its own node's ResourceSlices:
 // evaluated on the requests a plugin, a compromised one, and others make.
 func TestHelmDRAAdmissionPolicy(t *testing.T) {
 	objs := renderWith(t, draValues(nil))
 	p := checkPolicyScope(t, objs)
 
-	sa := "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
-	onNode := func(name, node string) user.Info {
-		extra := map[string][]string{}
-		if node != "" {
-			extra["authentication.kubernetes.io/node-name"] = []string{node}
-		}
-		return &user.DefaultInfo{Name: name, Groups: []string{"system:serviceaccounts"}, Extra: extra}
-	}
+	sa := pluginAccount
 	slice := func(node string) *resourcev1.ResourceSlice {
 		s := &resourcev1.ResourceSlice{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
@@ -721,14 +731,7 @@ func TestHelmDRAClaimStatusPolicy(t *testing.T) {
 	objs := renderWith(t, draValues(nil))
 	p := checkClaimStatusScope(t, objs)
 
-	sa := "system:serviceaccount:" + releaseNamespace + ":gpu-device-plugin"
-	onNode := func(name, node string) user.Info {
-		extra := map[string][]string{}
-		if node != "" {
-			extra["authentication.kubernetes.io/node-name"] = []string{node}
-		}
-		return &user.DefaultInfo{Name: name, Groups: []string{"system:serviceaccounts"}, Extra: extra}
-	}
+	sa := pluginAccount
 	ready := func(msg string) []metav1.Condition {
 		return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", Message: msg, LastTransitionTime: metav1.Unix(1767225600, 0)}}
 	}
