@@ -32,6 +32,16 @@ const usage = `usage:
 `
 
 func main() {
+	// First of all: nothing the runtime left open or set reaches what follows. The
+	// launcher keeps the two pipes the sandbox hands it.
+	var keep []int
+	if len(os.Args) > 1 && os.Args[1] == "ldconfig" {
+		keep = []int{3, 4}
+	}
+	if err := ocihook.CleanProcess(os.Args, keep...); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", ocihook.Name, err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
@@ -110,11 +120,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
 		return 2
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %s: %v\n", ocihook.Name, cmd, err)
-		return 1
+	var refusal *ocihook.Refusal
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &refusal):
+		fmt.Fprintf(stderr, "%s: %v\n", ocihook.Name, err)
+		return ocihook.ExitRefused
+	case errors.Is(err, ocihook.ErrRefused):
+		return 1 // the sandbox has said why, in one line
 	}
-	return 0
+	fmt.Fprintf(stderr, "%s: %s: %v\n", ocihook.Name, cmd, err)
+	return 1
 }
 
 // parse parses flags and refuses positional arguments; ok is false when run should return code.

@@ -63,23 +63,35 @@ var ErrAborted = errors.New("aborted by the sandbox")
 
 // launcher is a started, waiting launcher.
 type launcher struct {
-	cmd *exec.Cmd
-	goW *os.File
-	id  int
+	cmd     *exec.Cmd
+	goW     *os.File
+	statusR *os.File
+	id      int
 }
 
-// startLauncher starts the launcher for rootfs; it waits for run or abort.
+// errConfinement: the launcher could not confine the image's ldconfig, which did not run.
+// The sandbox refuses the container on it.
+var errConfinement = errors.New("confining the image's ldconfig")
+
+// startLauncher starts the launcher for rootfs; it waits for run or abort. It gets the
+// word to go on fd 3 and says on fd 4 why it could not exec, if it could not.
 func startLauncher(rootfs string, id int, folders []string, out io.Writer) (*launcher, error) {
 	goR, goW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer goR.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		goW.Close()
+		return nil, err
+	}
+	defer statusW.Close()
 	args := []string{Name, "ldconfig", "--rootfs", rootfs, "--uid", strconv.Itoa(id)}
 	for _, f := range folders {
 		args = append(args, "--folder", f)
 	}
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: []string{cleanPath}, Stdout: out, Stderr: out, ExtraFiles: []*os.File{goR}}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: []string{cleanPath}, Stdout: out, Stderr: out, ExtraFiles: []*os.File{goR, statusW}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWPID, // whatever it leaves running dies with it
 		Pdeathsig:  syscall.SIGKILL,
@@ -87,19 +99,23 @@ func startLauncher(rootfs string, id int, folders []string, out io.Writer) (*lau
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		goW.Close()
+		statusR.Close()
 		return nil, fmt.Errorf("starting the ldconfig launcher: %w", err)
 	}
-	return &launcher{cmd: cmd, goW: goW, id: id}, nil
+	return &launcher{cmd: cmd, goW: goW, statusR: statusR, id: id}, nil
 }
 
 // abort lets a waiting launcher exit without running anything.
 func (l *launcher) abort() {
 	l.goW.Close()
 	l.cmd.Wait()
+	l.statusR.Close()
 }
 
-// run tells the launcher to exec ldconfig, and waits for it at most timeout.
+// run tells the launcher to exec ldconfig, and waits for it at most timeout. An error
+// wrapping errConfinement means ldconfig did not run because it could not be confined.
 func (l *launcher) run(timeout time.Duration) error {
+	defer l.statusR.Close()
 	_, err := io.WriteString(l.goW, goMessage)
 	l.goW.Close()
 	if err != nil {
@@ -109,7 +125,12 @@ func (l *launcher) run(timeout time.Duration) error {
 	}
 	timer := time.AfterFunc(timeout, func() { l.cmd.Process.Kill() })
 	err = l.cmd.Wait()
-	if !timer.Stop() {
+	stopped := timer.Stop()
+	// Written only by the launcher itself, before its exec: ldconfig never holds fd 4.
+	if why, _ := io.ReadAll(io.LimitReader(l.statusR, 4096)); len(why) > 0 {
+		return fmt.Errorf("%w: %s", errConfinement, why)
+	}
+	if !stopped {
 		return fmt.Errorf("killed after %s: %w", timeout, err)
 	}
 	return err
@@ -164,21 +185,25 @@ func idMapped(file string, id int) (bool, error) {
 // own, before the sandbox enters the rootfs. It waits on fd 3 for the word to go, then, on
 // this one thread, which then execs:
 //
-//  1. takes a mount namespace of its own with the rootfs bound onto itself, and makes every
-//     mount in it read-only, nodev, noexec and nosuid, except the sandbox's two tmpfs: the
-//     scratch over /proc (writable, noexec: the cache goes there) and the read-only one
-//     over /sys that holds the copy of ldconfig. So ldconfig can write only the cache, open
-//     no device node whatever the runtime's device cgroup says, and exec nothing but itself;
-//  2. enters the rootfs (chroot), with no procfs left in it (the sandbox detached them);
-//  3. sets rlimits (address space, file size, open files, CPU time, no core, no locked
+//  1. takes a mount namespace of its own with the rootfs bound onto itself, enters it
+//     (chroot; no procfs is left in it, the sandbox detached them), and makes every mount
+//     in it read-only, nodev, noexec and nosuid (restrictRootfs), except the sandbox's
+//     two tmpfs: the scratch over /proc (writable, noexec: the cache goes there) and the
+//     read-only one over /sys that holds the copy of ldconfig. So ldconfig can write only
+//     the cache, open no device node whatever the runtime's device cgroup says, and exec
+//     nothing but itself. The mount table, read again, must show every mount so;
+//  2. sets rlimits (address space, file size, open files, CPU time, no core, no locked
 //     memory, no message queues);
-//  4. empties its capability bounding, inheritable and ambient sets and changes to an
+//  3. empties its capability bounding, inheritable and ambient sets and changes to an
 //     identity of its own, drawn fresh for each run (ldconfigIdentity), with no
 //     supplementary groups; RLIMIT_NPROC 1 after that, so it cannot fork;
-//  5. sets no_new_privs and a seccomp allow-list (seccompFilter);
-//  6. execs the copy of ldconfig with the cache going to the scratch tmpfs.
+//  4. marks every descriptor above 2 close-on-exec, sets no_new_privs and a seccomp
+//     allow-list (seccompFilter);
+//  5. execs the copy of ldconfig with the cache going to the scratch tmpfs.
 //
-// It returns only on failure; the sandbox then reports that ldconfig did not run.
+// It returns only on failure, after writing the reason on fd 4 (close-on-exec): the
+// sandbox then refuses the container, for a confinement that did not hold is not a
+// failure of the image's ldconfig.
 func Ldconfig(rootfs string, id int, folders []string) error {
 	if os.Getpid() != 1 {
 		return errors.New("the ldconfig launcher must be started by the sandbox, in a PID namespace of its own")
@@ -186,12 +211,20 @@ func Ldconfig(rootfs string, id int, folders []string) error {
 	// Every step below, namespaces and credentials included, applies to this thread, the
 	// one that execs. It is never unlocked.
 	runtime.LockOSThread()
+	status := os.NewFile(4, "status")
+	unix.CloseOnExec(4)
 	goR := os.NewFile(3, "go")
 	msg, err := io.ReadAll(io.LimitReader(goR, int64(len(goMessage))))
 	goR.Close() // not for ldconfig
 	if err != nil || string(msg) != goMessage {
 		return ErrAborted
 	}
+	err = confineAndExec(rootfs, id, folders)
+	fmt.Fprint(status, err)
+	return err
+}
+
+func confineAndExec(rootfs string, id int, folders []string) error {
 	prog, err := seccompFilter()
 	if err != nil {
 		return err
@@ -202,18 +235,24 @@ func Ldconfig(rootfs string, id int, folders []string) error {
 	if err := unix.Mount(rootfs, rootfs, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding the rootfs: %w", err)
 	}
-	mounts, err := readMountinfo()
+	// Both are read after the chroot, where the rootfs's /proc is the scratch tmpfs.
+	mountinfo, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return fmt.Errorf("reading the mount table: %w", err)
 	}
-	points := restrictedPoints(mounts, rootfs, scratch, execDir)
+	defer mountinfo.Close()
+	fdDir, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing open files: %w", err)
+	}
+	defer fdDir.Close()
 	if err := unix.Chroot(rootfs); err != nil {
 		return fmt.Errorf("entering the rootfs: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("entering the rootfs: %w", err)
 	}
-	if err := restrictMounts(points); err != nil {
+	if err := restrictRootfs(mountinfo, rootfs); err != nil {
 		return err
 	}
 	for _, l := range ldconfigLimits {
@@ -227,6 +266,9 @@ func Ldconfig(rootfs string, id int, folders []string) error {
 	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 1, Max: 1}); err != nil {
 		return fmt.Errorf("setting RLIMIT_NPROC: %w", err)
 	}
+	if err := closeFrom3(fdDir); err != nil {
+		return err
+	}
 	if err := installSeccomp(prog); err != nil {
 		return err
 	}
@@ -239,31 +281,6 @@ func Ldconfig(rootfs string, id int, folders []string) error {
 // into the cache even where the image's ld.so.conf does not include ld.so.conf.d.
 func ldconfigArgs(folders []string) []string {
 	return append([]string{"-i", "-X", "-C", scratchCache}, folders...)
-}
-
-// restrictMounts remounts each mount point (inside the rootfs, which is the root now)
-// read-only, nodev, noexec and nosuid, and checks that each ended so. The statfs flags
-// ST_RDONLY, ST_NOSUID, ST_NODEV and ST_NOEXEC have the values of the MS_ ones.
-func restrictMounts(points []string) error {
-	const want = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	for _, p := range points {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // under a mount that covers it: out of reach
-			}
-			return fmt.Errorf("restricting mount %s: %w", p, err)
-		}
-		// No atime flag given: a remount keeps the mount's own (which a user namespace may
-		// have locked); RDONLY, NOSUID, NODEV and NOEXEC can always be added.
-		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|want, ""); err != nil {
-			return fmt.Errorf("restricting mount %s: %w", p, err)
-		}
-		if err := unix.Statfs(p, &st); err != nil || uintptr(st.Flags)&want != want {
-			return fmt.Errorf("restricting mount %s: flags %#x after remount (%v)", p, st.Flags, err)
-		}
-	}
-	return nil
 }
 
 // dropPrivileges leaves this thread, and so the ldconfig it execs, with no capability and

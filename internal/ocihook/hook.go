@@ -2,12 +2,11 @@ package ocihook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -58,6 +57,10 @@ func CreateContainer(ctx context.Context, req Request, stdin io.Reader, stderr i
 	}
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == ExitRefused {
+			return ErrRefused
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("container %s: sandbox did not finish within %s: %w", st.ID, sandboxTimeout, err)
 		}
@@ -78,48 +81,15 @@ func Install(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating install directory: %w", err)
 	}
-	if err := writeFileAtomic(dir, Name, 0o755, self); err != nil {
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("opening install directory: %w", err)
+	}
+	defer d.Close()
+	if err := writeFileAt(d, Name, 0o755, self); err != nil {
 		return fmt.Errorf("installing %s in %s: %w", Name, dir, err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces dir/name with src's content. CreateTemp opens with
-// O_CREAT|O_EXCL, which never follows a symlink; rename replaces the entry at name, never
-// what a symlink there points to.
-func writeFileAtomic(dir, name string, mode fs.FileMode, src io.Reader) (err error) {
-	tmp, err := os.CreateTemp(dir, "."+name+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = io.Copy(tmp, src); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	// Make the rename itself durable.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // limitWriter passes on the first n bytes and drops the rest, saying so once.

@@ -24,8 +24,26 @@ import (
 
 // shimEnv makes the test binary act as the runtime: in mount and PID namespaces of its own
 // it mounts that namespace's procfs at <rootfs>/proc, as runc has done by createContainer
-// time, and execs the hook with the rest of its arguments.
+// time, and execs the hook with the rest of its arguments. Like runc 1.1 with a hook entry
+// that names no env, it hands the hook the container's environment and leaves its own
+// descriptors open: a pipe (runc's log pipe) and a directory of the host (what a leaky
+// runtime, CVE-2024-21626, hands on).
 const shimEnv = "OCIHOOK_TEST_RUNTIME_ROOTFS"
+
+// volumesEnv lists HOSTDIR=PATH binds the shim makes into the rootfs first, as the
+// runtime mounts a pod's volumes: PATH is inside the rootfs.
+const volumesEnv = "OCIHOOK_TEST_VOLUMES"
+
+// leakEnv names the host directory the shim leaves open for the hook.
+const leakEnv = "OCIHOOK_TEST_LEAK_DIR"
+
+// containerEnv is what the image sets: each would steer a Go program or a dynamic one.
+func containerEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"GODEBUG=inittrace=1", "GOMAXPROCS=1", "LD_PRELOAD=/evil.so", "HOME=/root",
+	}
+}
 
 var (
 	buildDir  string // built binaries, shared by every test
@@ -39,6 +57,9 @@ func TestMain(m *testing.M) {
 	if rootfs := os.Getenv(shimEnv); rootfs != "" {
 		runtimeShim(rootfs, os.Args[1:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == cleanChild {
+		cleanProcessChild()
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -47,15 +68,32 @@ func TestMain(m *testing.M) {
 }
 
 func runtimeShim(rootfs string, argv []string) {
-	if fi, err := os.Lstat(filepath.Join(rootfs, "proc")); err == nil && fi.IsDir() {
-		if err := syscall.Mount("proc", filepath.Join(rootfs, "proc"), "proc", 0, ""); err != nil {
-			fmt.Fprintln(os.Stderr, "shim: mounting proc:", err)
-			os.Exit(100)
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "shim: %s: %v\n", what, err)
+		os.Exit(100)
+	}
+	for _, v := range strings.Fields(os.Getenv(volumesEnv)) {
+		host, inRoot, _ := strings.Cut(v, "=")
+		if err := syscall.Mount(host, filepath.Join(rootfs, inRoot), "", syscall.MS_BIND, ""); err != nil {
+			fail("mounting volume "+v, err)
 		}
 	}
-	err := syscall.Exec(argv[0], argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
-	fmt.Fprintln(os.Stderr, "shim:", err)
-	os.Exit(100)
+	if fi, err := os.Lstat(filepath.Join(rootfs, "proc")); err == nil && fi.IsDir() {
+		if err := syscall.Mount("proc", filepath.Join(rootfs, "proc"), "proc", 0, ""); err != nil {
+			fail("mounting proc", err)
+		}
+	}
+	// Without O_CLOEXEC: both survive the exec, as runc's do.
+	var logPipe [2]int
+	if err := syscall.Pipe(logPipe[:]); err != nil {
+		fail("pipe", err)
+	}
+	if dir := os.Getenv(leakEnv); dir != "" {
+		if _, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0); err != nil {
+			fail("opening "+dir, err)
+		}
+	}
+	fail("exec", syscall.Exec(argv[0], argv, containerEnv()))
 }
 
 // needRoot skips a test that needs root, or fails it where CI=true.
@@ -125,7 +163,8 @@ func gcc(src, code string, args ...string) error {
 // bundle is a fake OCI bundle in the layout containerd writes: config.json beside rootfs.
 type bundle struct {
 	dir, rootfs string
-	sentinel    string // outside the rootfs; no attack may change it
+	sentinel    string   // outside the rootfs; no attack may change it
+	volumes     []string // HOSTDIR=PATH binds into the rootfs (volumesEnv)
 }
 
 const (
@@ -164,7 +203,7 @@ func (b bundle) run(t *testing.T, args ...string) (stderr string, code int) {
 	}
 	state, _ := json.Marshal(map[string]any{"ociVersion": "1.2.0", "id": "c1", "status": "creating", "pid": 1, "bundle": b.dir})
 	cmd := exec.Command(self, append([]string{hookBin}, args...)...)
-	cmd.Env = []string{shimEnv + "=" + b.rootfs}
+	cmd.Env = []string{shimEnv + "=" + b.rootfs, leakEnv + "=" + b.sentinel, volumesEnv + "=" + strings.Join(b.volumes, " ")}
 	// As under runc: the hook's PID namespace is the container's, whose pid 1 (the runtime's
 	// init, here the shim) still has the host's / as its root.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Cloneflags: syscall.CLONE_NEWPID}
@@ -310,7 +349,7 @@ func TestSymlinkAttacks(t *testing.T) {
 	}, {
 		name:  "/etc is a symlink to the host",
 		plant: func(t *testing.T, b bundle) { replaceWithSymlink(t, b.sentinel, b.rootfs, "etc") },
-		check: wantStderr("installing /etc/ld.so.cache"),
+		check: wantStderr("not installing the ld cache: /etc is not a directory"),
 	}, {
 		name: "ld.so.cache is a symlink to a host file",
 		plant: func(t *testing.T, b bundle) {
@@ -362,7 +401,7 @@ func TestSymlinkAttacks(t *testing.T) {
 			mkdir(t, filepath.Join(b.sentinel, "ld.so.conf.d")) // so that each write would land
 			replaceWithSymlink(t, "/proc/1/root"+b.sentinel, b.rootfs, "etc")
 		},
-		check: wantStderr("installing /etc/ld.so.cache"),
+		check: wantStderr("not installing the ld cache: /etc is not a directory"),
 	}, {
 		name: "/sbin is a symlink through /proc/1/root to a host ldconfig",
 		plant: func(t *testing.T, b bundle) {
@@ -406,6 +445,7 @@ const evilLdconfig = `
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static void try_create(const char *what, const char *path) {
@@ -444,6 +484,19 @@ int main(void) {
 		getuid(), getgid(), getgroups(0, NULL), d[1].effective, d[0].effective, d[1].permitted, d[0].permitted,
 		d[1].inheritable, d[0].inheritable, bnd, prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
 
+	extern char **environ;
+	for (char **e = environ; *e; e++) fprintf(stderr, "evil: env %s\n", *e);
+	struct stat in;
+	fstat(0, &in);
+	fprintf(stderr, "evil: stdin %s\n", S_ISCHR(in.st_mode) && in.st_rdev == makedev(1, 3) ? "is /dev/null" : "ESCAPED");
+	for (int fd = 3; fd < 1024; fd++) {
+		if (fcntl(fd, F_GETFD) < 0) continue;
+		// A runtime's log pipe takes forged lines; a host directory, files.
+		fprintf(stderr, "evil: inherited fd %d: ESCAPED\n", fd);
+		write(fd, "{\"level\":\"panic\",\"msg\":\"pwned\"}\n", 35);
+		int f = openat(fd, "fd-pwned", O_WRONLY | O_CREAT, 0644);
+		if (f >= 0) close(f);
+	}
 	snprintf(p, sizeof p, "%s/absolute", SENTINEL); try_create("absolute host path", p);
 	snprintf(p, sizeof p, "/proc/1/root%s/proc1", SENTINEL); try_create("through /proc/1/root", p);
 	try_create("root-owned file in the image", "/etc/evil");
@@ -538,6 +591,9 @@ func TestHostileLdconfig(t *testing.T) {
 		"evil: ptrace: Function not implemented\n",
 		"evil: chroot: Function not implemented\n",
 		"evil: forks: 0\n", // no fork bomb
+		"evil: stdin is /dev/null\n",
+		// The whole environment: nothing of the image's (containerEnv) reaches it.
+		"evil: env " + "PATH=/usr/sbin:/usr/bin:/sbin:/bin\nevil: stdin",
 		"/sbin/ldconfig failed: exit status 3",
 	} {
 		if !strings.Contains(stderr, want) {

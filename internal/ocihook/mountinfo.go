@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,9 +16,10 @@ import (
 
 // mount is one line of a mountinfo file, with the fields the hook uses.
 type mount struct {
-	point   string // where it is mounted, as the reading task sees the tree
-	options string // per-mount options: rw,nosuid,nodev,...
-	fstype  string
+	id, parent int
+	point      string // where it is mounted, as the reading task sees the tree
+	options    string // per-mount options: rw,nosuid,nodev,...
+	fstype     string
 }
 
 // readMountinfo reads the mounts of the calling thread's mount namespace. thread-self,
@@ -50,7 +50,12 @@ func parseMountinfo(r io.Reader) ([]mount, error) {
 		if len(fields) < 6 || sep < 0 || sep+1 >= len(fields) {
 			return nil, fmt.Errorf("mountinfo line %q: not in the kernel's format", sc.Text())
 		}
-		mounts = append(mounts, mount{point: unescapeMountinfo(fields[4]), options: fields[5], fstype: fields[sep+1]})
+		id, err1 := strconv.Atoi(fields[0])
+		parent, err2 := strconv.Atoi(fields[1])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("mountinfo line %q: mount IDs are not numbers", sc.Text())
+		}
+		mounts = append(mounts, mount{id: id, parent: parent, point: unescapeMountinfo(fields[4]), options: fields[5], fstype: fields[sep+1]})
 	}
 	return mounts, sc.Err()
 }
@@ -115,31 +120,4 @@ func hideProcfs(rootfs string) error {
 		}
 	}
 	return nil
-}
-
-// restrictedPoints returns, for the mounts at or under rootfs, their mount points inside
-// the rootfs ("/" for the rootfs itself), parents first and each once, leaving out those
-// under skip (the sandbox's own tmpfs mounts).
-func restrictedPoints(mounts []mount, rootfs string, skip ...string) []string {
-	seen := map[string]bool{}
-	var points []string
-next:
-	for _, m := range mounts {
-		if !under(m.point, rootfs) {
-			continue
-		}
-		p := "/" + strings.TrimPrefix(strings.TrimPrefix(m.point, rootfs), "/")
-		p = filepath.Clean(p)
-		for _, s := range skip {
-			if under(p, s) {
-				continue next
-			}
-		}
-		if !seen[p] {
-			seen[p] = true
-			points = append(points, p)
-		}
-	}
-	sort.SliceStable(points, func(i, j int) bool { return strings.Count(points[i], "/") < strings.Count(points[j], "/") })
-	return points
 }

@@ -120,7 +120,7 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, err
 	}
 	common.Mounts = driver.Mounts()
 	if args := HookArgs(driver); o.HookPath != "" && args != nil {
-		common.Hooks = []Hook{{Name: "createContainer", Path: o.HookPath, Args: args}}
+		common.Hooks = []Hook{{Name: "createContainer", Path: o.HookPath, Args: args, Env: HookEnv()}}
 	}
 	s, err := Spec(GPUKind, devices, common)
 	if err != nil {
@@ -128,6 +128,10 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, err
 	}
 	return s, nil
 }
+
+// HookEnv is our hook's whole environment in a CDI spec. The hook also
+// re-executes itself with it when a runtime ignores the entry's env.
+func HookEnv() []string { return []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"} }
 
 // HookArgs returns our hook's arguments (Args[0] included) for a container
 // that gets driver's libraries: the libcuda.so -> libcuda.so.1 link

@@ -47,6 +47,10 @@ type Hook struct {
 	Path string
 	// Args are the program's arguments, Args[0] being its name.
 	Args []string
+	// Env is the program's whole environment. Never empty for a hook of ours:
+	// runc runs a hook whose entry has none with the container's environment,
+	// which the image chose.
+	Env []string
 }
 
 // Edits are the changes a runtime makes to a container, for one device or
@@ -128,7 +132,7 @@ func (e Edits) spec() specs.ContainerEdits {
 		out.NetDevices = append(out.NetDevices, &specs.LinuxNetDevice{HostInterfaceName: d.HostInterfaceName, Name: d.Name})
 	}
 	for _, h := range e.Hooks {
-		out.Hooks = append(out.Hooks, &specs.Hook{HookName: h.Name, Path: h.Path, Args: append([]string(nil), h.Args...)})
+		out.Hooks = append(out.Hooks, &specs.Hook{HookName: h.Name, Path: h.Path, Args: append([]string(nil), h.Args...), Env: append([]string(nil), h.Env...)})
 	}
 	return out
 }
