@@ -2,6 +2,7 @@ package ocihook_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -41,7 +42,7 @@ const leakEnv = "OCIHOOK_TEST_LEAK_DIR"
 func containerEnv() []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"GODEBUG=inittrace=1", "GOMAXPROCS=1", "LD_PRELOAD=/evil.so", "HOME=/root",
+		"GODEBUG=madvdontneed=0,panicnil=1", "GOMAXPROCS=1", "LD_PRELOAD=/evil.so", "HOME=/root",
 	}
 }
 
@@ -734,7 +735,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 			if err != nil {
 				return err
 			}
-			v += " " + string(data)
+			v += fmt.Sprintf(" %x", sha256.Sum256(data))
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(path)
 			if err != nil {
@@ -797,4 +798,65 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 	writeFile(t, dst, string(data), 0o755)
+}
+
+// TestVolumeRefusals: an image whose paths lead into one of the pod's volumes would have
+// root write there, where the pod's user may not, with bytes the image chose. The hook
+// refuses the container in one line naming the path, and writes nothing anywhere.
+func TestVolumeRefusals(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, b bundle, vol string) // vol: the volume's host directory, mounted at /vol
+		path  string                                   // named in the refusal
+	}{{
+		name: "/etc is a symlink into a volume",
+		plant: func(t *testing.T, b bundle, vol string) {
+			mkdir(t, filepath.Join(vol, "etc/ld.so.conf.d"))
+			replaceWithSymlink(t, "/vol/etc", b.rootfs, "etc")
+		},
+		path: "/etc/ld.so.conf.d",
+	}, {
+		name: "ld.so.conf.d is a relative symlink into a volume",
+		plant: func(t *testing.T, b bundle, vol string) {
+			mkdir(t, filepath.Join(vol, "conf"))
+			replaceWithSymlink(t, "../vol/conf", b.rootfs, "etc/ld.so.conf.d")
+		},
+		path: "/etc/ld.so.conf.d",
+	}, {
+		name: "the library folder is a symlink into a volume",
+		plant: func(t *testing.T, b bundle, vol string) {
+			mkdir(t, filepath.Join(vol, "lib"))
+			replaceWithSymlink(t, "/vol/lib", b.rootfs, rhelLib)
+		},
+		path: rhelLib,
+	}, {
+		name: "/sbin is a symlink into a volume holding an ldconfig",
+		plant: func(t *testing.T, b bundle, vol string) {
+			mkdir(t, filepath.Join(vol, "sbin"))
+			copyFile(t, "/sbin/ldconfig", filepath.Join(vol, "sbin/ldconfig"))
+			replaceWithSymlink(t, "/vol/sbin", b.rootfs, "sbin")
+		},
+		path: "/sbin/ldconfig.real", // the first one looked for
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBundle(t, rhelLib, true)
+			vol := t.TempDir()
+			mkdir(t, filepath.Join(b.rootfs, "vol"))
+			b.volumes = []string{vol + "=/vol"}
+			tc.plant(t, b, vol)
+			volBefore, rootBefore := snapshot(t, vol), snapshot(t, b.rootfs)
+			stderr, code := b.run(t, createContainerArgs(rhelLib)...)
+			want := ocihook.Name + ": refusing the container: open " + tc.path + ": leads off the container's own filesystem"
+			if code != 1 || !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("exit %d, want 1 and one line starting %q; stderr:\n%s", code, want, stderr)
+			}
+			if after := snapshot(t, vol); !maps.Equal(volBefore, after) {
+				t.Errorf("the volume changed:\nbefore %v\nafter  %v", volBefore, after)
+			}
+			if after := snapshot(t, b.rootfs); !maps.Equal(rootBefore, after) {
+				t.Errorf("the rootfs changed before the refusal:\nbefore %v\nafter  %v", rootBefore, after)
+			}
+		})
+	}
 }

@@ -104,7 +104,7 @@ func Sandbox(rootfs string, req Request, stderr io.Writer) error {
 	if l == nil {
 		return nil
 	}
-	return updateCache(l, p.etc, log)
+	return updateCache(l, p, log)
 }
 
 // Refusal is a path the sandbox will not act on, and why.
@@ -118,10 +118,11 @@ func (r *Refusal) Unwrap() error { return r.Err }
 // work is every directory the sandbox will write in, opened before anything is written,
 // so that a refusal leaves the rootfs as it was.
 type work struct {
-	links   []linkIn
-	confDir *os.File // nil: no ld.so.conf.d
-	etc     *os.File // nil: no /etc for the cache
-	open    []*os.File
+	links    []linkIn
+	confDir  *os.File // nil: no ld.so.conf.d
+	etc      *os.File // nil: no /etc for the cache
+	ldconfig *os.File // nil: none in the image, or no cache to update
+	open     []*os.File
 }
 
 type linkIn struct {
@@ -146,7 +147,7 @@ func plan(req Request, cache bool, log logFunc) (*work, error) {
 			w.open = append(w.open, d)
 			return d, nil
 		case errors.Is(err, errOtherFS):
-			return nil, &Refusal{Err: err}
+			return nil, &Refusal{Err: fmt.Errorf("%w; nothing was written", err)}
 		default:
 			log(missing+" (%v)", unwrapPath(err))
 			return nil, nil
@@ -174,6 +175,16 @@ func plan(req Request, cache bool, log logFunc) (*work, error) {
 	if cache {
 		if w.etc, err = dir("/etc", "not installing the ld cache: /etc is not a directory in the container"); err != nil {
 			return fail(err)
+		}
+	}
+	if w.etc != nil {
+		if w.ldconfig, err = findLdconfig(); err != nil {
+			return fail(err)
+		}
+		if w.ldconfig != nil {
+			w.open = append(w.open, w.ldconfig)
+		} else {
+			log("no ldconfig in the image (looked for %s; a symlink there is not followed); ld cache not updated", strings.Join(ldconfigPaths, ", "))
 		}
 	}
 	return w, nil
@@ -218,26 +229,15 @@ func writeConf(dir *os.File, folders []string, log logFunc) {
 }
 
 // updateCache runs the image's own ldconfig, which alone knows the image's cache format
-// and layout, confined (see Ldconfig), and installs the cache it writes in etc. It
-// returns a *Refusal only when ldconfig lives off the rootfs or could not be confined.
-func updateCache(l *launcher, etc *os.File, log logFunc) error {
-	if etc == nil {
+// and layout, confined (see Ldconfig), and installs the cache it writes in /etc. It
+// returns a *Refusal only when ldconfig could not be confined.
+func updateCache(l *launcher, w *work, log logFunc) error {
+	if w.ldconfig == nil {
 		l.abort()
 		return nil
 	}
-	ldconfig, src, err := findLdconfig()
-	if err != nil {
-		l.abort()
-		return err
-	}
-	if src == nil {
-		l.abort()
-		log("no ldconfig in the image (looked for %s; a symlink there is not followed); ld cache not updated", strings.Join(ldconfigPaths, ", "))
-		return nil
-	}
-	err = prepareLdconfig(src, l.id)
-	src.Close()
-	if err != nil {
+	ldconfig := w.ldconfig.Name()
+	if err := prepareLdconfig(w.ldconfig, l.id); err != nil {
 		l.abort()
 		log("not running %s: %v; ld cache not updated", ldconfig, err)
 		return nil
@@ -253,7 +253,7 @@ func updateCache(l *launcher, etc *os.File, log logFunc) error {
 		log("reading the cache %s wrote: %v; ld cache not updated", ldconfig, err)
 		return nil
 	}
-	if err := writeFileAt(etc, "ld.so.cache", 0o644, bytes.NewReader(cache)); err != nil {
+	if err := writeFileAt(w.etc, "ld.so.cache", 0o644, bytes.NewReader(cache)); err != nil {
 		log("installing /etc/ld.so.cache: %v", err)
 	}
 	return nil
@@ -261,19 +261,19 @@ func updateCache(l *launcher, etc *os.File, log logFunc) error {
 
 // findLdconfig opens the first of ldconfigPaths that is there. A symlink at the last
 // component is taken for absent; one off the rootfs or not a regular file refuses.
-func findLdconfig() (string, *os.File, error) {
+func findLdconfig() (*os.File, error) {
 	for _, p := range ldconfigPaths {
 		f, err := openRegular(p)
 		switch {
 		case err == nil:
-			return p, f, nil
+			return f, nil
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
 			continue
 		default:
-			return "", nil, &Refusal{Err: err}
+			return nil, &Refusal{Err: fmt.Errorf("%w; nothing was written", err)}
 		}
 	}
-	return "", nil, nil
+	return nil, nil
 }
 
 // noDevices makes the sandbox's own view of the rootfs nosuid and nodev (Linux 5.12),
