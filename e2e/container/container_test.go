@@ -231,6 +231,27 @@ type report struct {
 // does, runs it with runc and returns the probe's report.
 func run(t *testing.T, rootfs, specs string, names []string, libDir string) (report, string) {
 	t.Helper()
+	stdout, stderr, err := runContainer(t, rootfs, specs, names, libDir, nil)
+	if err != nil {
+		t.Fatalf("runc run: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	for _, line := range strings.Split(stdout, "\n") {
+		if js, ok := strings.CutPrefix(line, "probe: "); ok {
+			var r report
+			if err := json.Unmarshal([]byte(js), &r); err != nil {
+				t.Fatalf("probe report %q: %v", js, err)
+			}
+			return r, stderr
+		}
+	}
+	t.Fatalf("no probe report\nstdout: %s\nstderr: %s", stdout, stderr)
+	return report{}, ""
+}
+
+// runContainer is run's first half: edit, when set, changes the OCI spec after
+// the CDI injection, as a runtime or an operator might.
+func runContainer(t *testing.T, rootfs, specs string, names []string, libDir string, edit func(*oci.Spec)) (stdout, stderr string, err error) {
+	t.Helper()
 	bundle := t.TempDir()
 	if out, err := exec.Command("runc", "spec", "--bundle", bundle).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v\n%s", err, out)
@@ -260,6 +281,9 @@ func run(t *testing.T, rootfs, specs string, names []string, libDir string) (rep
 	if unresolved, err := cache.InjectDevices(&spec, names...); err != nil {
 		t.Fatalf("injecting %v: unresolved %v: %v", names, unresolved, err)
 	}
+	if edit != nil {
+		edit(&spec)
+	}
 	raw, err = json.MarshalIndent(&spec, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -267,27 +291,20 @@ func run(t *testing.T, rootfs, specs string, names []string, libDir string) (rep
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := "gpu-e2e-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-", ",", "").Replace(t.Name()))
+	id := "gpu-e2e-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	if len(id) > 60 {
 		id = id[:60]
 	}
-	var stdout, stderr bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd := exec.Command("runc", "--root", filepath.Join(t.TempDir(), "state"), "run", "--bundle", bundle, id)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("runc run: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if js, ok := strings.CutPrefix(line, "probe: "); ok {
-			var r report
-			if err := json.Unmarshal([]byte(js), &r); err != nil {
-				t.Fatalf("probe report %q: %v", js, err)
-			}
-			return r, stderr.String()
-		}
-	}
-	t.Fatalf("no probe report\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
-	return report{}, ""
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // Every pairing of host and image layout: CUDA must be found in the
