@@ -197,6 +197,8 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		{"cdi-spec-dir", want.cdiSpecDir, false},
 		{"state-dir", want.stateDir, false},
 		{"mps-root", cmp.Or(want.mpsRoot, config.DefaultMPSRoot), false},
+		// The container runtimes' configs, under the host's root.
+		{"runtime-config-root", "/", true},
 	}
 	if want.dra == nil {
 		pathFlags = append(pathFlags, pathFlag{"device-plugin-dir", want.devicePluginDir, false})
