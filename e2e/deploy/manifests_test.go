@@ -197,8 +197,6 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		{"cdi-spec-dir", want.cdiSpecDir, false},
 		{"state-dir", want.stateDir, false},
 		{"mps-root", cmp.Or(want.mpsRoot, config.DefaultMPSRoot), false},
-		// The container runtimes' configs, under the host's root.
-		{"runtime-config-root", "/", true},
 	}
 	if want.dra == nil {
 		pathFlags = append(pathFlags, pathFlag{"device-plugin-dir", want.devicePluginDir, false})
@@ -219,6 +217,17 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 		if m.ReadOnly != f.readOnly {
 			t.Errorf("mount %s readOnly=%v, want %v", mountPath, m.ReadOnly, f.readOnly)
 		}
+	}
+	// The container runtimes' configs, under the host's root: a variable,
+	// so that list through kubectl exec reads them as serve does.
+	var runtimeRoot string
+	for _, e := range c.Env {
+		if e.Name == "GPU_DEVICE_PLUGIN_RUNTIME_CONFIG_ROOT" {
+			runtimeRoot = e.Value
+		}
+	}
+	if hp, m := hostPathOf(runtimeRoot); hp != "/" || !m.ReadOnly {
+		t.Errorf("GPU_DEVICE_PLUGIN_RUNTIME_CONFIG_ROOT=%q is host path %q (readOnly %v), want / read-only", runtimeRoot, hp, m.ReadOnly)
 	}
 	checkHookMounts(t, spec.InitContainers, c, volumes, want.cdiHookDir)
 	checkPodResourcesMount(t, c, volumes, want.podResourcesDir)
