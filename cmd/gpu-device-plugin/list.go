@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
@@ -43,6 +44,7 @@ type listing struct {
 	NICs          []listedNIC `json:"nics"`
 	DRA           listedDRA   `json:"dra"`
 	CDIHook       listedHook  `json:"cdiHook"`
+	RuntimeDoor   listedDoor  `json:"runtimeDoor"`
 	// Labels are the node labels nodeLabels delivers (GFD's names).
 	Labels map[string]string `json:"labels"`
 }
@@ -68,6 +70,38 @@ func newListedHook(cfg config.Config) listedHook {
 		}
 	}
 	return h
+}
+
+// listedDoor is whether any pod, even one that asks for no GPU, can see
+// every GPU by setting NVIDIA_VISIBLE_DEVICES, as the container runtime
+// configs under runtimeConfigRoot say (package runtimes). State is open,
+// closed, unknown, or unchecked when runtimeConfigRoot is empty.
+type listedDoor struct {
+	State      string `json:"state"`
+	Open       bool   `json:"open"`
+	Reason     string `json:"reason"`
+	Runtime    string `json:"runtime"`
+	ConfigPath string `json:"configPath"`
+	Key        string `json:"key"`
+	Mode       string `json:"mode"`
+	Fix        string `json:"fix"`
+	Error      string `json:"error"`
+}
+
+// doorUnchecked is listedDoor's state when runtimeConfigRoot is empty.
+const doorUnchecked = "unchecked"
+
+func newListedDoor(cfg config.Config) listedDoor {
+	if cfg.RuntimeConfigRoot == "" {
+		return listedDoor{State: doorUnchecked}
+	}
+	d := runtimes.Inspect(cfg.RuntimeConfigRoot)
+	l := listedDoor{State: string(d.State), Open: d.IsOpen(), Reason: d.Reason, Runtime: d.Runtime,
+		ConfigPath: d.ConfigPath, Key: d.Key, Mode: d.Mode, Fix: d.Fix}
+	if d.Err != nil {
+		l.Error = d.Err.Error()
+	}
+	return l
 }
 
 // listedDRA is what DRA mode would publish in this node's ResourceSlices,
@@ -304,7 +338,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	}
 	holders := listHolders(c.Context, cfg, log)
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{},
-		CDIHook: newListedHook(cfg), Labels: map[string]string{}}
+		CDIHook: newListedHook(cfg), RuntimeDoor: newListedDoor(cfg), Labels: map[string]string{}}
 	maps.Copy(out.Labels, nodelabels.Of(cfg, inv))
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
@@ -666,6 +700,14 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 		} else {
 			fmt.Fprintf(w, "CDI hook: NOT INSTALLED (%s): %s\n", h.Problem, cdi.HookMissingMessage(h.Path))
 		}
+	}
+	switch d := l.RuntimeDoor; d.State {
+	case string(runtimes.Open):
+		fmt.Fprintf(w, "NVIDIA_VISIBLE_DEVICES: OPEN: any pod can see every GPU by setting it (%s; %s: %s); fix: %s\n", d.Runtime, d.ConfigPath, d.Key, d.Fix)
+	case string(runtimes.Unknown):
+		fmt.Fprintf(w, "NVIDIA_VISIBLE_DEVICES: UNKNOWN whether pods can see every GPU by setting it: %s\n", d.Error)
+	case string(runtimes.Closed):
+		fmt.Fprintf(w, "NVIDIA_VISIBLE_DEVICES: closed to pods that ask for no GPU (%s)\n", d.Reason)
 	}
 	if l.DriverVersion != "" {
 		_, err := fmt.Fprintf(w, "driver %s, NVML %s\n", l.DriverVersion, l.NVMLVersion)

@@ -66,9 +66,14 @@ func TestListGolden(t *testing.T) {
 		return s, nil
 	}
 	kubelet := goldenHolders(t)
+	// Its container runtime opens every GPU to NVIDIA_VISIBLE_DEVICES.
+	runtimeRoot, err := filepath.Abs(filepath.Join("testdata", "runtime-root"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--config", "../../internal/config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"),
-		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook"}
+		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook", "--runtime-config-root", runtimeRoot}
 
 	tests := []struct {
 		name, golden string
@@ -153,6 +158,64 @@ func TestListCDIHook(t *testing.T) {
 	}
 	if want := (listedHook{Path: hook, Installed: true, InUse: true}); l.CDIHook != want {
 		t.Errorf("cdiHook = %+v, want %+v", l.CDIHook, want)
+	}
+}
+
+// list says whether the container runtime opens every GPU to
+// NVIDIA_VISIBLE_DEVICES, in the table and the JSON, for each state.
+func TestListRuntimeDoor(t *testing.T) {
+	const containerd = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n" +
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+	tests := []struct {
+		name      string
+		files     map[string]string // under the root; nil: runtimeConfigRoot empty
+		wantState string
+		wantOpen  bool
+		wantLine  string
+	}{
+		{name: "open", files: map[string]string{"etc/containerd/config.toml": containerd},
+			wantState: "open", wantOpen: true, wantLine: "NVIDIA_VISIBLE_DEVICES: OPEN"},
+		{name: "closed by the toolkit", files: map[string]string{"etc/containerd/config.toml": containerd,
+			"etc/nvidia-container-runtime/config.toml": "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"},
+			wantState: "closed", wantLine: "NVIDIA_VISIBLE_DEVICES: closed to pods that ask for no GPU (envvarRefused)"},
+		{name: "unknown", files: map[string]string{"etc/containerd/config.toml": "[plugins\n"},
+			wantState: "unknown", wantLine: "NVIDIA_VISIBLE_DEVICES: UNKNOWN"},
+		{name: "unchecked", files: nil, wantState: "unchecked"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := ""
+			if tt.files != nil {
+				root = t.TempDir()
+				for p, content := range tt.files {
+					if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			args := []string{"--sysfs-root", t.TempDir(), "--runtime-config-root=" + root}
+			table, _, err := run(t, mockOpen, append([]string{"list"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantLine != "" && !strings.Contains(table, tt.wantLine) || tt.wantLine == "" && strings.Contains(table, "NVIDIA_VISIBLE_DEVICES") {
+				t.Errorf("table, want %q:\n%s", tt.wantLine, table)
+			}
+			out, _, err := run(t, mockOpen, append([]string{"list", "-o", "json"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var l listing
+			if err := json.Unmarshal([]byte(out), &l); err != nil {
+				t.Fatal(err)
+			}
+			if d := l.RuntimeDoor; d.State != tt.wantState || d.Open != tt.wantOpen || (d.Fix != "") != (tt.wantState == "open" || tt.wantState == "unknown") {
+				t.Errorf("runtimeDoor = %+v, want state %s", d, tt.wantState)
+			}
+		})
 	}
 }
 

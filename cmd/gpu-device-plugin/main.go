@@ -57,7 +57,7 @@ var (
 	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
 		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}
 
-	listKeys     = slices.Concat(driverKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath"}, loggingKeys)
+	listKeys     = slices.Concat(driverKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"}, loggingKeys)
 	allocateKeys = slices.Concat(driverKeys, servedKeys, loggingKeys)
 	cdiKeys      = slices.Concat(driverKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"}, loggingKeys)
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)

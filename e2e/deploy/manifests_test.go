@@ -218,6 +218,17 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 			t.Errorf("mount %s readOnly=%v, want %v", mountPath, m.ReadOnly, f.readOnly)
 		}
 	}
+	// The container runtimes' configs, under the host's root: a variable,
+	// so that list through kubectl exec reads them as serve does.
+	var runtimeRoot string
+	for _, e := range c.Env {
+		if e.Name == "GPU_DEVICE_PLUGIN_RUNTIME_CONFIG_ROOT" {
+			runtimeRoot = e.Value
+		}
+	}
+	if hp, m := hostPathOf(runtimeRoot); hp != "/" || !m.ReadOnly {
+		t.Errorf("GPU_DEVICE_PLUGIN_RUNTIME_CONFIG_ROOT=%q is host path %q (readOnly %v), want / read-only", runtimeRoot, hp, m.ReadOnly)
+	}
 	checkHookMounts(t, spec.InitContainers, c, volumes, want.cdiHookDir)
 	checkPodResourcesMount(t, c, volumes, want.podResourcesDir)
 	if hdr, _ := flagValue(c.Args, "host-driver-root"); hdr != want.hostDriverRoot {

@@ -49,6 +49,9 @@ type Config struct {
 	HostDriverRoot     string   `json:"hostDriverRoot"`
 	CDIHookPath        string   `json:"cdiHookPath"`
 	ProcRoot           string   `json:"procRoot"`
+	// RuntimeConfigRoot is the host's root, under which the container
+	// runtimes' configs are read; empty skips that check.
+	RuntimeConfigRoot string `json:"runtimeConfigRoot"`
 	// DeviceInfoDir is where NIC pools write the CNI device-information
 	// files (Network Plumbing WG Device Information spec).
 	DeviceInfoDir     string   `json:"deviceInfoDir"`

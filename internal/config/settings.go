@@ -97,6 +97,8 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.StateDir })},
 		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: "/proc", Usage: "the host's /proc, to find the NIC with the default route",
 			set: str(func(c *Config) *string { return &c.ProcRoot })},
+		{Key: "runtimeConfigRoot", Category: CategoryDriver, Flag: "runtime-config-root", Default: "/", Usage: "the host's root as this process sees it; the container runtimes' configs under it (etc/nvidia-container-runtime, etc/containerd, etc/crio, the OCI hooks.d folders) are read at start to warn when any pod can see every GPU by setting NVIDIA_VISIBLE_DEVICES; empty skips the check",
+			set: str(func(c *Config) *string { return &c.RuntimeConfigRoot })},
 		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: DefaultDeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)",
 			set: str(func(c *Config) *string { return &c.DeviceInfoDir })},
 		{Key: "nicRescanInterval", Category: CategoryNICs, Flag: "nic-rescan-interval", Default: "10s", Usage: "how often NICs are rescanned for hot-plug and health",

@@ -108,6 +108,9 @@ func (c Config) Validate() error {
 		absolute("cdiHookPath", c.CDIHookPath)
 	}
 	absolute("procRoot", c.ProcRoot)
+	if c.RuntimeConfigRoot != "" {
+		absolute("runtimeConfigRoot", c.RuntimeConfigRoot)
+	}
 	absolute("deviceInfoDir", c.DeviceInfoDir)
 	if c.PodResourcesSocket != "" {
 		absolute("podResourcesSocket", c.PodResourcesSocket)

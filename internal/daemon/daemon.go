@@ -161,6 +161,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	runtimeDoor(cfg, mets, rep, log)
 	var labelsAPI nodelabels.API // nil unless nodeLabels: node
 	if cfg.NodeLabels == config.NodeLabelsNode {
 		labelsAPI = api.client

@@ -50,6 +50,7 @@ func testConfig(t *testing.T) config.Config {
 	cfg.SysfsRoot = t.TempDir()
 	cfg.DevRoot = t.TempDir()
 	cfg.MPSRoot = filepath.Join(t.TempDir(), "mps")
+	cfg.RuntimeConfigRoot = t.TempDir()
 	cfg.NVMLRetryInterval = config.Duration{Duration: 5 * time.Millisecond}
 	return cfg
 }

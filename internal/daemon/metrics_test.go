@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,6 +44,7 @@ func TestMetricsServed(t *testing.T) {
 	cfg.NodeName = "node-1"
 	kubelet := prt.Start(t)
 	cfg.PodResourcesSocket = kubelet.Socket
+	openDoor(t, cfg.RuntimeConfigRoot)
 	lib := nvmltest.NewDGXA100()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,6 +84,7 @@ func TestMetricsServed(t *testing.T) {
 		`gpu_device_plugin_device_allocated{container="c",device="` + uuid3 + `",namespace="ml",pod="dra",resource="nvidia.com/gpu"} 1`,
 		`gpu_device_plugin_device_healthy{device="` + uuid3 + `",reason="",resource="nvidia.com/gpu"} 1`,
 		`gpu_device_plugin_device_info{device="` + uuid3 + `",index="3",model="` + nvmltest.Device(lib, 3).Name,
+		`gpu_device_plugin_runtime_envvar_door_open{reason="envvarAccepted",runtime="containerd"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -95,6 +98,26 @@ func TestMetricsServed(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openDoor writes a containerd config under root whose default runtime is
+// NVIDIA's, with the toolkit's defaults: any pod can set
+// NVIDIA_VISIBLE_DEVICES.
+func openDoor(t *testing.T, root string) {
+	t.Helper()
+	dir := filepath.Join(root, "etc", "containerd")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const cfg = `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "nvidia"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+BinaryName = "/usr/bin/nvidia-container-runtime"
+`
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,8 +2,10 @@
 // device to Prometheus: gpu_device_plugin_device_healthy,
 // _health_transitions_total and _device_info from what the health watchers
 // record, and _device_allocated read from the kubelet (package
-// podresources) at scrape time; and the plugin's own API requests,
-// gpu_device_plugin_api_requests_total, as package kubeapi tells them.
+// podresources) at scrape time; the plugin's own API requests,
+// gpu_device_plugin_api_requests_total, as package kubeapi tells them; and
+// whether NVIDIA_VISIBLE_DEVICES opens every GPU to any pod,
+// gpu_device_plugin_runtime_envvar_door_open, as package runtimes reads it.
 package metrics
 
 import (
@@ -24,6 +26,22 @@ type Metrics struct {
 	mu      sync.Mutex
 	devices map[deviceKey]*deviceMetrics
 	mps     func() map[string]bool // nil: no GPU shared through MPS
+	door    *door                  // nil: the runtime configs were not read
+}
+
+// door is what gpu_device_plugin_runtime_envvar_door_open says.
+type door struct {
+	open            bool
+	runtime, reason string
+}
+
+// SetRuntimeDoor sets gpu_device_plugin_runtime_envvar_door_open: open
+// when any pod can see every GPU by setting NVIDIA_VISIBLE_DEVICES,
+// runtime the one running NVIDIA's runtime ("" when none), reason why.
+func (m *Metrics) SetRuntimeDoor(open bool, runtime, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.door = &door{open, runtime, reason}
 }
 
 // SetMPSDaemons sets where gpu_device_plugin_mps_daemon_up is read at
@@ -84,6 +102,9 @@ var (
 	mpsDesc = prometheus.NewDesc("gpu_device_plugin_mps_daemon_up",
 		"1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).",
 		[]string{"device"}, nil)
+	doorDesc = prometheus.NewDesc("gpu_device_plugin_runtime_envvar_door_open",
+		"1 when any pod, even one that asks for no GPU, can see every GPU by setting NVIDIA_VISIBLE_DEVICES, as the node's container runtime configs say at start; 0 when not, or when unknown (reason unreadableConfig).",
+		[]string{"runtime", "reason"}, nil)
 )
 
 // NewMetrics registers the health metrics with reg.
@@ -162,6 +183,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- infoDesc
 	ch <- sharingDesc
 	ch <- mpsDesc
+	ch <- doorDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -185,6 +207,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(sharingDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.Sharing, strconv.Itoa(i.Replicas))
 			}
 		}
+	}
+	if d := c.m.door; d != nil {
+		v := 0.0
+		if d.open {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(doorDesc, prometheus.GaugeValue, v, d.runtime, d.reason)
 	}
 	if c.m.mps != nil {
 		for uuid, up := range c.m.mps() {

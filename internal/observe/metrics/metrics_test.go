@@ -230,3 +230,34 @@ gpu_device_plugin_api_requests_total{code="429",resource="events",verb="create"}
 gpu_device_plugin_api_requests_total{code="error",resource="nodes",verb="get"} 1
 `, "gpu_device_plugin_api_requests_total")
 }
+
+// The door gauge has no series until the runtime configs are read, then
+// one, which a later reading replaces.
+func TestRuntimeDoorMetric(t *testing.T) {
+	const head = `
+# HELP gpu_device_plugin_runtime_envvar_door_open 1 when any pod, even one that asks for no GPU, can see every GPU by setting NVIDIA_VISIBLE_DEVICES, as the node's container runtime configs say at start; 0 when not, or when unknown (reason unreadableConfig).
+# TYPE gpu_device_plugin_runtime_envvar_door_open gauge
+`
+	tests := []struct {
+		name            string
+		open            bool
+		runtime, reason string
+		want            string
+	}{
+		{name: "open", open: true, runtime: "containerd", reason: "envvarAccepted",
+			want: head + `gpu_device_plugin_runtime_envvar_door_open{reason="envvarAccepted",runtime="containerd"} 1` + "\n"},
+		{name: "closed by the toolkit", open: false, runtime: "cri-o", reason: "envvarRefused",
+			want: head + `gpu_device_plugin_runtime_envvar_door_open{reason="envvarRefused",runtime="cri-o"} 0` + "\n"},
+		{name: "no NVIDIA runtime", open: false, runtime: "", reason: "noNVIDIARuntime",
+			want: head + `gpu_device_plugin_runtime_envvar_door_open{reason="noNVIDIARuntime",runtime=""} 0` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, reg := newMetrics(t)
+			compare(t, reg, "", "gpu_device_plugin_runtime_envvar_door_open")
+			m.SetRuntimeDoor(!tt.open, "other", "before")
+			m.SetRuntimeDoor(tt.open, tt.runtime, tt.reason)
+			compare(t, reg, tt.want, "gpu_device_plugin_runtime_envvar_door_open")
+		})
+	}
+}

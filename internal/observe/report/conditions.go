@@ -37,6 +37,21 @@ func (r *Reporter) SetNotice(c Class, reason, message string) {
 	r.signal()
 }
 
+// SetRemark ends class c's condition message with message (empty clears
+// it), leaving its status and reason alone: a fact about the node that no
+// device's health shows and that is no fault of theirs, such as the
+// container runtime opening every GPU to NVIDIA_VISIBLE_DEVICES.
+func (r *Reporter) SetRemark(c Class, message string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.remarks[c] == message {
+		return
+	}
+	r.remarks[c] = message
+	r.dirty[c] = true
+	r.signal()
+}
+
 // condState is what the Node was last told of one condition.
 type condState struct {
 	read    bool // the Node's own copy was read, for its transition time
@@ -163,12 +178,15 @@ func (r *Reporter) conditionLocked(c Class) kubeapi.NodeCondition {
 			bads = append(bads, bad{k.resource, st.label, st.reason})
 		}
 	}
-	note := r.notices[c]
+	note, remark := r.notices[c], r.remarks[c]
 	withNote := func(msg string) string {
-		if note.reason == "" {
-			return msg
+		if note.reason != "" {
+			msg += "; " + note.message
 		}
-		return msg + "; " + note.message
+		if remark != "" {
+			msg += "; " + remark
+		}
+		return msg
 	}
 	if len(bads) == 0 {
 		msg := fmt.Sprintf("all %d %ss are healthy", n, info.noun)
@@ -189,6 +207,9 @@ func (r *Reporter) conditionLocked(c Class) kubeapi.NodeCondition {
 	limit := maxMessage
 	if note.reason != "" {
 		limit -= len(note.message) + 2
+	}
+	if remark != "" {
+		limit -= len(remark) + 2
 	}
 	return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionFalse, Reason: info.unhealthy, Message: withNote(joinLimited(items, limit))}
 }

@@ -156,6 +156,7 @@ type Reporter struct {
 	synced       [numClasses]bool
 	dirty        [numClasses]bool
 	notices      [numClasses]notice
+	remarks      [numClasses]string
 	dropped      int // since the last log line
 	droppedTotal int
 

@@ -694,3 +694,55 @@ func TestConditionNotice(t *testing.T) {
 		t.Fatalf("notice cleared: %+v", c)
 	}
 }
+
+// A remark (the runtime's NVIDIA_VISIBLE_DEVICES door) ends the message
+// but never changes the status or the reason, beside a notice or not.
+func TestConditionRemark(t *testing.T) {
+	const remark = "any pod can see every GPU by setting NVIDIA_VISIBLE_DEVICES"
+	tests := []struct {
+		name        string
+		healthy     bool
+		notice      string
+		wantStatus  string
+		wantReason  string
+		wantMessage string
+	}{
+		{name: "healthy", healthy: true, wantStatus: "True", wantReason: "AllGPUsHealthy",
+			wantMessage: "all 1 GPUs are healthy; " + remark},
+		{name: "healthy with a notice", healthy: true, notice: "CDI hook missing at /x", wantStatus: "True", wantReason: "CDIHookMissing",
+			wantMessage: "all 1 GPUs are healthy; CDI hook missing at /x; " + remark},
+		{name: "unhealthy", healthy: false, wantStatus: "False", wantReason: "GPUUnhealthy",
+			wantMessage: "GPU-1 (index 0): xid=79; " + remark},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeAPI()
+			r, clk := newReporter(t, api, Options{NodeCondition: true})
+			ctx := context.Background()
+			reason := ""
+			if !tt.healthy {
+				reason = "xid=79"
+			}
+			r.Transition(GPUResource, "GPU-1", label1, tt.healthy, reason)
+			r.Synced(GPU)
+			if tt.notice != "" {
+				r.SetNotice(GPU, "CDIHookMissing", tt.notice)
+			}
+			r.SetRemark(GPU, remark)
+			r.pump(ctx)
+			c := lastCondition(t, api)
+			if c.Status != tt.wantStatus || c.Reason != tt.wantReason || !strings.HasSuffix(c.Message, "; "+remark) {
+				t.Fatalf("with the remark: %+v", c)
+			}
+			if tt.healthy && c.Message != tt.wantMessage {
+				t.Errorf("message %q, want %q", c.Message, tt.wantMessage)
+			}
+			clk.advance(time.Minute)
+			r.SetRemark(GPU, "")
+			r.pump(ctx)
+			if c := lastCondition(t, api); c.Status != tt.wantStatus || c.Reason != tt.wantReason || strings.Contains(c.Message, remark) {
+				t.Fatalf("remark cleared: %+v", c)
+			}
+		})
+	}
+}
