@@ -761,7 +761,7 @@ func TestHelmDRAAdmissionPolicy(t *testing.T) {
 
 // fieldManager is the plugin's field manager on every write: the
 // admission policies tell its managedFields entry from the others' by it.
-const fieldManager = "gpu-device-plugin"
+const fieldManager = config.FieldManager
 
 // sliceEntry is a managedFields entry of an update by manager at time.
 func sliceEntry(manager, at, fields string) metav1.ManagedFieldsEntry {
