@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chartutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -667,18 +668,37 @@ func TestHelmDRAAdmissionPolicy(t *testing.T) {
 	p := checkPolicyScope(t, objs)
 
 	sa := pluginAccount
+	// slice is one of the plugin's slices of node: its driver, one pool
+	// named after the node, and its own managedFields entry.
 	slice := func(node string) *resourcev1.ResourceSlice {
 		s := &resourcev1.ResourceSlice{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
-			ObjectMeta: metav1.ObjectMeta{Name: "slice"},
-			Spec:       resourcev1.ResourceSliceSpec{Driver: draDriver, Pool: resourcev1.ResourcePool{Name: "pool", ResourceSliceCount: 1}},
+			TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
+			ObjectMeta: metav1.ObjectMeta{Name: "slice", ManagedFields: []metav1.ManagedFieldsEntry{
+				sliceEntry(fieldManager, "2026-05-01T12:00:00Z", `{"f:spec":{"f:devices":{},"f:driver":{},"f:nodeName":{},"f:pool":{"f:name":{}}}}`)}},
+			Spec: resourcev1.ResourceSliceSpec{Driver: draDriver, Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}},
 		}
 		if node == "" {
 			s.Spec.AllNodes = ptr.To(true)
+			s.Spec.Pool.Name = "n1"
 		} else {
 			s.Spec.NodeName = ptr.To(node)
 		}
 		return s
+	}
+	with := func(s *resourcev1.ResourceSlice, f func(*resourcev1.ResourceSlice)) *resourcev1.ResourceSlice {
+		f(s)
+		return s
+	}
+	otherDriver := func(s *resourcev1.ResourceSlice) { s.Spec.Driver = "gpu.nvidia.com" }
+	otherPool := func(s *resourcev1.ResourceSlice) { s.Spec.Pool.Name = "n2" }
+	// A made-up entry for the kubelet: its next apply would remove the
+	// slice's devices.
+	forged := func(s *resourcev1.ResourceSlice) {
+		s.ManagedFields = append(s.ManagedFields, sliceEntry("kube-controller-manager", "2026-05-01T11:00:00Z", `{"f:spec":{"f:devices":{}}}`))
+	}
+	// The entry the API server writes for the plugin on each request.
+	ownEntryNewer := func(s *resourcev1.ResourceSlice) {
+		s.ManagedFields[0] = sliceEntry(fieldManager, "2026-05-01T12:05:00Z", `{"f:spec":{"f:devices":{},"f:driver":{},"f:nodeName":{},"f:perDeviceNodeSelection":{},"f:pool":{"f:name":{}}}}`)
 	}
 	var none *resourcev1.ResourceSlice
 	obj := func(s *resourcev1.ResourceSlice) runtime.Object {
@@ -703,6 +723,22 @@ func TestHelmDRAAdmissionPolicy(t *testing.T) {
 		{"take over another node's", admission.Update, onNode(sa, "n1"), slice("n1"), slice("n2"), "change or delete only its own"},
 		{"delete another node's", admission.Delete, onNode(sa, "n1"), none, slice("n2"), "change or delete only its own"},
 		{"token without a node", admission.Create, onNode(sa, ""), slice("n1"), none, "the token names no node"},
+		// Only this driver's slices, in the pool named after the node.
+		{"create another driver's on own node", admission.Create, onNode(sa, "n1"), with(slice("n1"), otherDriver), none, "not driver/pool gpu.nvidia.com/n1"},
+		{"create in another pool on own node", admission.Create, onNode(sa, "n1"), with(slice("n1"), otherPool), none, "not driver/pool " + draDriver + "/n2"},
+		{"turn own into another driver's", admission.Update, onNode(sa, "n1"), with(slice("n1"), otherDriver), slice("n1"), "not driver/pool gpu.nvidia.com/n1"},
+		{"take over another driver's on own node", admission.Update, onNode(sa, "n1"), slice("n1"), with(slice("n1"), otherDriver), "not driver/pool gpu.nvidia.com/n1"},
+		{"delete another driver's on own node", admission.Delete, onNode(sa, "n1"), none, with(slice("n1"), otherDriver), "not driver/pool gpu.nvidia.com/n1"},
+		// managedFields: the plugin's own entry is the API server's to
+		// write; no other may be added or widened.
+		{"update own, with its own entry renewed", admission.Update, onNode(sa, "n1"), with(slice("n1"), ownEntryNewer), slice("n1"), ""},
+		{"create with another manager's entry", admission.Create, onNode(sa, "n1"), with(slice("n1"), forged), none, "may not add or widen the entries of kube-controller-manager"},
+		{"update adding another manager's entry", admission.Update, onNode(sa, "n1"), with(slice("n1"), forged), slice("n1"), "may not add or widen the entries of kube-controller-manager"},
+		{"update widening another manager's entry", admission.Update, onNode(sa, "n1"), with(slice("n1"), func(s *resourcev1.ResourceSlice) {
+			forged(s)
+			s.ManagedFields[1].FieldsV1.Raw = []byte(`{"f:spec":{"f:devices":{},"f:nodeName":{}}}`)
+		}), with(slice("n1"), forged), "may not add or widen the entries of kube-controller-manager"},
+		{"update keeping another manager's entry", admission.Update, onNode(sa, "n1"), with(slice("n1"), forged), with(slice("n1"), forged), ""},
 		// Not the plugin's account: the policy does not apply (RBAC and
 		// the Node authorizer decide).
 		{"another service account", admission.Create, onNode("system:serviceaccount:kube-system:other", "n1"), slice("n2"), none, ""},
@@ -721,6 +757,21 @@ func TestHelmDRAAdmissionPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fieldManager is the plugin's field manager on every write: the
+// admission policies tell its managedFields entry from the others' by it.
+const fieldManager = config.FieldManager
+
+// sliceEntry is a managedFields entry of an update by manager at time.
+func sliceEntry(manager, at, fields string) metav1.ManagedFieldsEntry {
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		panic(err)
+	}
+	mt := metav1.NewTime(t)
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "resource.k8s.io/v1",
+		Time: &mt, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 }
 
 // The claim-status policy keeps each plugin to its own entries of
@@ -790,6 +841,17 @@ func TestHelmDRAClaimStatusPolicy(t *testing.T) {
 		{"labels changed", onNode(sa, "n1"), with(claim(other), func(c *resourcev1.ResourceClaim) { c.Labels = map[string]string{"app": "y"} }), before, "not metadata.labels"},
 		{"spec changed", onNode(sa, "n1"), with(claim(other), func(c *resourcev1.ResourceClaim) { c.Spec.Devices.Requests[0].Name = "other" }), before, "not spec"},
 		{"token without a node", onNode(sa, ""), claim(other, nic), before, "the token names no node"},
+		// managedFields: no entry but the plugin's may be added or widened.
+		{"another manager's entry added", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) {
+			c.ManagedFields = append(c.ManagedFields, metav1.ManagedFieldsEntry{Manager: "net-driver", Operation: metav1.ManagedFieldsOperationApply, Subresource: "status",
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:devices":{"k:{\"device\":\"eth0\",\"driver\":\"net.example.com\",\"pool\":\"n1\"}":{}}}}`)}})
+		}), before, "may not add or widen the entries of net-driver"},
+		{"the scheduler's entry widened", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) {
+			c.ManagedFields[0].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:reservedFor":{}}}`)}
+		}), before, "may not add or widen the entries of kube-scheduler"},
+		{"the scheduler's entry renamed", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) { c.ManagedFields[0].Manager = "kubectl" }),
+			before, "may not add or widen the entries of kubectl"},
+		{"the managedFields emptied", onNode(sa, "n1"), with(claim(other, nic), func(c *resourcev1.ResourceClaim) { c.ManagedFields = nil }), before, ""},
 		// Not the plugin's account: the policy does not apply.
 		{"another service account", onNode("system:serviceaccount:kube-system:other", "n1"), claim(own("n2", "gpu-0")), before, ""},
 		{"a kubelet", &user.DefaultInfo{Name: "system:node:n1", Groups: []string{"system:nodes"}}, claim(own("n2", "gpu-0")), before, ""},

@@ -29,14 +29,15 @@ func withHealth(vals chartutil.Values, events, nodeCondition bool) chartutil.Val
 // wantHealthRules is the RBAC of events and nodeCondition, exactly:
 // adding a verb, a resource or a rule fails the tests, on purpose. Both
 // read the Node (the Events' involvedObject UID; the condition's current
-// state); Events on pods need the pod's UID; only the condition writes
-// nodes/status. The plugin writes core/v1 Events, so no events.k8s.io.
+// state); only the condition writes nodes/status. No pods get: it would
+// let one node's token read every pod of the cluster; Events on pods take
+// the pod's UID from the kubelet. The plugin writes core/v1 Events, so no
+// events.k8s.io.
 func wantHealthRules(events, nodeCondition bool) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}
 	if events {
 		rules = append(rules,
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}})
 	}
 	if nodeCondition {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}})

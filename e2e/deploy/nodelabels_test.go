@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -77,6 +78,12 @@ func nodeLabelsPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmission
 			t.Errorf("the policy's variables do not hold %s", want)
 		}
 	}
+	// The Go side's bound on how many keys it computes.
+	if want := fmt.Sprintf("size(variables.ownLabels) <= %d", labels.MaxKeys); !slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
+		return v.Expression == want
+	}) {
+		t.Errorf("the policy does not bound our labels with %s (labels.MaxKeys)", want)
+	}
 	return p
 }
 
@@ -95,7 +102,25 @@ func nodeWithGPULabels(name string) *corev1.Node {
 		"nvidia.com/mig-1g.10gb.count":    "7",
 	})
 	n.Annotations[nodelabels.Annotation] = "nvidia.com/gpu.count,nvidia.com/gpu.product,nvidia.com/mig-1g.10gb.count"
+	// nfd-master set the GPU labels before the plugin took over.
+	n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: "nfd-master", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:nvidia.com/gpu.count":{},"f:nvidia.com/gpu.product":{}}}}`)}})
 	return n
+}
+
+// addMIGLabels adds our MIG labels to n until it has want of them, the
+// GPU operator's aside.
+func addMIGLabels(n *corev1.Node, want int) {
+	have := 0
+	for k := range n.Labels {
+		if labels.IsKey(k) {
+			have++
+		}
+	}
+	for i := 0; have < want; i++ {
+		n.Labels[fmt.Sprintf("nvidia.com/mig-%dg.%dgb.count", i%8, i)] = "1"
+		have++
+	}
 }
 
 // TestHelmNodeLabelsPolicy: with nodeLabels.mode node, the plugin's
@@ -188,6 +213,45 @@ func TestHelmNodeLabelsPolicy(t *testing.T) {
 			n.Annotations["example.com/c"] = "d"
 			n.Spec.Unschedulable = true
 		}, notOurs + "spec, label example.com/a, annotation example.com/c"},
+
+		// Bounds: how many of our labels, how long a key, the annotation.
+		{"as many labels as the plugin can compute", onNode("n1"), "n1", func(n *corev1.Node) { addMIGLabels(n, labels.MaxKeys) }, ""},
+		{"one label more", onNode("n1"), "n1", func(n *corev1.Node) { addMIGLabels(n, labels.MaxKeys+1) },
+			fmt.Sprintf("may set at most %d GPU labels on its Node, not %d", labels.MaxKeys, labels.MaxKeys+1)},
+		{"a key of 74 characters", onNode("n1"), "n1", func(n *corev1.Node) { n.Labels["nvidia.com/mig-"+strings.Repeat("1", 43)+".engines.decoder"] = "1" }, ""},
+		{"a key of 75 characters", onNode("n1"), "n1", func(n *corev1.Node) { n.Labels["nvidia.com/mig-"+strings.Repeat("1", 44)+".engines.decoder"] = "1" },
+			"label keys are at most 74 characters long, not nvidia.com/mig-111"},
+		{"the annotation naming another label", onNode("n1"), "n1", func(n *corev1.Node) {
+			n.Annotations[nodelabels.Annotation] += ",kubernetes.io/hostname"
+		}, "must list GPU label keys, comma-separated"},
+		{"the annotation holding other text", onNode("n1"), "n1", func(n *corev1.Node) { n.Annotations[nodelabels.Annotation] = "see https://example.com" },
+			"must list GPU label keys, comma-separated"},
+		{"the annotation empty", onNode("n1"), "n1", func(n *corev1.Node) { n.Annotations[nodelabels.Annotation] = "" }, ""},
+		{"the annotation too long", onNode("n1"), "n1", func(n *corev1.Node) {
+			n.Annotations[nodelabels.Annotation] = strings.Repeat("nvidia.com/gpu.count,", labels.MaxKeys*75/21+1) + "nvidia.com/gpu.count"
+		}, "must list GPU label keys, comma-separated"},
+
+		// managedFields: no entry but the plugin's may be added or widened.
+		{"own labels, with another manager's entry added", onNode("n1"), "n1", func(n *corev1.Node) {
+			relabel(n)
+			serverWritten(n)
+			n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: "gpu-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:nvidia.com/mig.config":{}}}}`)}})
+		}, "may not add or widen the entries of gpu-operator"},
+		{"own labels, with the kubelet's entry widened", onNode("n1"), "n1", func(n *corev1.Node) {
+			relabel(n)
+			n.ManagedFields[0].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:kubernetes.io/hostname":{}}},"f:status":{"f:conditions":{}}}`)}
+		}, "may not add or widen the entries of kubelet"},
+		// The API server takes from another manager the labels the plugin
+		// changes: that entry loses them, which is allowed.
+		{"own labels, another manager's entry losing them", onNode("n1"), "n1", func(n *corev1.Node) {
+			relabel(n)
+			n.ManagedFields[1].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:nvidia.com/gpu.product":{}}}}`)}
+		}, ""},
+		{"own labels, another manager's entry gone", onNode("n1"), "n1", func(n *corev1.Node) {
+			relabel(n)
+			n.ManagedFields = n.ManagedFields[:1]
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := nodeWithGPULabels(tc.node)

@@ -50,7 +50,8 @@ func nodeStatusPolicy(t *testing.T) *admissionregistrationv1.ValidatingAdmission
 	if len(r) != 1 || !slices.Equal(r[0].Resources, []string{"nodes/status"}) || !slices.Equal(r[0].APIGroups, []string{""}) {
 		t.Errorf("rules %+v, want nodes/status in the core group", r)
 	}
-	if off := renderWith(t, withHealth(chartutil.Values{"nodeCondition": map[string]any{"enabled": true, "restrictToOwnNode": false}}, false, true)); len(off.Policies) != 0 {
+	if off := renderWith(t, withHealth(chartutil.Values{"nodeCondition": map[string]any{"enabled": true, "restrictToOwnNode": false,
+		"restrictToOwnNodeAcknowledged": "a stolen token can patch every Node's status"}}, false, true)); len(off.Policies) != 0 {
 		t.Errorf("restrictToOwnNode=false still renders %d policies", len(off.Policies))
 	}
 	return p
@@ -236,6 +237,23 @@ func TestHelmNodeStatusPolicy(t *testing.T) {
 			n.Annotations = nil
 			n.Status.Images = nil
 		}, notOurs + "metadata.annotations, status.images"},
+		// managedFields: the kubelet's entry widened to own the labels
+		// makes its next apply remove them; a made-up entry the same.
+		{"the kubelet's entry widened", onNode("n1"), "n1", func(n *corev1.Node) {
+			gpuBad(n)
+			serverWritten(n)
+			n.ManagedFields[0].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}},"f:status":{"f:conditions":{}}}`)}
+		}, "may not add or widen the entries of kubelet"},
+		{"another manager's entry added", onNode("n1"), "n1", func(n *corev1.Node) {
+			gpuBad(n)
+			serverWritten(n)
+			n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: "gpu-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:nvidia.com/gpu.present":{}}}}`)}})
+		}, "may not add or widen the entries of gpu-operator"},
+		{"the kubelet's entry with a new time", onNode("n1"), "n1", func(n *corev1.Node) {
+			gpuBad(n)
+			n.ManagedFields[0].Time = &later
+		}, "may not add or widen the entries of kubelet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := busyNode(tc.node)

@@ -165,6 +165,11 @@ const (
 // selector. It is the CDI vendor of our specs too.
 const DRADriverName = "gpu-device-plugin.github.io"
 
+// FieldManager is the plugin's field manager in every write to the API
+// server (managedFields): the chart's admission policies tell the plugin's
+// own entry from the others' by it, so every client must use it.
+const FieldManager = "gpu-device-plugin"
+
 // DefaultDeviceInfoDir is the directory the Device Information spec fixes
 // for device plugins.
 const DefaultDeviceInfoDir = "/var/run/k8s.cni.cncf.io/devinfo/dp"

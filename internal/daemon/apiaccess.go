@@ -53,6 +53,7 @@ func newAPIAccess(cfg config.Config, obs kubeapi.RequestObserver) (*apiAccess, e
 		return nil, fmt.Errorf("%s need API access: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", what, err)
 	}
 	kc.UserAgent = report.DefaultComponent
+	kc.FieldManager = config.FieldManager
 	var opts []kubeapi.Option
 	if obs != nil {
 		opts = append(opts, kubeapi.WithRequestObserver(obs))

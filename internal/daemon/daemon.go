@@ -180,6 +180,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			return err
 		}
 	}
+	if u, ok := fe.(podUIDs); ok && rep != nil {
+		rep.holders.useDRAPodUIDs(u.PodUID)
+	}
 	wg.Go(func() { fail(fe.Run(ctx)) })
 	if rep != nil {
 		// Health also goes to the API server, behind either front-end.

@@ -44,6 +44,12 @@ var _ FrontEnd = (*dpnode.FrontEnd)(nil)
 // on disk, asked before a NIC pool's CDI name is handed out.
 type NewFrontEnd func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error)
 
+// podUIDs is a front-end that knows the UIDs of the pods it prepared
+// devices for (DRA: a claim's reservedFor), for their Events.
+type podUIDs interface {
+	PodUID(namespace, name string) string
+}
+
 // laidOut is a front-end that serves the GPUs as layout.GPUs lays them
 // out (the device-plugin API). The others serve layout.DRAUnits.
 type laidOut interface {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,7 +37,10 @@ func newReporting(cfg config.Config, api *apiAccess, log *slog.Logger) (*reporti
 		return nil, nil
 	}
 	client, node := api.client, api.node
-	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}}
+	h := &podHolders{client: podresources.Client{Socket: cfg.PodResourcesSocket}, pool: node, dra: map[string]string{}, log: log}
+	if cfg.KubeletAPI != config.KubeletAPIDRA && cfg.DevicePluginDir != "" {
+		h.checkpoint = filepath.Join(cfg.DevicePluginDir, podresources.CheckpointFile)
+	}
 	var holders report.Holders = h
 	if cfg.PodResourcesSocket == "" {
 		holders = nil // Events go to the Node only
@@ -120,6 +124,13 @@ func (r *reporting) nicScan(updates []nic.Update) {
 type podHolders struct {
 	client podresources.Client
 	pool   string
+	log    *slog.Logger
+	// checkpoint is the kubelet device manager's checkpoint (device-plugin
+	// mode), for the holders' pod UIDs; "" reads none.
+	checkpoint string
+	// draPodUID is a pod's UID from the reservations of the DRA claims the
+	// front-end prepared (DRA mode); nil without.
+	draPodUID func(namespace, name string) string
 
 	mu  sync.Mutex
 	dra map[string]string // resource + "/" + id: a GPU's DRA device name
@@ -128,7 +139,10 @@ type podHolders struct {
 	// resource).
 	served map[string]layout.Served
 	last   podresources.Holders
+	cp     podresources.Checkpoint
 	at     time.Time
+	// cpLogged: a checkpoint that could not be read was logged.
+	cpLogged bool
 }
 
 // holdersFresh is how long one List answers for: a burst of transitions
@@ -156,13 +170,17 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	if !ok && resource != gpu.ResourceName {
 		draName = draslice.NICDeviceName(id)
 	}
+	h.mu.Lock()
+	cp := h.cp
+	h.mu.Unlock()
 	if at.IsZero() || time.Since(at) > holdersFresh {
 		var err error
 		if all, err = h.client.Holders(ctx); err != nil {
 			return nil, fmt.Errorf("pods holding %s %s: %w", resource, id, err)
 		}
+		cp = h.readCheckpoint()
 		h.mu.Lock()
-		h.last, h.at = all, time.Now()
+		h.last, h.cp, h.at = all, cp, time.Now()
 		h.mu.Unlock()
 	}
 	names := podresources.Names{Resource: resource, IDs: []string{id}, Driver: config.DRADriverName, Pool: h.pool, DRADevice: draName}
@@ -173,10 +191,42 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	}
 	var pods []report.Pod
 	for _, c := range list {
-		p := report.Pod{Namespace: c.Namespace, Name: c.Pod}
-		if len(pods) == 0 || pods[len(pods)-1] != p {
-			pods = append(pods, p)
+		uid := cp.PodUID(c.Container, all.DevicesOf(c))
+		if uid == "" && h.draPodUID != nil {
+			uid = h.draPodUID(c.Namespace, c.Pod)
 		}
+		p := report.Pod{Namespace: c.Namespace, Name: c.Pod, UID: uid}
+		if n := len(pods); n > 0 && pods[n-1].Namespace == p.Namespace && pods[n-1].Name == p.Name {
+			if pods[n-1].UID == "" {
+				pods[n-1].UID = uid
+			}
+			continue
+		}
+		pods = append(pods, p)
 	}
 	return pods, nil
 }
+
+// readCheckpoint reads the kubelet's device checkpoint; one that cannot be
+// read is logged once and taken as empty: Events then go without pod UIDs.
+func (h *podHolders) readCheckpoint() podresources.Checkpoint {
+	if h.checkpoint == "" {
+		return podresources.Checkpoint{}
+	}
+	cp, err := podresources.ReadCheckpoint(h.checkpoint)
+	if err != nil {
+		h.mu.Lock()
+		logged := h.cpLogged
+		h.cpLogged = true
+		h.mu.Unlock()
+		if !logged {
+			h.log.Warn("cannot read the kubelet's device checkpoint for the UIDs of the pods holding a device; their Events go without them (logged once)",
+				"path", h.checkpoint, "err", err)
+		}
+	}
+	return cp
+}
+
+// useDRAPodUIDs takes pod UIDs from the DRA front-end; called before
+// reporting runs.
+func (h *podHolders) useDRAPodUIDs(f func(namespace, name string) string) { h.draPodUID = f }

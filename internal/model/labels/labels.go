@@ -57,6 +57,21 @@ const KeyPattern = `^nvidia\.com/(` +
 	`|mig\.(capable|strategy)|mps\.capable` +
 	`)$`
 
+// MaxKeys bounds how many keys Compute returns, and the chart's admission
+// policy for nodeLabels: node holds it too. The node-wide keys and the
+// majority model's gpu.* are 25 (33 with the single MIG strategy's MIG
+// attributes); the mixed strategy adds perProfileKeys for each MIG profile
+// in use. NVML knows 18 GPU-instance profiles (GPU_INSTANCE_PROFILE_COUNT),
+// each named once per GPU model, so a node of two GPU models in MIG mode
+// has at most 36 profile names: 25 + 13*36.
+const MaxKeys = nodeWideKeys + perProfileKeys*maxMIGProfiles
+
+const (
+	nodeWideKeys   = 25
+	perProfileKeys = 13
+	maxMIGProfiles = 2 * 18
+)
+
 var ownKey = regexp.MustCompile(KeyPattern)
 
 // IsKey says whether key is one Compute may return (KeyPattern).

@@ -397,3 +397,47 @@ func TestKeyPattern(t *testing.T) {
 		}
 	}
 }
+
+// MaxKeys holds what Compute returns on the largest node: two GPU models
+// in MIG mode, each with every one of NVML's 18 GPU-instance profiles in
+// use (the mixed strategy), or the single strategy's MIG attributes.
+func TestMaxKeys(t *testing.T) {
+	profiles := func(memGB int) []string {
+		var out []string
+		for i := range maxMIGProfiles / 2 {
+			out = append(out, fmt.Sprintf("%dg.%dgb", i%7+1, memGB+i))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name     string
+		strategy string
+		gpus     func() []nvml.GPU
+		want     int
+	}{
+		{"no MIG", config.MIGStrategyNone, func() []nvml.GPU { return h100s(2) }, nodeWideKeys - 1},
+		{"single, one profile", config.MIGStrategySingle, func() []nvml.GPU {
+			g := h100s(2)
+			return []nvml.GPU{migGPU(g[0], "1g.10gb"), migGPU(g[1], "1g.10gb")}
+		}, nodeWideKeys + 8},
+		{"mixed, two models with every profile", config.MIGStrategyMixed, func() []nvml.GPU {
+			g := h100s(3)
+			g[1].Name = "NVIDIA H200"
+			return []nvml.GPU{migGPU(g[0], profiles(10)...), migGPU(g[1], profiles(100)...), g[2]}
+		}, MaxKeys},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := facts(tt.gpus())
+			f.MIGStrategy = tt.strategy
+			l := Compute(f)
+			if len(l) != tt.want || len(l) > MaxKeys {
+				t.Errorf("%d keys, want %d (MaxKeys %d): %v", len(l), tt.want, MaxKeys, l.Keys())
+			}
+			for k := range l {
+				if !IsKey(k) || len(k) > len(Prefix)+63 {
+					t.Errorf("key %s: not ours, or longer than the chart's policy allows", k)
+				}
+			}
+		})
+	}
+}

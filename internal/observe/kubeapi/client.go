@@ -27,6 +27,7 @@ type Client struct {
 	user      string
 	password  string
 	userAgent string
+	manager   string
 	observer  RequestObserver
 	now       func() time.Time
 }
@@ -95,6 +96,7 @@ func New(c Config, opts ...Option) (*Client, error) {
 		user:      c.Username,
 		password:  c.Password,
 		userAgent: c.UserAgent,
+		manager:   c.FieldManager,
 		now:       time.Now,
 	}
 	for _, o := range opts {
@@ -189,6 +191,9 @@ func (c *Client) do(ctx context.Context, method, resource, path, contentType str
 	}
 	u := *c.base
 	u.Path += path
+	if method != http.MethodGet && c.manager != "" {
+		u.RawQuery = url.Values{"fieldManager": {c.manager}}.Encode()
+	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)

@@ -523,3 +523,46 @@ func TestEventMetadataUnchanged(t *testing.T) {
 		t.Fatalf("%s, %v", b, err)
 	}
 }
+
+// Every write names the field manager, so the plugin's managedFields entry
+// is the one the chart's admission policies expect; a read names none.
+func TestFieldManagerOnWrites(t *testing.T) {
+	var mu sync.Mutex
+	queries := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		queries[r.Method+" "+r.URL.Path] = r.URL.RawQuery
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	cl, err := New(Config{Server: srv.URL, FieldManager: "gpu-device-plugin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ts := NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	for _, err := range []error{
+		cl.PatchNodeCondition(ctx, "n1", NodeCondition{Type: "GPUHealthy", Status: ConditionTrue, LastHeartbeatTime: ts, LastTransitionTime: ts}),
+		cl.PatchNodeMetadata(ctx, "n1", MetadataPatch{}),
+		cl.CreateEvent(ctx, Event{Metadata: ObjectMeta{Name: "e"}}),
+		cl.PatchEvent(ctx, "default", "e", 2, ts),
+		func() error { _, err := cl.GetNode(ctx, "n1"); return err }(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for req, want := range map[string]string{
+		"PATCH /api/v1/nodes/n1/status":             "fieldManager=gpu-device-plugin",
+		"PATCH /api/v1/nodes/n1":                    "fieldManager=gpu-device-plugin",
+		"POST /api/v1/namespaces/default/events":    "fieldManager=gpu-device-plugin",
+		"PATCH /api/v1/namespaces/default/events/e": "fieldManager=gpu-device-plugin",
+		"GET /api/v1/nodes/n1":                      "",
+	} {
+		if got, ok := queries[req]; !ok || got != want {
+			t.Errorf("%s: query %q (sent: %v), want %q", req, got, ok, want)
+		}
+	}
+}

@@ -40,6 +40,9 @@ type Config struct {
 
 	// UserAgent is sent with every request.
 	UserAgent string
+	// FieldManager names the writer in the object's managedFields, on
+	// every write; empty leaves it to the API server (the user agent).
+	FieldManager string
 }
 
 // kubeconfig is the part of a kubeconfig file this package reads.

@@ -54,7 +54,13 @@ type draKey struct{ driver, pool, device string }
 type Holders struct {
 	devices map[deviceKey][]Holder
 	dra     map[draKey][]Holder
+	// held is each container's device IDs by resource (device-plugin API).
+	held map[Holder]map[string][]string
 }
+
+// DevicesOf is the device IDs container c holds through the device-plugin
+// API, by resource; nil when none. Checkpoint.PodUID takes it.
+func (h Holders) DevicesOf(c Holder) map[string][]string { return h.held[c] }
 
 // Device returns the containers holding device id of a device-plugin
 // resource, sorted; nil when none.
@@ -106,7 +112,7 @@ func (h Holders) Of(n Names) []Holder {
 
 // FromList indexes a List answer.
 func FromList(resp *v1.ListPodResourcesResponse) Holders {
-	h := Holders{devices: map[deviceKey][]Holder{}, dra: map[draKey][]Holder{}}
+	h := Holders{devices: map[deviceKey][]Holder{}, dra: map[draKey][]Holder{}, held: map[Holder]map[string][]string{}}
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
 			who := Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
@@ -114,6 +120,10 @@ func FromList(resp *v1.ListPodResourcesResponse) Holders {
 				for _, id := range d.GetDeviceIds() {
 					k := deviceKey{d.GetResourceName(), id}
 					h.devices[k] = append(h.devices[k], who)
+					if h.held[who] == nil {
+						h.held[who] = map[string][]string{}
+					}
+					h.held[who][d.GetResourceName()] = append(h.held[who][d.GetResourceName()], id)
 				}
 			}
 			for _, dr := range c.GetDynamicResources() {

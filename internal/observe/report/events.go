@@ -22,7 +22,7 @@ type record struct {
 	key         evKey
 	typ         string
 	seq         uint64
-	uid         string // a Pod's, once read
+	uid         string // a Pod's, when the node could tell it
 	apiName     string // the Event's name once created
 	count, sent int32
 	first, last time.Time
@@ -42,25 +42,32 @@ func (r *Reporter) observe(ctx context.Context, t transition) {
 	}
 	msg = truncate(msg, maxMessage)
 	targets := []evKey{{kind: "Node", name: r.o.Node}}
+	uids := map[evKey]string{}
 	if r.o.Holders != nil {
 		pods, err := r.o.Holders.HoldersOf(ctx, t.resource, t.id)
 		if err != nil {
 			r.warn("holders", "cannot tell which pods hold the device; its Event goes to the Node only", "resource", t.resource, "device", t.id, "err", err)
 		}
-		seen := map[Pod]bool{}
 		for _, p := range pods {
-			if !seen[p] {
-				seen[p] = true
-				targets = append(targets, evKey{kind: "Pod", namespace: p.Namespace, name: p.Name})
+			k := evKey{kind: "Pod", namespace: p.Namespace, name: p.Name}
+			if _, seen := uids[k]; !seen {
+				targets = append(targets, k)
+			}
+			if uids[k] == "" {
+				uids[k] = p.UID
 			}
 		}
 	}
 	for _, k := range targets {
+		uid := uids[k]
 		k.reason, k.message = reason, msg
 		rec := r.records[k]
 		if rec != nil && t.at.Sub(rec.last) < aggregateWindow {
 			rec.count++
 			rec.last = t.at
+			if rec.uid == "" {
+				rec.uid = uid
+			}
 			continue
 		}
 		if rec != nil {
@@ -74,7 +81,7 @@ func (r *Reporter) observe(ctx context.Context, t transition) {
 			}
 		}
 		r.seq++
-		r.records[k] = &record{key: k, typ: typ, seq: r.seq, count: 1, first: t.at, last: t.at}
+		r.records[k] = &record{key: k, typ: typ, seq: r.seq, uid: uid, count: 1, first: t.at, last: t.at}
 	}
 }
 
@@ -220,21 +227,12 @@ func (r *Reporter) send(ctx context.Context, rec *record, now time.Time) {
 		}
 		ref.UID = uid
 	case "Pod":
-		if rec.uid == "" {
-			p, err := r.api.GetPod(ctx, k.namespace, k.name)
-			switch {
-			case kubeapi.IsNotFound(err):
-				r.log.Debug("pod holding a device is gone; no Event for it", "pod", k.namespace+"/"+k.name, "reason", k.reason)
-				return
-			case err != nil && kubeapi.Classify(err) == kubeapi.Throttled:
-				retry = r.eventFailed(ctx, "reading a pod's UID for its Event", err, now, "pod", k.namespace+"/"+k.name)
-				return
-			case err != nil:
-				// Sent without its UID: kubectl get events still lists it.
-				r.warnErr(ctx, "pod", "reading a pod's UID for its Event", err, "pod", k.namespace+"/"+k.name)
-			default:
-				rec.uid = p.Metadata.UID
-			}
+		if rec.uid == "" && !r.noPodUIDLogged {
+			// Still found by kubectl get events --field-selector
+			// involvedObject.name=POD, though not by kubectl describe pod.
+			r.noPodUIDLogged = true
+			r.log.Info("an Event about a pod goes without the pod's UID: the node could not tell it, and the plugin may not read pods; logged once",
+				"pod", k.namespace+"/"+k.name, "reason", k.reason)
 		}
 		ref.UID = rec.uid
 	}

@@ -77,9 +77,12 @@ const (
 	conditionInterval = time.Second
 )
 
-// Pod names a Pod.
+// Pod names a Pod. UID is its UID when the node could tell it (the
+// kubelet's device-manager checkpoint, a DRA claim's reservedFor); the
+// reporter never asks the API server, so that no node may read pods.
 type Pod struct {
 	Namespace, Name string
+	UID             string
 }
 
 // Holders says which Pods hold a device now. It may be slow (it asks the
@@ -100,7 +103,6 @@ func (f HoldersFunc) HoldersOf(ctx context.Context, resource, deviceID string) (
 type API interface {
 	CreateEvent(ctx context.Context, e kubeapi.Event) error
 	PatchEvent(ctx context.Context, namespace, name string, count int32, last kubeapi.Time) error
-	GetPod(ctx context.Context, namespace, name string) (kubeapi.Pod, error)
 	GetNode(ctx context.Context, name string) (kubeapi.Node, error)
 	PatchNodeCondition(ctx context.Context, node string, c kubeapi.NodeCondition) error
 }
@@ -169,6 +171,9 @@ type Reporter struct {
 	nodeUID  string
 	lastDrop time.Time
 	warned   map[string]warnState
+	// noPodUIDLogged: an Event about a pod went without its UID, and
+	// that was logged.
+	noPodUIDLogged bool
 	// evBackoff is the run of failed Event requests; no Event is sent
 	// before evPause.
 	evBackoff backoff.Backoff

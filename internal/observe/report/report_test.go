@@ -157,10 +157,9 @@ const label1 = "GPU-1 (index 3)"
 
 func TestEventsOnNodeAndHoldingPods(t *testing.T) {
 	api := newFakeAPI()
-	api.pods["ml/trainer-0"] = "uid-t0"
-	api.pods["ml/trainer-1"] = "uid-t1"
-	// trainer-0 twice: two of its containers hold the GPU.
-	r, clk := newReporter(t, api, Options{Events: true, Holders: holders(Pod{"ml", "trainer-0"}, Pod{"ml", "trainer-0"}, Pod{"ml", "trainer-1"})})
+	// trainer-0 twice: two of its containers hold the GPU. The UIDs are
+	// the node's (the kubelet's checkpoint): the API server is not asked.
+	r, clk := newReporter(t, api, Options{Events: true, Holders: holders(Pod{"ml", "trainer-0", "uid-t0"}, Pod{"ml", "trainer-0", "uid-t0"}, Pod{"ml", "trainer-1", "uid-t1"})})
 	ctx := context.Background()
 
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
@@ -413,17 +412,20 @@ func TestRunSendsAsTransitionsHappen(t *testing.T) {
 	}
 }
 
+// Without holders the Event goes to the Node only; a holder whose UID the
+// node could not tell gets its Event without one, logged once; the API
+// server is never asked for a pod.
 func TestHolderProblems(t *testing.T) {
 	api := newFakeAPI()
-	api.pods["ml/alive"] = "uid-alive"
 	failing := true
 	h := HoldersFunc(func(context.Context, string, string) ([]Pod, error) {
 		if failing {
 			return nil, errors.New("kubelet socket missing")
 		}
-		return []Pod{{"ml", "gone"}, {"ml", "alive"}, {"ml", "unreadable"}}, nil
+		return []Pod{{"ml", "no-uid", ""}, {"ml", "alive", "uid-alive"}, {"ml", "unknown", ""}}, nil
 	})
-	r, _ := newReporter(t, api, Options{Events: true, Holders: h})
+	var logs strings.Builder
+	r, _ := newReporter(t, api, Options{Events: true, Holders: h, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
 	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
 	r.pump(ctx)
@@ -431,17 +433,21 @@ func TestHolderProblems(t *testing.T) {
 		t.Fatalf("without holders: %+v", c)
 	}
 	failing = false
-	api.pods["ml/unreadable"] = "x"
 	r.Transition(GPUResource, "GPU-1", label1, true, "")
-	api.failNext("getPod", nil, nil, &kubeapi.StatusError{Code: 500})
 	r.pump(ctx)
 	var got []string
-	for _, c := range ops(api.take(), "create") {
+	for _, c := range api.take() {
+		if c.op != "create" {
+			t.Errorf("call %s: only Events are written, and no pod is read", c.op)
+			continue
+		}
 		got = append(got, c.event.InvolvedObject.Name+"="+c.event.InvolvedObject.UID)
 	}
-	// gone: 404, no Event; unreadable: sent without its UID.
-	if strings.Join(got, " ") != "n1=node-uid alive=uid-alive unreadable=" {
+	if strings.Join(got, " ") != "n1=node-uid no-uid= alive=uid-alive unknown=" {
 		t.Fatalf("Events about %v", got)
+	}
+	if n := strings.Count(logs.String(), "without the pod's UID"); n != 1 {
+		t.Errorf("logged %d times that an Event went without a pod UID, want once:\n%s", n, logs.String())
 	}
 }
 

@@ -113,6 +113,10 @@ type devHealth struct {
 type Driver struct {
 	o Options
 
+	// pods are the pods each prepared claim is reserved for, by claim
+	// UID, for the UIDs of their Events (PodUID).
+	pods reservations
+
 	mu       sync.Mutex
 	gpus     []draslice.Device
 	counters []draslice.CounterSet
@@ -504,6 +508,7 @@ func (d *Driver) publish(ctx context.Context) {
 // only once the checkpoint on disk holds it. Then, outside the lock, the
 // prepared claims' status.devices entries are written (writeClaimStatus).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.pods.record(claims)
 	out, err := d.prepareClaims(ctx, claims)
 	d.writeClaimStatus(ctx, claims, out)
 	return out, err
@@ -774,6 +779,7 @@ func (p preparedClaim) result() []kubeletplugin.Device {
 // UnprepareResourceClaims forgets the claims. One not prepared is no
 // error: the kubelet retries, and restarts.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.pods.forget(claims)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()

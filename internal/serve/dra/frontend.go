@@ -199,7 +199,9 @@ func restConfig(cfg config.Config) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DRA mode needs API access for ResourceSlices: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
 	}
-	rc.UserAgent = "gpu-device-plugin"
+	// The API server takes the field manager from the user agent when a
+	// write names none (the ResourceSlice controller's create and update).
+	rc.UserAgent = config.FieldManager
 	rc.QPS, rc.Burst = kubeQPS, kubeBurst
 	return rc, nil
 }
@@ -262,6 +264,10 @@ func publishedTaints(ctx context.Context, client kubernetes.Interface, driver, n
 	}
 	return out, nil
 }
+
+// PodUID is the UID of pod namespace/name, from the reservations of the
+// claims the driver prepared for it; "" when unknown.
+func (f *FrontEnd) PodUID(namespace, name string) string { return f.drv.PodUID(namespace, name) }
 
 // Run stops the helper when ctx ends. Prepared claims stay in the
 // checkpoint, and the ResourceSlices for the next start to update.

@@ -20,6 +20,7 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -38,7 +39,7 @@ import (
 // dropDeallocatedStatusDevices).
 const (
 	// StatusFieldManager owns the entries the plugin writes.
-	StatusFieldManager = "gpu-device-plugin"
+	StatusFieldManager = config.FieldManager
 
 	// ConditionReady is True on every prepared device: its CDI devices
 	// were handed to the kubelet and the container can start with it.

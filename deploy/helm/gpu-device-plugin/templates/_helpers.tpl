@@ -277,3 +277,88 @@ pods it owns. */}}
 {{- define "gpu-device-plugin.configLabel" -}}
 gpu-device-plugin.github.io/config
 {{- end }}
+
+{{/* The field manager the plugin writes as, on every API call (the
+kubeapi client's fieldManager, the DRA client's user agent and its claim
+status apply): the admission policies tell its own managedFields entry from
+the others' by it. */}}
+{{- define "gpu-device-plugin.fieldManager" -}}
+gpu-device-plugin
+{{- end }}
+
+{{/* The variables that find forged managedFields entries, for a policy's
+variables list. A client may write metadata.managedFields itself: an entry
+made up for another manager, or a field added to one, makes that manager's
+next server-side apply remove the field, though the policy refused the
+change outright. So every entry but the plugin's own (whose time and fields
+the API server writes on each request) must be in the old object as it was,
+or have lost fields only: the API server takes from other entries the
+fields the plugin changes or removes. Compared three levels deep
+(f:metadata, f:labels, the key), and equal below. "ancient-changes" is
+where the API server folds the oldest update managers together; nobody
+applies as it, so its fields remove nothing. On CREATE no other entry may
+exist. Sets forgedManagers, the managers whose entries are new or grew. */}}
+{{- define "gpu-device-plugin.managedFieldsVariables" -}}
+- name: fieldManager
+  expression: >-
+    {{ include "gpu-device-plugin.fieldManager" . | quote }}
+- name: foreignEntries
+  expression: >-
+    request.operation == "DELETE" ? [] :
+    object.metadata.?managedFields.orValue([]).filter(e, e.?manager.orValue("") != variables.fieldManager &&
+    (request.operation == "CREATE" || e.?manager.orValue("") != "ancient-changes"))
+- name: oldForeignEntries
+  expression: >-
+    request.operation != "UPDATE" ? [] :
+    oldObject.metadata.?managedFields.orValue([]).filter(e, e.?manager.orValue("") != variables.fieldManager)
+- name: forgedManagers
+  expression: >-
+    variables.foreignEntries.filter(e, !variables.oldForeignEntries.exists(o,
+    o.?manager.orValue("") == e.?manager.orValue("") && o.?operation.orValue("") == e.?operation.orValue("") &&
+    o.?subresource.orValue("") == e.?subresource.orValue("") && o.?apiVersion.orValue("") == e.?apiVersion.orValue("") &&
+    o.?time.orValue("") == e.?time.orValue("") && o.?fieldsType.orValue("") == e.?fieldsType.orValue("") &&
+    (o.?fieldsV1.orValue({}) == e.?fieldsV1.orValue({}) ||
+    e.?fieldsV1.orValue({}).all(a, a in o.?fieldsV1.orValue({}) && (e.fieldsV1[a] == o.fieldsV1[a] ||
+    e.fieldsV1[a].all(b, b in o.fieldsV1[a] && (e.fieldsV1[a][b] == o.fieldsV1[a][b] ||
+    e.fieldsV1[a][b].all(c, c in o.fieldsV1[a][b] && e.fieldsV1[a][b][c] == o.fieldsV1[a][b][c])))))))
+    ).map(e, e.?manager.orValue("(no name)"))
+{{- end }}
+
+{{/* The validation that goes with gpu-device-plugin.managedFieldsVariables. */}}
+{{- define "gpu-device-plugin.managedFieldsValidation" -}}
+- expression: size(variables.forgedManagers) == 0
+  messageExpression: >-
+    "the plugin may write only its own managedFields entry (manager " + variables.fieldManager +
+    "); it may not add or widen the entries of " + variables.forgedManagers.join(", ")
+{{- end }}
+
+{{/* The opt-outs that widen what a stolen plugin token may do, each with
+the exact acknowledgement it needs, as a list of dicts (key, ack, phrase,
+widened) in .out.optOuts, those in force only (their feature on). */}}
+{{- define "gpu-device-plugin.optOuts" -}}
+{{- $root := .root }}
+{{- $all := list }}
+{{- if and $root.Values.nodeCondition.enabled (not $root.Values.nodeCondition.restrictToOwnNode) }}
+{{- $all = append $all (dict "key" "nodeCondition.restrictToOwnNode" "ack" "nodeCondition.restrictToOwnNodeAcknowledged" "given" $root.Values.nodeCondition.restrictToOwnNodeAcknowledged
+  "phrase" "a stolen token can patch every Node's status"
+  "widened" "the plugin's token may patch the status of every Node (conditions, addresses, capacity, labels and annotations), not only its own Node's GPUHealthy and NICHealthy conditions") }}
+{{- end }}
+{{- if and (include "gpu-device-plugin.dra" $root) (not $root.Values.dra.restrictSlicesToNode) }}
+{{- $all = append $all (dict "key" "dra.restrictSlicesToNode" "ack" "dra.restrictSlicesToNodeAcknowledged" "given" $root.Values.dra.restrictSlicesToNodeAcknowledged
+  "phrase" "a stolen token can write every node's ResourceSlices and claim status"
+  "widened" "the plugin's token may create, change and delete the ResourceSlices of every node and driver, and write any claim's status that the API server itself admits, not only its own node's") }}
+{{- end }}
+{{- $_ := set .out "optOuts" $all }}
+{{- end }}
+
+{{/* Refuses an opt-out in force without its acknowledgement, in one line
+naming the key and the fix. */}}
+{{- define "gpu-device-plugin.checkOptOuts" -}}
+{{- $o := dict }}
+{{- $_ := include "gpu-device-plugin.optOuts" (dict "root" . "out" $o) }}
+{{- range $o.optOuts }}
+{{- if ne (toString .given) .phrase }}
+{{- fail (printf "%s: false widens the plugin's token (%s); keep it true, or set %s to %q to accept that" .key .widened .ack .phrase) }}
+{{- end }}
+{{- end }}
+{{- end }}
