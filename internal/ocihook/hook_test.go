@@ -860,3 +860,31 @@ func TestVolumeRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestLdconfigNotAFile: an image whose ldconfig is a device node or a FIFO would have root
+// open a device (whose driver acts on open) or block on the FIFO. The sandbox's view of the
+// rootfs is nodev, and it opens O_NONBLOCK and checks with fstat: the container is refused
+// in one line, promptly.
+func TestLdconfigNotAFile(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name string
+		mode uint32
+		want string
+	}{
+		{"a device node anyone may open", syscall.S_IFCHR | 0o666, "permission denied"},
+		{"a FIFO", syscall.S_IFIFO | 0o666, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBundle(t, rhelLib, false)
+			if err := syscall.Mknod(filepath.Join(b.rootfs, "sbin/ldconfig.real"), tc.mode, int(unix.Mkdev(1, 3))); err != nil {
+				t.Fatal(err)
+			}
+			stderr, code := b.run(t, createContainerArgs(rhelLib)...)
+			want := ocihook.Name + ": refusing the container: open /sbin/ldconfig.real: " + tc.want
+			if code != 1 || !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("exit %d, want 1 and one line starting %q; stderr:\n%s", code, want, stderr)
+			}
+		})
+	}
+}
