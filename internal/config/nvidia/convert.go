@@ -23,19 +23,20 @@ type Result struct {
 
 func (r *Result) note(at, why string) { r.Notes = append(r.Notes, at+": "+why) }
 
-// timeSlicing is our sharing.timeSlicing map, made on first use.
-func (r *Result) timeSlicing() map[string]any {
+// sharingSection is our sharing.<name> map (timeSlicing, mps), made on
+// first use.
+func (r *Result) sharingSection(name string) map[string]any {
 	sharing, _ := r.Config["sharing"].(map[string]any)
 	if sharing == nil {
 		sharing = map[string]any{}
 		r.Config["sharing"] = sharing
 	}
-	ts, _ := sharing["timeSlicing"].(map[string]any)
-	if ts == nil {
-		ts = map[string]any{}
-		sharing["timeSlicing"] = ts
+	sec, _ := sharing[name].(map[string]any)
+	if sec == nil {
+		sec = map[string]any{}
+		sharing[name] = sec
 	}
-	return ts
+	return sec
 }
 
 // topLevel are the keys of NVIDIA's v1 file.
@@ -134,15 +135,31 @@ func hasUnder(byFile map[string]Key, at string) bool {
 
 func isNull(v json.RawMessage) bool { return len(v) == 0 || string(v) == "null" }
 
-// timeSlicing carries sharing.timeSlicing over: the shape is ours, but
-// devices are picked by UUID or model name here, never by index or count.
+// timeSlicing carries sharing.timeSlicing over: the shape is ours too.
 func timeSlicing(r *Result, at string, v json.RawMessage) {
+	shared(r, at, v, r.sharingSection("timeSlicing"), "time-slicing")
+}
+
+// mps carries sharing.mps over. NVIDIA's plugin gives each container one
+// MPS share, whatever failRequestsGreaterThanOne says; here that flag
+// decides, so it is set, and a file that said false is noted.
+func mps(r *Result, at string, v json.RawMessage) {
+	sec := r.sharingSection("mps")
+	shared(r, at, v, sec, "MPS")
+	if b, ok := sec["failRequestsGreaterThanOne"].(bool); ok && !b {
+		r.note(at+".failRequestsGreaterThanOne", "false is not carried over: NVIDIA's plugin serves one MPS share per container whatever it says, and here false would let a container hold several; set true")
+	}
+	sec["failRequestsGreaterThanOne"] = true
+}
+
+// shared carries a sharing section of NVIDIA's (renameByDefault,
+// failRequestsGreaterThanOne, resources) into sec.
+func shared(r *Result, at string, v json.RawMessage, sec map[string]any, what string) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(v, &m); err != nil {
 		r.note(at, "want a map with resources; left out")
 		return
 	}
-	ts := r.timeSlicing()
 	for _, name := range slices.Sorted(maps.Keys(m)) {
 		v := m[name]
 		switch name {
@@ -152,7 +169,7 @@ func timeSlicing(r *Result, at string, v json.RawMessage) {
 				r.note(at+"."+name, fmt.Sprintf("want true or false, got %s; left out", v))
 				continue
 			}
-			ts[name] = b
+			sec[name] = b
 		case "resources":
 			var entries []map[string]json.RawMessage
 			if err := json.Unmarshal(v, &entries); err != nil {
@@ -166,10 +183,10 @@ func timeSlicing(r *Result, at string, v json.RawMessage) {
 				}
 			}
 			if len(out) > 0 {
-				ts["resources"] = out
+				sec["resources"] = out
 			}
 		default:
-			r.note(at+"."+name, "unknown NVIDIA key, left out; time-slicing takes renameByDefault, failRequestsGreaterThanOne, resources")
+			r.note(at+"."+name, "unknown NVIDIA key, left out; "+what+" takes renameByDefault, failRequestsGreaterThanOne, resources")
 		}
 	}
 }

@@ -43,8 +43,6 @@ func (k Key) ID() string {
 // Carried says whether migrate carries the value over.
 func (k Key) Carried() bool { return k.move != nil }
 
-const noMPS = "MPS is not served yet; sharing.timeSlicing shares GPUs without MPS's memory and compute limits"
-
 // Keys is every NVIDIA setting we know, in the order the guide lists them.
 // It covers k8s-device-plugin's api/config/v1 and the flags of its
 // nvidia-device-plugin and gpu-feature-discovery commands.
@@ -60,14 +58,15 @@ func Keys() []Key {
 			Note: "becomes `driverRoot`, and `flags.nvidiaDriverRoot` becomes `hostDriverRoot`: the driver root as the container runtime sees it, for CDI specs", move: containerDriverRoot},
 		{File: "flags.nvidiaDevRoot", Flag: "dev-root", Env: []string{"NVIDIA_DEV_ROOT"}, Ours: "devRoot",
 			Note: "`devRoot` is the `/dev` directory itself: NVIDIA's root with `/dev` added", move: devRoot},
-		{File: "flags.mpsRoot", Flag: "mps-root", Env: []string{"MPS_ROOT"}, Note: noMPS},
+		{File: "flags.mpsRoot", Flag: "mps-root", Env: []string{"MPS_ROOT"}, Ours: "mpsRoot",
+			Note: "the host folder the MPS daemons keep their pipes, logs and shared memory in, one folder per GPU", move: copyTo("mpsRoot")},
 		{File: "flags.gdrcopyEnabled", Flag: "gdrcopy-enabled", Env: []string{"GDRCOPY_ENABLED"},
 			Note: "GDRCopy's device node is not added to GPU containers"},
 		{File: "flags.gdsEnabled", Flag: "gds-enabled", Env: []string{"GDS_ENABLED"},
 			Note: "GPUDirect Storage's device nodes are not added to GPU containers"},
 		{File: "flags.mofedEnabled", Flag: "mofed-enabled", Env: []string{"MOFED_ENABLED"},
 			Note: "RDMA devices are served apart, as NIC pools: see `nicResources`"},
-		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Ours: "nodeLabels", Note: "labels go to NFD's local feature file (nodeLabels: nfd), not through the NodeFeature API"},
+		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Ours: "nodeLabels", Note: "not carried over: labels go to NFD's local feature file (nodeLabels: nfd), not through the NodeFeature API"},
 		{File: "flags.deviceDiscoveryStrategy", Flag: "device-discovery-strategy", Env: []string{"DEVICE_DISCOVERY_STRATEGY"},
 			Note: "GPUs are found through NVML only; Tegra (Jetson) boards are not served"},
 		{File: "flags.plugin.passDeviceSpecs", Flag: "pass-device-specs", Env: []string{"PASS_DEVICE_SPECS"},
@@ -85,7 +84,7 @@ func Keys() []Key {
 		{File: "flags.gfd.oneshot", Flag: "oneshot", Env: []string{"GFD_ONESHOT"}, Note: "labels are written by the serving plugin and kept while it runs; there is no one-shot run"},
 		{File: "flags.gfd.noTimestamp", Flag: "no-timestamp", Env: []string{"GFD_NO_TIMESTAMP"}, Note: "no timestamp label is written, ever: nothing changes at rest"},
 		{File: "flags.gfd.sleepInterval", Flag: "sleep-interval", Env: []string{"GFD_SLEEP_INTERVAL"}, Note: "labels are computed at start and the file is rewritten only when they change or before NFD's one-hour expiry"},
-		{File: "flags.gfd.outputFile", Flag: "output-file", Env: []string{"GFD_OUTPUT_FILE"}, Ours: "nfdFeaturesDir", Note: "the folder is set, not the file: ours is gpu-device-plugin in it"},
+		{File: "flags.gfd.outputFile", Flag: "output-file", Env: []string{"GFD_OUTPUT_FILE"}, Ours: "nfdFeaturesDir", Note: "not carried over: the folder is set, not the file: ours is gpu-device-plugin in it"},
 		{File: "flags.gfd.machineTypeFile", Flag: "machine-type-file", Env: []string{"GFD_MACHINE_TYPE_FILE"}, Note: "gpu.machine is read from DMI under sysfsRoot (class/dmi/id/product_name)"},
 		{File: "resources.gpus",
 			Note: "NVIDIA's plugin ignores it too; pods keep asking for `nvidia.com/gpu`, or time-slicing's `rename` serves replicas under another name"},
@@ -93,7 +92,8 @@ func Keys() []Key {
 			Note: "NVIDIA's plugin ignores it too; MIG devices are served as `nvidia.com/mig-<profile>` under `migStrategy: mixed`"},
 		{File: "sharing.timeSlicing", Ours: "sharing.timeSlicing",
 			Note: "same shape: `renameByDefault`, `failRequestsGreaterThanOne`, `resources[{name, replicas, rename, devices}]`; devices by UUID or model name, not by index or count", move: timeSlicing},
-		{File: "sharing.mps", Note: noMPS},
+		{File: "sharing.mps", Ours: "sharing.mps",
+			Note: "same shape as `sharing.timeSlicing`; `failRequestsGreaterThanOne` is set, as NVIDIA's plugin serves one MPS share per container; at most 48 replicas a GPU; device-plugin mode only (DRA shares through claims)", move: mps},
 		{File: "imex.channelIDs", Flag: "imex-channel-ids", Env: []string{"IMEX_CHANNEL_IDS"},
 			Note: "IMEX channels are not added to GPU containers"},
 		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"},
@@ -227,6 +227,6 @@ func deviceListStrategy(r *Result, at string, v json.RawMessage) {
 
 func placement(r *Result, at string, v json.RawMessage) {
 	if s, ok := str(r, at, v); ok {
-		r.timeSlicing()["placement"] = s
+		r.sharingSection("timeSlicing")["placement"] = s
 	}
 }
