@@ -182,6 +182,11 @@ const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // the host's /run, a tmpfs, as MPS's shared memory wants.
 const DefaultMPSRoot = "/run/gpu-device-plugin/mps"
 
+// MaxMPSRoot is the longest mpsRoot whose daemons' control sockets
+// (<mpsRoot>/<GPU UUID>/pipe/control) fit a UNIX socket's path, 107 bytes:
+// past it, every client and the plugin fail to connect ("invalid argument").
+const MaxMPSRoot = 107 - len("/GPU-00000000-0000-0000-0000-000000000000/pipe/control")
+
 // DefaultStateDir is the state directory of the node package's unit
 // (StateDirectory=gpu-device-plugin) and the chart's hostPath.
 const DefaultStateDir = "/var/lib/gpu-device-plugin"

@@ -43,6 +43,19 @@ func TestLoadExampleMPS(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "mpsRoot") {
 		t.Errorf("relative mpsRoot: %v", err)
 	}
+	// The longest root whose control sockets fit 107 bytes, and one byte more.
+	c.MPSRoot = "/" + strings.Repeat("m", MaxMPSRoot-1)
+	if err := c.Validate(); err != nil {
+		t.Errorf("mpsRoot of %d bytes: %v", len(c.MPSRoot), err)
+	}
+	if sock := c.MPSRoot + "/GPU-8c1e7d5a-0000-4000-8000-000000000000/pipe/control"; len(sock) != 107 {
+		t.Errorf("MaxMPSRoot gives a %d-byte socket path, want 107", len(sock))
+	}
+	c.MPSRoot += "m"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "mpsRoot") || !strings.Contains(err.Error(), "1 too many") || strings.Count(err.Error(), "\n") > 0 {
+		t.Errorf("mpsRoot of %d bytes: %v, want one line saying it is 1 byte too long", len(c.MPSRoot), err)
+	}
+	c.MPSRoot = DefaultMPSRoot
 	js, err := json.Marshal(c.Sharing)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,10 @@ func (c Config) Validate() error {
 	}
 	if c.Sharing.MPS.Enabled() || c.Sharing.MemoryShares.Enabled {
 		absolute("mpsRoot", c.MPSRoot)
+		if root := filepath.Clean(c.MPSRoot); len(root) > MaxMPSRoot {
+			errs = append(errs, fmt.Errorf("config: %s: %q is %d bytes, %d too many: each MPS daemon's control socket is <mpsRoot>/<GPU UUID>/pipe/control, and a UNIX socket path takes at most 107 bytes; use a folder of at most %d bytes (the default is %s)",
+				field("mpsRoot"), c.MPSRoot, len(root), len(root)-MaxMPSRoot, MaxMPSRoot, DefaultMPSRoot))
+		}
 	}
 	if c.StateDir != "" {
 		absolute("stateDir", c.StateDir)

@@ -3,10 +3,12 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
@@ -153,5 +155,15 @@ func TestPreferredMPS(t *testing.T) {
 				t.Errorf("Allocate of the preferred set: %v", err)
 			}
 		})
+	}
+}
+
+// TestMaxMPSRootFitsTheSocket: config refuses an mpsRoot past MaxMPSRoot by
+// the length of the control socket in the layout MPSDir makes; the two must agree.
+func TestMaxMPSRootFitsTheSocket(t *testing.T) {
+	root := "/" + strings.Repeat("m", config.MaxMPSRoot-1)
+	sock := filepath.Join(MPSDir(root, "GPU-8c1e7d5a-0000-4000-8000-000000000000", MPSPipe), "control")
+	if len(sock) != 107 {
+		t.Errorf("the longest mpsRoot config allows gives a %d-byte control socket path, want 107 (a UNIX socket's most)", len(sock))
 	}
 }
