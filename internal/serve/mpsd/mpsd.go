@@ -136,6 +136,11 @@ type Manager struct {
 	// changed is closed and replaced at every change of states or
 	// daemons, waking every WaitUp.
 	changed chan struct{}
+	// warned is the start failure warned about at each failure in a row
+	// (the backoff's step): one that every GPU meets (a missing binary, no
+	// driver) is one warning a step, the other GPUs' at debug level. GPUs
+	// drift a step or two apart; older steps are forgotten.
+	warned map[int]string
 }
 
 type daemon struct {
@@ -168,7 +173,7 @@ func New(o Options) *Manager {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{})}
+	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{}), warned: map[int]string{}}
 }
 
 // sweepable says whether root may hold daemons of an earlier process.
@@ -378,11 +383,16 @@ func (m *Manager) setState(uuid string, s State) {
 func (m *Manager) run(ctx context.Context, d *daemon) {
 	defer close(d.done)
 	g, log := d.gpu, m.o.Log.With("gpu", d.gpu.UUID)
-	backoff := m.o.MinBackoff
+	backoff, step := m.o.MinBackoff, 0
 	for ctx.Err() == nil {
 		adopted, err := m.start(ctx, g, log)
 		if err != nil {
-			log.Warn("MPS control daemon did not start; its shares are withheld", "err", err, "retryIn", backoff)
+			level := slog.LevelWarn
+			if m.warnedAlready(err, step) {
+				level = slog.LevelDebug
+			}
+			step++
+			log.Log(ctx, level, "MPS control daemon did not start; its shares are withheld", "err", err, "retryIn", backoff)
 			_ = m.quit(g) // a half-started daemon
 			m.setState(g.UUID, State{Reason: ReasonDown, Err: err})
 			if !m.wait(ctx, backoff) {
@@ -391,7 +401,7 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 			backoff = min(2*backoff, m.o.MaxBackoff)
 			continue
 		}
-		backoff = m.o.MinBackoff
+		backoff, step = m.o.MinBackoff, 0
 		log.Info("MPS control daemon up", "adopted", adopted, "threadPercentage", g.DefaultThreadPercentage(), "pinnedMemoryMiB", g.DefaultMemoryMiB())
 		m.setState(g.UUID, State{Up: true})
 		err = m.watch(ctx, g)
@@ -412,6 +422,19 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 	if retire {
 		m.stop(g, log)
 	}
+}
+
+// warnedAlready says whether another GPU's daemon warned of the same
+// failure at the same step of its backoff; if not, this one will.
+func (m *Manager) warnedAlready(err error, step int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.warned[step] == err.Error() {
+		return true
+	}
+	m.warned[step] = err.Error()
+	delete(m.warned, step-3)
+	return false
 }
 
 // wait waits d on the clock; false when ctx ended first.

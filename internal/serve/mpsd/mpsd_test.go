@@ -3,6 +3,7 @@ package mpsd
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
 )
 
@@ -317,4 +319,57 @@ func inode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// TestMissingBinaryWarnsOncePerStep: a failure every GPU meets (here no MPS
+// binary) is one warning at each step of the backoff, not one per GPU; the
+// others are at debug level.
+func TestMissingBinaryWarnsOncePerStep(t *testing.T) {
+	var logs logtest.Buffer
+	root := filepath.Join(t.TempDir(), "mps")
+	clk := newFakeClock()
+	m := New(Options{Binary: filepath.Join(t.TempDir(), "nvidia-cuda-mps-control"), Root: root, Clock: clk, ProbeInterval: probe,
+		MinBackoff: backoff, MaxBackoff: 8 * backoff, Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	t.Cleanup(func() { m.Set(context.Background(), nil) })
+	gpus := []GPU{{UUID: "GPU-a", Replicas: 2}, {UUID: "GPU-b", Replicas: 2}, {UUID: "GPU-c", Replicas: 2}, {UUID: "GPU-d", Replicas: 2}}
+	m.Set(t.Context(), gpus)
+	// Each step's wait is its own length, so no GPU's next wait is taken
+	// for another's.
+	steps := []time.Duration{backoff, 2 * backoff, 4 * backoff}
+	for _, d := range steps {
+		for range gpus { // every GPU failed and waits d: each has logged
+			clk.await(t, d, true)
+		}
+	}
+	clk.awaitAll(t, 8*backoff, len(gpus))
+	out := logs.String()
+	warn := strings.Count(out, `level=WARN msg="MPS control daemon did not start`)
+	debug := strings.Count(out, `level=DEBUG msg="MPS control daemon did not start`)
+	if want := len(steps) + 1; warn != want || debug != want*(len(gpus)-1) {
+		t.Errorf("%d warnings and %d debug lines, want %d and %d (one warning a step, for %d GPUs):\n%s", warn, debug, want, want*(len(gpus)-1), len(gpus), out)
+	}
+}
+
+// awaitAll waits until n timers of d are started, firing none.
+func (c *fakeClock) awaitAll(t *testing.T, d time.Duration, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		k := 0
+		for _, w := range c.waiters {
+			if w.d == d {
+				k++
+			}
+		}
+		c.mu.Unlock()
+		if k >= n {
+			return
+		}
+		select {
+		case <-c.added:
+		case <-deadline:
+			t.Fatalf("%d timers of %v started, want %d", k, d, n)
+		}
+	}
 }
