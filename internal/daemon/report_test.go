@@ -228,10 +228,6 @@ func (a chanAPI) CreateEvent(_ context.Context, e kubeapi.Event) error {
 
 func (a chanAPI) PatchEvent(context.Context, string, string, int32, kubeapi.Time) error { return nil }
 
-func (a chanAPI) GetPod(context.Context, string, string) (kubeapi.Pod, error) {
-	return kubeapi.Pod{}, nil
-}
-
 func (a chanAPI) GetNode(context.Context, string) (kubeapi.Node, error) { return kubeapi.Node{}, nil }
 
 func (a chanAPI) PatchNodeCondition(_ context.Context, _ string, c kubeapi.NodeCondition) error {

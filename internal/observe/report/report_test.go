@@ -17,7 +17,7 @@ import (
 
 // call is one API call the fake saw.
 type call struct {
-	op    string // create, patchEvent, getPod, getNode, patchCondition
+	op    string // create, patchEvent, getNode, patchCondition
 	ns    string
 	name  string
 	event kubeapi.Event
@@ -29,7 +29,6 @@ type fakeAPI struct {
 	mu    sync.Mutex
 	calls []call
 	node  kubeapi.Node
-	pods  map[string]string // namespace/name: UID
 	// errs are returned by the next calls of an op, in order.
 	errs map[string][]error
 	// block, when set, holds CreateEvent until it is closed; entered
@@ -41,7 +40,7 @@ type fakeAPI struct {
 }
 
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{pods: map[string]string{}, errs: map[string][]error{}}
+	f := &fakeAPI{errs: map[string][]error{}}
 	f.node.Metadata = kubeapi.ObjectMeta{Name: "n1", UID: "node-uid"}
 	return f
 }
@@ -89,17 +88,6 @@ func (f *fakeAPI) CreateEvent(_ context.Context, e kubeapi.Event) error {
 
 func (f *fakeAPI) PatchEvent(_ context.Context, ns, name string, count int32, last kubeapi.Time) error {
 	return f.record(call{op: "patchEvent", ns: ns, name: name, count: count, event: kubeapi.Event{LastTimestamp: last}})
-}
-
-func (f *fakeAPI) GetPod(_ context.Context, ns, name string) (kubeapi.Pod, error) {
-	if err := f.record(call{op: "getPod", ns: ns, name: name}); err != nil {
-		return kubeapi.Pod{}, err
-	}
-	uid, ok := f.pods[ns+"/"+name]
-	if !ok {
-		return kubeapi.Pod{}, &kubeapi.StatusError{Code: 404, Reason: "NotFound"}
-	}
-	return kubeapi.Pod{Metadata: kubeapi.ObjectMeta{Namespace: ns, Name: name, UID: uid}}, nil
 }
 
 func (f *fakeAPI) GetNode(_ context.Context, name string) (kubeapi.Node, error) {
