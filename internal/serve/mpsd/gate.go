@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
@@ -44,12 +45,19 @@ func NewGate(next health.Notifier, m *Manager, uuids []string) *Gate {
 	return g
 }
 
-// SetHealth is the health watcher's word on a GPU.
+// SetHealth is the health watcher's word on a GPU. A gated GPU that
+// faulted (Faulted) has its daemon held stopped until it is healthy again.
 func (g *Gate) SetHealth(id string, healthy bool, reason string) bool {
 	// Held while telling next, so that what next hears last is the
 	// latest verdict.
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	switch {
+	case healthy || !Faulted(reason):
+		g.m.Hold(id, false, "")
+	case g.gated[id] || g.m.Running(id):
+		g.m.Hold(id, true, reason)
+	}
 	g.said[id] = verdict{healthy, reason}
 	v := g.verdict(id)
 	g.sent[id] = v
@@ -67,6 +75,19 @@ func (g *Gate) verdict(id string) verdict {
 		return verdict{reason: ReasonDown}
 	}
 	return v
+}
+
+// Faulted says whether a health reason is a fault of the GPU itself (an
+// XID, or the GPU lost), after which its MPS server cannot be trusted:
+// under MPS one client's fatal fault reaches every client of the server.
+// A slowdown or a failed read is not.
+func Faulted(reason string) bool {
+	for _, part := range strings.Split(reason, ", ") {
+		if strings.HasPrefix(part, "xid=") || part == "gpu-lost" {
+			return true
+		}
+	}
+	return false
 }
 
 // Run passes on each change of a daemon's state until ctx ends.

@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
@@ -98,8 +100,25 @@ type Options struct {
 	Command func(ctx context.Context, dirs Dirs, env []string, args ...string) (*exec.Cmd, error)
 	// ComputeMode, when set, puts the GPU in exclusive-process compute
 	// mode before its daemon starts, so only the MPS server holds a
-	// context on it, and back to default after the daemon is stopped.
+	// context on it, and back to default after the daemon is stopped. A
+	// GPU whose mode cannot be set gets no daemon: its shares are
+	// withheld. IsExclusive reads the mode back at every probe, so that a
+	// reset or a driver reload, which puts the default back, is undone.
 	ComputeMode func(uuid string, exclusive bool) error
+	IsExclusive func(uuid string) (bool, error)
+	// Servers, when set, finds the MPS servers running on the GPU with
+	// uuid (package mpsd's ProcServers reads /proc). One left by a daemon
+	// that died still serves its clients through the pipe directory, so
+	// no daemon is started, and the directory is left alone, until it
+	// ends.
+	Servers func(uuid string) ([]int, error)
+	// ShmSize, when set, is the size in bytes of a tmpfs mounted on each
+	// GPU's shared-memory directory: its clients' /dev/shm, which they
+	// fill no further. 0: a plain directory (tests).
+	ShmSize uint64
+	// StopGrace bounds how long stopping a daemon waits for its clients
+	// to end before its servers are shut down by force; 0: 30s.
+	StopGrace time.Duration
 	// Root holds each GPU's directories (gpu.MPSDir).
 	Root string
 	// ProbeInterval is how often each daemon is asked whether it
@@ -141,12 +160,18 @@ type Manager struct {
 	// driver) is one warning a step, the other GPUs' at debug level. GPUs
 	// drift a step or two apart; older steps are forgotten.
 	warned map[int]string
+	// held is, by GPU UUID, why a GPU's daemon is held stopped (Hold).
+	held map[string]string
 }
 
 type daemon struct {
+	// gpu is what Set last asked for, guarded by Manager.mu; a change of
+	// limits is applied to the running daemon in place.
 	gpu    GPU
 	cancel context.CancelFunc
 	done   chan struct{}
+	// poke wakes run after gpu or the GPU's hold changed.
+	poke chan struct{}
 	// retire is set by Set before cancel: the daemon is stopped, not
 	// left running for the next plugin process to adopt. stopped is set
 	// once run stopped it.
@@ -167,13 +192,16 @@ func New(o Options) *Manager {
 	if o.CommandTimeout <= 0 {
 		o.CommandTimeout = 30 * time.Second
 	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 30 * time.Second
+	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{}), warned: map[int]string{}}
+	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{}), warned: map[int]string{}, held: map[string]string{}}
 }
 
 // sweepable says whether root may hold daemons of an earlier process.
@@ -286,15 +314,16 @@ func (m *Manager) dirs(uuid string) Dirs {
 	return Dirs{Pipe: m.PipeDir(uuid), Log: m.LogDir(uuid), Shm: gpu.MPSDir(m.o.Root, uuid, gpu.MPSShm)}
 }
 
-// Set makes the running daemons those of gpus: it stops (quit, and
-// directories removed) those of GPUs no longer listed or whose limits
-// changed, then starts the others, each reported down until its first
-// start succeeds. A daemon an earlier plugin process left running with
-// the same limits is adopted, not restarted, so its clients keep running
-// across a plugin restart or upgrade; the first Set also stops those left
-// for GPUs no longer listed. The daemons stay up when ctx ends, for the
-// next process to adopt: stop them with Set(ctx, nil). Set returns once
-// the stopped ones are gone.
+// Set makes the running daemons those of gpus: it stops (clients given
+// StopGrace to end, then quit, and directories removed) those of GPUs no
+// longer listed, gives those whose limits changed their new limits in
+// place (their running clients keep running), then starts the others,
+// each reported down until its first start succeeds. A daemon an earlier
+// plugin process left running is adopted, not restarted, so its clients
+// keep running across a plugin restart or upgrade; the first Set also
+// stops those left for GPUs no longer listed. The daemons stay up when
+// ctx ends, for the next process to adopt: stop them with Set(ctx, nil).
+// Set returns once the stopped ones are gone.
 func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 	want := map[string]GPU{}
 	for _, g := range gpus {
@@ -303,11 +332,16 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 	m.mu.Lock()
 	var stopping []*daemon
 	for uuid, d := range m.daemons {
-		if g, ok := want[uuid]; !ok || g != d.gpu {
+		g, ok := want[uuid]
+		switch {
+		case !ok:
 			d.retire = true
 			d.cancel()
 			stopping = append(stopping, d)
 			delete(m.daemons, uuid)
+		case g != d.gpu:
+			d.gpu = g
+			poke(d.poke)
 		}
 	}
 	sweep := !m.swept
@@ -334,13 +368,51 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 			continue
 		}
 		dctx, cancel := context.WithCancel(ctx)
-		d := &daemon{gpu: want[uuid], cancel: cancel, done: make(chan struct{})}
+		d := &daemon{gpu: want[uuid], cancel: cancel, done: make(chan struct{}), poke: make(chan struct{}, 1)}
 		m.daemons[uuid] = d
 		m.states[uuid] = State{Reason: ReasonDown, Err: errors.New("not started yet")}
 		go m.run(dctx, d)
 	}
 	m.bumpLocked()
 	m.notify()
+}
+
+// Hold holds the daemon of the GPU with uuid stopped while held, for
+// reason: its servers are shut down by force, so that their clients fail
+// at once rather than hang on a faulted GPU and a reset can proceed, and
+// the daemon quits. Its directories stay, so the pods that mount them
+// reach the daemon started again once the hold is lifted. A hold outlasts
+// Set, and applies to a daemon started later.
+func (m *Manager) Hold(uuid string, held bool, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, was := m.held[uuid]
+	if held == was {
+		return
+	}
+	if held {
+		m.held[uuid] = reason
+	} else {
+		delete(m.held, uuid)
+	}
+	if d, ok := m.daemons[uuid]; ok {
+		poke(d.poke)
+	}
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// wanted is what d is to run now, and why it is held ("": not held).
+func (m *Manager) wanted(d *daemon) (GPU, string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	why, held := m.held[d.gpu.UUID]
+	return d.gpu, why, held
 }
 
 // sweep stops the daemons an earlier process left for GPUs not in want
@@ -379,12 +451,24 @@ func (m *Manager) setState(uuid string, s State) {
 	}
 }
 
+// errHeld ends watch: the GPU's daemon is to be held stopped.
+var errHeld = errors.New("held")
+
 // run keeps one GPU's daemon up until ctx ends, then stops it.
 func (m *Manager) run(ctx context.Context, d *daemon) {
 	defer close(d.done)
-	g, log := d.gpu, m.o.Log.With("gpu", d.gpu.UUID)
+	log := m.o.Log.With("gpu", d.gpu.UUID)
 	backoff, step := m.o.MinBackoff, 0
 	for ctx.Err() == nil {
+		g, why, held := m.wanted(d)
+		if held {
+			m.setState(g.UUID, State{Reason: ReasonDown, Err: fmt.Errorf("held stopped: %s", why)})
+			select {
+			case <-ctx.Done():
+			case <-d.poke:
+			}
+			continue
+		}
 		adopted, err := m.start(ctx, g, log)
 		if err != nil {
 			level := slog.LevelWarn
@@ -393,9 +477,9 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 			}
 			step++
 			log.Log(ctx, level, "MPS control daemon did not start; its shares are withheld", "err", err, "retryIn", backoff)
-			_ = m.quit(g) // a half-started daemon
+			m.undoStart(g, log)
 			m.setState(g.UUID, State{Reason: ReasonDown, Err: err})
-			if !m.wait(ctx, backoff) {
+			if !m.waitOrPoke(ctx, d, backoff) {
 				break
 			}
 			backoff = min(2*backoff, m.o.MaxBackoff)
@@ -404,20 +488,27 @@ func (m *Manager) run(ctx context.Context, d *daemon) {
 		backoff, step = m.o.MinBackoff, 0
 		log.Info("MPS control daemon up", "adopted", adopted, "threadPercentage", g.DefaultThreadPercentage(), "pinnedMemoryMiB", g.DefaultMemoryMiB())
 		m.setState(g.UUID, State{Up: true})
-		err = m.watch(ctx, g)
+		err = m.watch(ctx, d, g, log)
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, errHeld) {
+			_, why, _ := m.wanted(d)
+			log.Warn("GPU faulted: its MPS servers are shut down by force and its control daemon stopped until it is healthy again", "reason", why)
+			m.halt(g, log)
+			continue
 		}
 		log.Warn("MPS control daemon stopped answering; its shares are withheld until it is restarted", "err", err)
 		m.setState(g.UUID, State{Reason: ReasonDown, Err: err})
 		_ = m.quit(g) // one that hangs rather than died
-		if !m.wait(ctx, backoff) {
+		if !m.waitOrPoke(ctx, d, backoff) {
 			break
 		}
 	}
 	m.mu.Lock()
 	retire := d.retire
 	d.stopped = retire
+	g := d.gpu
 	m.mu.Unlock()
 	if retire {
 		m.stop(g, log)
@@ -447,33 +538,99 @@ func (m *Manager) wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// watch probes the daemon until it fails to answer or ctx ends.
-func (m *Manager) watch(ctx context.Context, g GPU) error {
-	for m.wait(ctx, m.o.ProbeInterval) {
-		if _, err := m.control(g, "get_default_active_thread_percentage"); err != nil {
-			return err
+// waitOrPoke is wait, cut short when d's GPU is held or its limits
+// change.
+func (m *Manager) waitOrPoke(ctx context.Context, d *daemon, dur time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-m.o.Clock.After(dur):
+	case <-d.poke:
+	}
+	return true
+}
+
+// watch probes the daemon until it fails to answer, ctx ends or its GPU
+// is held (errHeld), and gives it the new limits Set asks for in place.
+// applied is what the daemon was given.
+func (m *Manager) watch(ctx context.Context, d *daemon, applied GPU, log *slog.Logger) error {
+	tick := m.o.Clock.After(m.o.ProbeInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			if err := m.probe(applied, log); err != nil {
+				return err
+			}
+			tick = m.o.Clock.After(m.o.ProbeInterval)
+		case <-d.poke:
+			g, _, held := m.wanted(d)
+			if held {
+				return errHeld
+			}
+			if limitsOf(g) == limitsOf(applied) {
+				continue
+			}
+			if err := m.relimit(g, true); err != nil {
+				return fmt.Errorf("giving the daemon new limits: %w", err)
+			}
+			log.Info("MPS limits changed in place; running clients keep theirs", "threadPercentage", g.DefaultThreadPercentage(), "pinnedMemoryMiB", g.DefaultMemoryMiB())
+			applied = g
 		}
 	}
-	return ctx.Err()
+}
+
+// probe asks the daemon whether it answers, and puts the GPU back in
+// exclusive-process mode where a reset or a driver reload took it out.
+func (m *Manager) probe(g GPU, log *slog.Logger) error {
+	if _, err := m.control(g, "get_default_active_thread_percentage"); err != nil {
+		return err
+	}
+	if m.o.IsExclusive == nil || m.o.ComputeMode == nil {
+		return nil
+	}
+	excl, err := m.o.IsExclusive(g.UUID)
+	if err != nil || excl {
+		return nil // a failed read changes nothing; the next probe reads again
+	}
+	log.Warn("the GPU left exclusive-process compute mode (a reset or a driver reload?); setting it again")
+	if err := m.o.ComputeMode(g.UUID, true); err != nil {
+		return fmt.Errorf("the GPU left exclusive-process compute mode and cannot be put back: %w", err)
+	}
+	return nil
 }
 
 // start starts the daemon and sets its clients' default limits, or adopts
-// one an earlier process left that answers with them (true). Stale files
-// of a dead daemon in the pipe directory are removed first, but not the
-// directory, which running clients have mounted.
+// one an earlier process left that answers, giving it g's limits in
+// place (true). The pipe directory is emptied of a dead daemon's files,
+// but kept, for running clients have it mounted, and not while a server
+// of the dead daemon still runs.
 func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted bool, err error) {
 	if g.Replicas < 1 {
 		return false, fmt.Errorf("%d replicas", g.Replicas)
 	}
 	dirs := m.dirs(g.UUID)
-	if m.adoptable(g, dirs) {
-		return true, nil
+	if adopted, err := m.adopt(g, dirs, log); adopted || err != nil {
+		return adopted, err
 	}
-	_ = m.quit(g) // one with other limits, or hung
+	_ = m.quit(g) // one that hangs
+	if m.o.Servers != nil {
+		pids, err := m.o.Servers(g.UUID)
+		if err != nil {
+			return false, fmt.Errorf("looking for MPS servers left on the GPU: %w", err)
+		}
+		if len(pids) > 0 {
+			return false, fmt.Errorf("MPS server %v of an earlier control daemon still runs on the GPU and serves its clients; no daemon is started, and its pipe directory is left alone, until it ends (or is killed)", pids)
+		}
+	}
 	for _, dir := range []string{dirs.Pipe, dirs.Log, dirs.Shm} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return false, fmt.Errorf("MPS directory: %w", err)
 		}
+	}
+	if err := m.mountShm(dirs.Shm); err != nil {
+		return false, err
 	}
 	// Clients of any user share the memory, as they would /dev/shm.
 	if err := os.Chmod(dirs.Shm, 0o1777); err != nil {
@@ -483,12 +640,8 @@ func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted b
 		return false, err
 	}
 	_ = os.Remove(filepath.Join(m.o.Root, g.UUID, limitsFile))
-	if m.o.ComputeMode != nil {
-		if err := m.o.ComputeMode(g.UUID, true); err != nil {
-			// MPS works without it; a client that bypasses its daemon is
-			// then not kept off the GPU.
-			log.Warn("cannot set the GPU's compute mode to exclusive-process; MPS runs without it, and a container that bypasses the daemon is not kept off the GPU", "err", err)
-		}
+	if err := m.exclusive(g.UUID); err != nil {
+		return false, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, m.o.CommandTimeout)
 	defer cancel()
@@ -508,20 +661,120 @@ func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted b
 		said, _ := os.ReadFile(out.Name())
 		return false, fmt.Errorf("%s -d: %w: %s", m.o.Binary, err, lastLine(said))
 	}
-	cmds := []string{fmt.Sprintf("set_default_active_thread_percentage %d", g.DefaultThreadPercentage())}
-	if mib := g.DefaultMemoryMiB(); mib > 0 {
+	if err := m.relimit(g, false); err != nil {
+		return false, err
+	}
+	if err := m.writeLimits(g); err != nil {
+		log.Warn("the limits set were not recorded; a previous release would restart this daemon rather than adopt it", "err", err)
+	}
+	return false, nil
+}
+
+// exclusive puts the GPU in exclusive-process compute mode: without it a
+// container that bypasses its daemon gets a context of its own, and the
+// whole GPU, so a GPU whose mode cannot be set is not shared.
+func (m *Manager) exclusive(uuid string) error {
+	if m.o.ComputeMode == nil {
+		return nil
+	}
+	if err := m.o.ComputeMode(uuid, true); err != nil {
+		return fmt.Errorf("cannot put the GPU in exclusive-process compute mode, without which a container that bypasses its MPS daemon gets the whole GPU; its shares are withheld: %w", err)
+	}
+	return nil
+}
+
+// undoStart undoes what a failed start left: a half-started daemon, and
+// the exclusive compute mode, unless a server of an earlier daemon still
+// runs there.
+func (m *Manager) undoStart(g GPU, log *slog.Logger) {
+	_ = m.quit(g)
+	if m.o.ComputeMode == nil {
+		return
+	}
+	if m.o.Servers != nil {
+		if pids, err := m.o.Servers(g.UUID); err != nil || len(pids) > 0 {
+			return
+		}
+	}
+	if err := m.o.ComputeMode(g.UUID, false); err != nil {
+		log.Debug("cannot set the GPU's compute mode back to default after a failed start", "err", err)
+	}
+}
+
+// relimit gives the daemon g's default limits, and its running servers
+// too when servers is set (a change in place), then reads the defaults
+// back: a daemon that did not take them is not up.
+func (m *Manager) relimit(g GPU, servers bool) error {
+	pct, mib := g.DefaultThreadPercentage(), g.DefaultMemoryMiB()
+	cmds := []string{fmt.Sprintf("set_default_active_thread_percentage %d", pct)}
+	if mib > 0 {
 		// Device 0: CUDA_VISIBLE_DEVICES shows the daemon this GPU alone.
 		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", mib))
 	}
-	for _, c := range cmds {
-		if _, err := m.control(g, c); err != nil {
-			return false, err
+	if servers {
+		list, err := m.control(g, "get_server_list")
+		if err != nil {
+			return err
+		}
+		for _, pid := range strings.Fields(list) {
+			cmds = append(cmds, fmt.Sprintf("set_active_thread_percentage %s %d", pid, pct))
+			if mib > 0 {
+				cmds = append(cmds, fmt.Sprintf("set_device_pinned_mem_limit %s 0 %dM", pid, mib))
+			}
 		}
 	}
-	if err := m.writeLimits(g); err != nil {
-		log.Warn("the limits set were not recorded; the next plugin process will restart this daemon rather than adopt it", "err", err)
+	for _, c := range cmds {
+		if _, err := m.control(g, c); err != nil {
+			return err
+		}
 	}
-	return false, nil
+	said, err := m.control(g, "get_default_active_thread_percentage")
+	if err != nil {
+		return err
+	}
+	if got, err := strconv.ParseFloat(strings.TrimSpace(said), 64); err != nil || int(got) != pct {
+		return fmt.Errorf("the MPS control daemon did not take its limits: asked for %d%% of the threads, it says %q", pct, said)
+	}
+	if mib == 0 {
+		return nil
+	}
+	said, err = m.control(g, "get_default_device_pinned_mem_limit 0")
+	if err != nil {
+		return err
+	}
+	if got, ok := parseMiB(said); ok && got != mib {
+		return fmt.Errorf("the MPS control daemon did not take its limits: asked for %d MiB of pinned memory, it says %q", mib, said)
+	}
+	return nil
+}
+
+// parseMiB reads a memory size as the control daemon writes one (its last
+// field: 1024M, 2G, 512MB), in MiB; false when it cannot tell.
+func parseMiB(said string) (uint64, bool) {
+	f := strings.Fields(said)
+	if len(f) == 0 {
+		return 0, false
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(f[len(f)-1]), "B"), "I")
+	unit := uint64(1)
+	switch {
+	case strings.HasSuffix(v, "K"):
+		unit = 1 << 10
+	case strings.HasSuffix(v, "M"):
+		unit = 1 << 20
+	case strings.HasSuffix(v, "G"):
+		unit = 1 << 30
+	case strings.HasSuffix(v, "T"):
+		unit = 1 << 40
+	}
+	if unit > 1 {
+		v = v[:len(v)-1]
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return uint64(n*float64(unit)) >> 20, true
 }
 
 // limitsFile records, beside a GPU's directories, the limits its daemon
@@ -548,33 +801,73 @@ func (m *Manager) writeLimits(g GPU) error {
 	return err
 }
 
-// adoptable says whether a daemon left by an earlier process answers on
-// the GPU's pipe with the limits g wants.
-func (m *Manager) adoptable(g GPU, dirs Dirs) bool {
-	b, err := os.ReadFile(filepath.Join(m.o.Root, g.UUID, limitsFile))
-	if err != nil {
-		return false
-	}
-	var was limits
-	if json.Unmarshal(b, &was) != nil || was != limitsOf(g) {
-		return false
-	}
+// adopt takes over a daemon an earlier process left that answers on the
+// GPU's pipe: it gets g's limits in place, the GPU exclusive-process mode
+// again, and its clients keep running.
+func (m *Manager) adopt(g GPU, dirs Dirs, log *slog.Logger) (bool, error) {
 	if _, err := os.Stat(dirs.Shm); err != nil {
-		return false
+		return false, nil
 	}
-	said, err := m.control(g, "get_default_active_thread_percentage")
-	if err != nil {
-		return false
+	if _, err := m.control(g, "get_default_active_thread_percentage"); err != nil {
+		return false, nil
 	}
-	pct, err := strconv.ParseFloat(strings.TrimSpace(said), 64)
-	return err == nil && int(pct) == g.DefaultThreadPercentage()
+	if err := m.exclusive(g.UUID); err != nil {
+		return false, err
+	}
+	if err := m.relimit(g, true); err != nil {
+		return false, fmt.Errorf("adopting the running MPS control daemon: %w", err)
+	}
+	if m.o.ShmSize > 0 && !isMountPoint(dirs.Shm) {
+		log.Info("the daemon's shared memory is a plain directory, as an earlier release made it; it becomes a tmpfs of its own at the daemon's next start")
+	}
+	if err := m.writeLimits(g); err != nil {
+		log.Warn("the limits set were not recorded; a previous release would restart this daemon rather than adopt it", "err", err)
+	}
+	return true, nil
 }
 
-// stop tells the daemon to quit, removes its directories and gives the
-// GPU its default compute mode back.
+// mountShm mounts a tmpfs of ShmSize on dir, the daemon's and its
+// clients' /dev/shm, unless one is there: a client filling it fills
+// neither the host's /run nor another GPU's.
+func (m *Manager) mountShm(dir string) error {
+	if m.o.ShmSize == 0 || isMountPoint(dir) {
+		return nil
+	}
+	opts := fmt.Sprintf("mode=1777,size=%d", m.o.ShmSize)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mounting the MPS shared memory (a %d MiB tmpfs) on %s: %w", m.o.ShmSize>>20, dir, err)
+	}
+	return nil
+}
+
+// isMountPoint says whether dir is the root of a mount: on another
+// device than its parent.
+func isMountPoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// stop stops the daemon: its clients get StopGrace to end, then its
+// servers are shut down and it quits; once it is gone its directories are
+// removed and the GPU gets its default compute mode back.
 func (m *Manager) stop(g GPU, log *slog.Logger) {
-	if err := m.quit(g); err != nil {
+	if st := m.Query(g.UUID); st.Up && st.Clients > 0 {
+		log.Info("stopping the MPS control daemon: its clients get a grace period to end, then its servers are shut down", "clients", st.Clients, "grace", m.o.StopGrace)
+	}
+	secs := max(int(m.o.StopGrace/time.Second), 1)
+	if _, err := m.control(g, fmt.Sprintf("quit -t %d", secs)); err != nil {
 		log.Debug("MPS control daemon quit", "err", err)
+	} else if !m.gone(g, m.o.StopGrace+5*time.Second) {
+		log.Warn("the MPS control daemon did not quit in time; removing its directories anyway", "grace", m.o.StopGrace)
+	}
+	shm := m.dirs(g.UUID).Shm
+	if isMountPoint(shm) {
+		if err := unix.Unmount(shm, unix.MNT_DETACH); err != nil {
+			log.Warn("unmounting the MPS shared memory", "err", err)
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(m.o.Root, g.UUID)); err != nil {
 		log.Warn("removing the MPS directories", "err", err)
@@ -590,6 +883,38 @@ func (m *Manager) stop(g GPU, log *slog.Logger) {
 	m.mu.Unlock()
 	m.notify()
 	log.Info("MPS control daemon stopped")
+}
+
+// gone waits, within limit, until the daemon no longer answers. The
+// daemon is another process with nothing to wait on, so it is asked
+// every 100ms (real time: a stop is not driven by the test clock).
+func (m *Manager) gone(g GPU, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := m.control(g, "get_server_list"); err != nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		<-t.C
+	}
+}
+
+// halt shuts the daemon's servers down by force, failing their clients at
+// once, and stops the daemon, keeping its directories.
+func (m *Manager) halt(g GPU, log *slog.Logger) {
+	if list, err := m.control(g, "get_server_list"); err == nil {
+		for _, pid := range strings.Fields(list) {
+			if _, err := m.control(g, "shutdown_server "+pid+" -f"); err != nil {
+				log.Warn("shutting down an MPS server by force", "server", pid, "err", err)
+			}
+		}
+	}
+	if err := m.quit(g); err != nil {
+		log.Debug("MPS control daemon quit", "err", err)
+	}
 }
 
 func (m *Manager) quit(g GPU) error {

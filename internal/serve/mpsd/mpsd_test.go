@@ -110,7 +110,7 @@ const (
 func newManager(t *testing.T, bin string) (*Manager, *fakeClock, string) {
 	root := filepath.Join(t.TempDir(), "mps")
 	clk := newFakeClock()
-	m := New(Options{Binary: bin, Root: root, Clock: clk, ProbeInterval: probe, MinBackoff: backoff, MaxBackoff: 4 * backoff})
+	m := New(Options{Binary: bin, Root: root, Clock: clk, ProbeInterval: probe, MinBackoff: backoff, MaxBackoff: 4 * backoff, StopGrace: time.Second})
 	t.Cleanup(func() { m.Set(context.Background(), nil) }) // no daemon left behind by a failed test
 	return m, clk, root
 }
@@ -154,10 +154,15 @@ func (c *modes) got() []string {
 	return slices.Clone(c.set)
 }
 
+// started is what a daemon started for GPU{Replicas: 4, Memory: 80 GiB}
+// is told: its limits, read back.
+var started = []string{"start", "set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 20480M",
+	"get_default_active_thread_percentage", "get_default_device_pinned_mem_limit 0"}
+
 // A daemon outlives the process that started it: the next one adopts it
-// when its limits are the same (no restart, so its clients keep running),
-// restarts it when they differ, and stops it when its GPU is no longer
-// shared.
+// and gives it its limits in place (no restart, so its clients keep
+// running); new limits are given in place too; and it is stopped when its
+// GPU is no longer shared.
 func TestAdoptAcrossRestarts(t *testing.T) {
 	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
 	record := filepath.Join(t.TempDir(), "record")
@@ -165,10 +170,9 @@ func TestAdoptAcrossRestarts(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "mps")
 	cm := &modes{}
 	manager := func() *Manager {
-		return New(Options{Binary: bin, Root: root, Clock: newFakeClock(), ProbeInterval: probe, MinBackoff: backoff, ComputeMode: cm.ComputeMode})
+		return New(Options{Binary: bin, Root: root, Clock: newFakeClock(), ProbeInterval: probe, MinBackoff: backoff, ComputeMode: cm.ComputeMode, StopGrace: time.Second})
 	}
 	g := GPU{UUID: "GPU-a", Replicas: 4, Memory: 80 << 30}
-	started := []string{"start", "set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 20480M"}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	first := manager()
@@ -177,24 +181,30 @@ func TestAdoptAcrossRestarts(t *testing.T) {
 	cancel() // the process ends; the daemon stays
 	t.Cleanup(func() { manager().Set(context.Background(), nil) })
 
+	ctx2, cancel2 := context.WithCancel(t.Context())
 	second := manager()
-	second.Set(t.Context(), []GPU{g})
+	second.Set(ctx2, []GPU{g})
 	waitState(t, second, g.UUID, true)
-	if got := recorded(t, record); !slices.Equal(got[:3], started) || slices.Contains(got[3:], "start") || slices.Contains(got, "quit") {
+	adopted := []string{"get_default_active_thread_percentage", "get_server_list", "set_default_active_thread_percentage 25",
+		"set_default_device_pinned_mem_limit 0 20480M", "get_default_active_thread_percentage", "get_default_device_pinned_mem_limit 0"}
+	if got := recorded(t, record); !slices.Equal(got, append(slices.Clone(started), adopted...)) {
 		t.Errorf("adopting: told %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(root, g.UUID, "shm")); err != nil {
 		t.Errorf("shared memory directory: %v", err)
 	}
 
-	// Other limits: the daemon is restarted with them.
+	// Other limits: given in place, no restart.
 	g.Replicas = 2
-	second.Set(t.Context(), []GPU{g})
-	waitState(t, second, g.UUID, true)
-	got := recorded(t, record)
-	if tail := got[len(got)-4:]; !slices.Equal(tail, []string{"quit", "start", "set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 0 40960M"}) {
-		t.Errorf("new limits: told %q", got)
+	n := len(recorded(t, record))
+	second.Set(ctx2, []GPU{g})
+	want := []string{"get_server_list", "set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 0 40960M",
+		"get_default_active_thread_percentage", "get_default_device_pinned_mem_limit 0"}
+	awaitRecorded(t, record, n+len(want))
+	if got := recorded(t, record)[n:]; !slices.Equal(got, want) {
+		t.Errorf("new limits: told %q, want %q", got, want)
 	}
+	cancel2()
 
 	// A Set after the daemons' ctx ended still stops what it no longer
 	// lists, as a test's cleanup does after its context is done.
@@ -204,20 +214,27 @@ func TestAdoptAcrossRestarts(t *testing.T) {
 	waitState(t, third, g.UUID, true)
 	cancel3()
 	third.Set(context.Background(), nil)
-	if got := recorded(t, record); got[len(got)-1] != "quit" {
+	if got := recorded(t, record); got[len(got)-1] != "quit -t 1" {
 		t.Errorf("a Set after ctx ended did not stop the daemon: told %q", got)
-	}
-
-	// A process whose configuration no longer shares the GPU stops it.
-	manager().Set(t.Context(), nil)
-	if got := recorded(t, record); got[len(got)-1] != "quit" {
-		t.Errorf("not told quit: %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {
 		t.Errorf("directories left: %v", err)
 	}
 	if got := cm.got(); !slices.Contains(got, "GPU-a true") || got[len(got)-1] != "GPU-a false" {
 		t.Errorf("compute modes set: %q", got)
+	}
+}
+
+// awaitRecorded waits until the daemon has recorded n commands.
+func awaitRecorded(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(recorded(t, path)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("recorded %q, want %d commands", recorded(t, path), n)
+		}
+		// Another process writes it: asked again shortly.
+		<-time.After(5 * time.Millisecond)
 	}
 }
 
@@ -234,7 +251,6 @@ func TestDaemonLifecycle(t *testing.T) {
 
 	m.Set(ctx, []GPU{g})
 	waitState(t, m, g.UUID, true)
-	started := []string{"start", "set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 20480M"}
 	if got := recorded(t, record); !slices.Equal(got, started) {
 		t.Fatalf("told %q, want %q", got, started)
 	}
@@ -281,7 +297,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	if st := m.Query(g.UUID); st.Up || st.Err == nil {
 		t.Errorf("query of a daemon stopped: %+v", st)
 	}
-	if got := recorded(t, record); got[len(got)-1] != "quit" {
+	if got := recorded(t, record); got[len(got)-1] != "quit -t 1" {
 		t.Errorf("not told quit: %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {

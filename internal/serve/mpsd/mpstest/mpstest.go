@@ -13,8 +13,8 @@ import (
 )
 
 // Install builds mockmps as <driverRoot>/usr/bin/nvidia-cuda-mps-control,
-// and links it as usr/bin/nvidia-smi (its compute-policy stand-in), and
-// returns the control program's path. It is static (no cgo), so it also
+// links it as usr/bin/nvidia-smi (its compute-policy stand-in) and
+// usr/bin/mps-client (a CUDA client stand-in), and returns the control program's path. It is static (no cgo), so it also
 // runs chrooted into a driver root that has no libc.
 func Install(t testing.TB, driverRoot string) string {
 	t.Helper()
@@ -29,8 +29,10 @@ func Install(t testing.TB, driverRoot string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building mockmps: %v\n%s", err, out)
 	}
-	if err := os.Link(bin, filepath.Join(filepath.Dir(bin), "nvidia-smi")); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"nvidia-smi", "mps-client"} {
+		if err := os.Link(bin, filepath.Join(filepath.Dir(bin), name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return bin
 }
