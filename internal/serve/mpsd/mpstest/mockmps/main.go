@@ -47,7 +47,7 @@ const (
 	// deafEnv makes the daemon answer the set_default_ commands but keep
 	// its limits, as a daemon that did not take them.
 	deafEnv = "MOCKMPS_DEAF"
-	pidFile   = "nvidia-cuda-mps-control.pid"
+	pidFile = "nvidia-cuda-mps-control.pid"
 )
 
 func main() {
