@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"os"
 	"slices"
 	"strings"
@@ -41,7 +42,10 @@ type Config struct {
 	// (conditions only the driver or a reboot clears); empty keeps nothing.
 	StateDir string `json:"stateDir"`
 	// MPSRoot holds the MPS control daemons' directories (sharing.mps).
-	MPSRoot        string `json:"mpsRoot"`
+	MPSRoot string `json:"mpsRoot"`
+	// MPSShmSize is the size of each MPS daemon's /dev/shm tmpfs, a
+	// quantity (1Gi); MPSShmBytes reads it.
+	MPSShmSize     string `json:"mpsShmSize"`
 	MetricsAddress string `json:"metricsAddress"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
@@ -181,6 +185,24 @@ const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // DefaultMPSRoot is where MPS control daemons keep their directories: on
 // the host's /run, a tmpfs, as MPS's shared memory wants.
 const DefaultMPSRoot = "/run/gpu-device-plugin/mps"
+
+// DefaultMPSShmSize is the default size of each MPS daemon's /dev/shm:
+// room for PyTorch DataLoader workers and NCCL's buffers of the GPU's
+// clients together, as the 64 MiB a container gets by default is not.
+const DefaultMPSShmSize = "1Gi"
+
+// MinMPSShmSize is the least each MPS daemon's /dev/shm may be given.
+const MinMPSShmSize = 1 << 20
+
+// MPSShmBytes is MPSShmSize in bytes; 0 when it is not a valid size
+// (Validate says so).
+func (c Config) MPSShmBytes() uint64 {
+	q, err := resource.ParseQuantity(c.MPSShmSize)
+	if err != nil || q.Sign() <= 0 {
+		return 0
+	}
+	return uint64(q.Value())
+}
 
 // MaxMPSRoot is the longest mpsRoot whose daemons' control sockets
 // (<mpsRoot>/<GPU UUID>/pipe/control) fit a UNIX socket's path, 107 bytes:

@@ -79,6 +79,9 @@ func (c Config) Validate() error {
 				field("mpsRoot"), c.MPSRoot, len(root), len(root)-MaxMPSRoot, MaxMPSRoot, DefaultMPSRoot))
 		}
 	}
+	if c.MPSShmBytes() < MinMPSShmSize {
+		errs = append(errs, fmt.Errorf("config: %s: %q is not a size of at least 1Mi; write a quantity such as %q", field("mpsShmSize"), c.MPSShmSize, DefaultMPSShmSize))
+	}
 	if c.StateDir != "" {
 		absolute("stateDir", c.StateDir)
 	}

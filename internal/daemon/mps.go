@@ -93,8 +93,12 @@ func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Ma
 		return nil, fmt.Errorf("MPS: finding this executable, which runs the control daemons confined: %w", err)
 	}
 	o := mpsd.Options{
-		Binary: mpsexec.DefaultBinary,
-		Root:   cfg.MPSRoot,
+		Binary:  mpsexec.DefaultBinary,
+		Root:    cfg.MPSRoot,
+		ShmSize: cfg.MPSShmBytes(),
+		// The servers the daemons this process started left: they run in
+		// its PID namespace.
+		Servers: func(uuid string) ([]int, error) { return mpsd.ProcServers("/proc", uuid) },
 		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
 			// Located at each run: a driver installed later is found.
 			s, err := mpsexec.Locate(cfg.DriverRoot)
@@ -109,6 +113,7 @@ func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Ma
 	}
 	if lib != nil {
 		o.ComputeMode = func(uuid string, exclusive bool) error { return nvml.SetComputeMode(lib, uuid, exclusive) }
+		o.IsExclusive = func(uuid string) (bool, error) { return nvml.IsExclusive(lib, uuid) }
 	}
 	return mpsd.New(o), nil
 }

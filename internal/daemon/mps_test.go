@@ -36,10 +36,13 @@ func TestMain(m *testing.M) {
 func TestMPSSharing(t *testing.T) {
 	mpstest.NeedConfinement(t)
 	root, _ := mpstest.DriverRoot(t)
-	// The stand-in records what it is told at /record in the driver root,
-	// which it is confined to.
-	record := filepath.Join(root, "record")
-	t.Setenv("MOCKMPS_RECORD", "/record")
+	// The stand-in records what it is told at /etc/mockmps/record in the
+	// driver root, which it is confined to with an environment of its own.
+	if err := os.MkdirAll(filepath.Join(root, "etc", "mockmps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(root, "etc", "mockmps", "record")
+	t.Setenv("MOCKMPS_RECORD", "/not-passed-on")
 	lib := nvmltest.NewDGXA100()
 	open := func(string) (nvml.Library, error) { return lib, nil }
 	shared := lib.Devices[0].(interface {
@@ -124,7 +127,7 @@ func TestMPSSharing(t *testing.T) {
 	if resp, err := stream.Recv(); err != nil || len(resp.Devices) != 8 {
 		t.Fatalf("after MPS was turned off: %v, %v", resp, err)
 	}
-	if lines := readLines(t, record); lines[len(lines)-1] != "quit" {
+	if lines := readLines(t, record); !strings.HasPrefix(lines[len(lines)-1], "quit -t ") {
 		t.Errorf("the daemon was not told quit: %q", lines)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -243,8 +243,19 @@ func (c *checker) mps(ctx context.Context, s *Step) {
 	var env []string
 	if c.mock {
 		// The stand-in daemon leaves a file in the /dev/shm it was given,
-		// which the containers must see on theirs.
-		env = append(env, "MOCKMPS_SHM_MARKER=1")
+		// which the containers must see on theirs. Its switch is a file in
+		// the driver root: the daemon's environment is the plugin's own
+		// making.
+		marker := filepath.Join(c.node.DriverRoot, "etc", "mockmps", "shm-marker")
+		if err := os.MkdirAll(filepath.Dir(marker), 0o755); err != nil {
+			s.fail("the stand-in's switch", err)
+			return
+		}
+		if err := os.WriteFile(marker, nil, 0o644); err != nil {
+			s.fail("the stand-in's switch", err)
+			return
+		}
+		defer os.RemoveAll(filepath.Dir(marker))
 	}
 	m, err := c.startMPSPlugin(filepath.Join(dir, "shared"), data.MPSRoot, configFile, env)
 	if !s.check("plugin starts sharing the GPU through MPS", err == nil, "%s", errText(err)) {

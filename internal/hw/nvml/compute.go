@@ -24,3 +24,17 @@ func SetComputeMode(lib Library, uuid string, exclusive bool) error {
 	}
 	return nil
 }
+
+// IsExclusive says whether the GPU with uuid is in exclusive-process
+// compute mode; a reset or a driver reload puts it back in default.
+func IsExclusive(lib Library, uuid string) (bool, error) {
+	h, ret := lib.DeviceGetHandleByUUID(uuid)
+	if ret != gonvml.SUCCESS {
+		return false, fmt.Errorf("GPU %s: %w", uuid, ret)
+	}
+	mode, ret := h.GetComputeMode()
+	if ret != gonvml.SUCCESS {
+		return false, fmt.Errorf("GPU %s: reading its compute mode: %w", uuid, ret)
+	}
+	return mode == gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS, nil
+}

@@ -20,6 +20,9 @@ func TestSetComputeMode(t *testing.T) {
 		if got, _ := d.GetComputeMode(); got != want {
 			t.Errorf("exclusive %v: mode %v", exclusive, got)
 		}
+		if got, err := IsExclusive(s, d.UUID); err != nil || got != exclusive {
+			t.Errorf("exclusive %v: read back %v, %v", exclusive, got, err)
+		}
 	}
 	d.SetComputeModeFunc = func(gonvml.ComputeMode) gonvml.Return { return gonvml.ERROR_NO_PERMISSION }
 	if err := SetComputeMode(s, d.UUID, true); err == nil || !strings.Contains(err.Error(), "exclusive-process") {

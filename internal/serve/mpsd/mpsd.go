@@ -16,7 +16,6 @@ package mpsd
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,14 +24,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 )
 
@@ -629,7 +624,7 @@ func (m *Manager) start(ctx context.Context, g GPU, log *slog.Logger) (adopted b
 			return false, fmt.Errorf("MPS directory: %w", err)
 		}
 	}
-	if err := m.mountShm(dirs.Shm); err != nil {
+	if err := m.mountShm(dirs.Shm, log); err != nil {
 		return false, err
 	}
 	// Clients of any user share the memory, as they would /dev/shm.
@@ -701,106 +696,6 @@ func (m *Manager) undoStart(g GPU, log *slog.Logger) {
 	}
 }
 
-// relimit gives the daemon g's default limits, and its running servers
-// too when servers is set (a change in place), then reads the defaults
-// back: a daemon that did not take them is not up.
-func (m *Manager) relimit(g GPU, servers bool) error {
-	pct, mib := g.DefaultThreadPercentage(), g.DefaultMemoryMiB()
-	cmds := []string{fmt.Sprintf("set_default_active_thread_percentage %d", pct)}
-	if mib > 0 {
-		// Device 0: CUDA_VISIBLE_DEVICES shows the daemon this GPU alone.
-		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", mib))
-	}
-	if servers {
-		list, err := m.control(g, "get_server_list")
-		if err != nil {
-			return err
-		}
-		for _, pid := range strings.Fields(list) {
-			cmds = append(cmds, fmt.Sprintf("set_active_thread_percentage %s %d", pid, pct))
-			if mib > 0 {
-				cmds = append(cmds, fmt.Sprintf("set_device_pinned_mem_limit %s 0 %dM", pid, mib))
-			}
-		}
-	}
-	for _, c := range cmds {
-		if _, err := m.control(g, c); err != nil {
-			return err
-		}
-	}
-	said, err := m.control(g, "get_default_active_thread_percentage")
-	if err != nil {
-		return err
-	}
-	if got, err := strconv.ParseFloat(strings.TrimSpace(said), 64); err != nil || int(got) != pct {
-		return fmt.Errorf("the MPS control daemon did not take its limits: asked for %d%% of the threads, it says %q", pct, said)
-	}
-	if mib == 0 {
-		return nil
-	}
-	said, err = m.control(g, "get_default_device_pinned_mem_limit 0")
-	if err != nil {
-		return err
-	}
-	if got, ok := parseMiB(said); ok && got != mib {
-		return fmt.Errorf("the MPS control daemon did not take its limits: asked for %d MiB of pinned memory, it says %q", mib, said)
-	}
-	return nil
-}
-
-// parseMiB reads a memory size as the control daemon writes one (its last
-// field: 1024M, 2G, 512MB), in MiB; false when it cannot tell.
-func parseMiB(said string) (uint64, bool) {
-	f := strings.Fields(said)
-	if len(f) == 0 {
-		return 0, false
-	}
-	v := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(f[len(f)-1]), "B"), "I")
-	unit := uint64(1)
-	switch {
-	case strings.HasSuffix(v, "K"):
-		unit = 1 << 10
-	case strings.HasSuffix(v, "M"):
-		unit = 1 << 20
-	case strings.HasSuffix(v, "G"):
-		unit = 1 << 30
-	case strings.HasSuffix(v, "T"):
-		unit = 1 << 40
-	}
-	if unit > 1 {
-		v = v[:len(v)-1]
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return uint64(n*float64(unit)) >> 20, true
-}
-
-// limitsFile records, beside a GPU's directories, the limits its daemon
-// was given, so that the next plugin process can tell whether to adopt it.
-const limitsFile = "limits.json"
-
-// limits is limitsFile's content. Keys are only ever added; a reader
-// compares the keys it knows.
-type limits struct {
-	ThreadPercentage int    `json:"threadPercentage"`
-	PinnedMemoryMiB  uint64 `json:"pinnedMemoryMiB"`
-}
-
-func limitsOf(g GPU) limits {
-	return limits{ThreadPercentage: g.DefaultThreadPercentage(), PinnedMemoryMiB: g.DefaultMemoryMiB()}
-}
-
-func (m *Manager) writeLimits(g GPU) error {
-	b, err := json.Marshal(limitsOf(g))
-	if err != nil {
-		return err
-	}
-	_, err = atomicfile.Write(filepath.Join(m.o.Root, g.UUID, limitsFile), b, atomicfile.Options{})
-	return err
-}
-
 // adopt takes over a daemon an earlier process left that answers on the
 // GPU's pipe: it gets g's limits in place, the GPU exclusive-process mode
 // again, and its clients keep running.
@@ -824,102 +719,6 @@ func (m *Manager) adopt(g GPU, dirs Dirs, log *slog.Logger) (bool, error) {
 		log.Warn("the limits set were not recorded; a previous release would restart this daemon rather than adopt it", "err", err)
 	}
 	return true, nil
-}
-
-// mountShm mounts a tmpfs of ShmSize on dir, the daemon's and its
-// clients' /dev/shm, unless one is there: a client filling it fills
-// neither the host's /run nor another GPU's.
-func (m *Manager) mountShm(dir string) error {
-	if m.o.ShmSize == 0 || isMountPoint(dir) {
-		return nil
-	}
-	opts := fmt.Sprintf("mode=1777,size=%d", m.o.ShmSize)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mounting the MPS shared memory (a %d MiB tmpfs) on %s: %w", m.o.ShmSize>>20, dir, err)
-	}
-	return nil
-}
-
-// isMountPoint says whether dir is the root of a mount: on another
-// device than its parent.
-func isMountPoint(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
-}
-
-// stop stops the daemon: its clients get StopGrace to end, then its
-// servers are shut down and it quits; once it is gone its directories are
-// removed and the GPU gets its default compute mode back.
-func (m *Manager) stop(g GPU, log *slog.Logger) {
-	if st := m.Query(g.UUID); st.Up && st.Clients > 0 {
-		log.Info("stopping the MPS control daemon: its clients get a grace period to end, then its servers are shut down", "clients", st.Clients, "grace", m.o.StopGrace)
-	}
-	secs := max(int(m.o.StopGrace/time.Second), 1)
-	if _, err := m.control(g, fmt.Sprintf("quit -t %d", secs)); err != nil {
-		log.Debug("MPS control daemon quit", "err", err)
-	} else if !m.gone(g, m.o.StopGrace+5*time.Second) {
-		log.Warn("the MPS control daemon did not quit in time; removing its directories anyway", "grace", m.o.StopGrace)
-	}
-	shm := m.dirs(g.UUID).Shm
-	if isMountPoint(shm) {
-		if err := unix.Unmount(shm, unix.MNT_DETACH); err != nil {
-			log.Warn("unmounting the MPS shared memory", "err", err)
-		}
-	}
-	if err := os.RemoveAll(filepath.Join(m.o.Root, g.UUID)); err != nil {
-		log.Warn("removing the MPS directories", "err", err)
-	}
-	if m.o.ComputeMode != nil {
-		if err := m.o.ComputeMode(g.UUID, false); err != nil {
-			log.Warn("cannot set the GPU's compute mode back to default", "err", err)
-		}
-	}
-	m.mu.Lock()
-	delete(m.states, g.UUID)
-	m.bumpLocked()
-	m.mu.Unlock()
-	m.notify()
-	log.Info("MPS control daemon stopped")
-}
-
-// gone waits, within limit, until the daemon no longer answers. The
-// daemon is another process with nothing to wait on, so it is asked
-// every 100ms (real time: a stop is not driven by the test clock).
-func (m *Manager) gone(g GPU, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		if _, err := m.control(g, "get_server_list"); err != nil {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		t := time.NewTimer(100 * time.Millisecond)
-		<-t.C
-	}
-}
-
-// halt shuts the daemon's servers down by force, failing their clients at
-// once, and stops the daemon, keeping its directories.
-func (m *Manager) halt(g GPU, log *slog.Logger) {
-	if list, err := m.control(g, "get_server_list"); err == nil {
-		for _, pid := range strings.Fields(list) {
-			if _, err := m.control(g, "shutdown_server "+pid+" -f"); err != nil {
-				log.Warn("shutting down an MPS server by force", "server", pid, "err", err)
-			}
-		}
-	}
-	if err := m.quit(g); err != nil {
-		log.Debug("MPS control daemon quit", "err", err)
-	}
-}
-
-func (m *Manager) quit(g GPU) error {
-	_, err := m.control(g, "quit")
-	return err
 }
 
 // control sends one command through the control client, as

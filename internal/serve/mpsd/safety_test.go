@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
 )
 
@@ -353,5 +355,58 @@ func TestProcServers(t *testing.T) {
 	got, err := ProcServers(proc, "GPU-a")
 	if err != nil || !slices.Equal(got, []int{10, 11}) {
 		t.Errorf("servers of GPU-a: %v, %v; want [10 11]", got, err)
+	}
+}
+
+// Each daemon's /dev/shm is a tmpfs of ShmSize of its own where mpsRoot
+// is on a mount shared with the host, unmounted when the daemon stops;
+// elsewhere it stays a plain directory rather than one the clients would
+// not see.
+func TestShmTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			top := t.TempDir()
+			if shared {
+				// A mount of its own, shared: as a Bidirectional volume is.
+				if err := unix.Mount(top, top, "", unix.MS_BIND, ""); err != nil {
+					t.Skipf("bind mount: %v", err)
+				}
+				t.Cleanup(func() { _ = unix.Unmount(top, unix.MNT_DETACH) })
+				if err := unix.Mount("", top, "", unix.MS_SHARED, ""); err != nil {
+					t.Fatal(err)
+				}
+			} else if on, err := onSharedMount(top); err != nil || on {
+				t.Skipf("the temporary folder is on a shared mount (%v)", err)
+			}
+			root := filepath.Join(top, "mps")
+			m := New(Options{Binary: bin, Root: root, Clock: newFakeClock(), ProbeInterval: probe, MinBackoff: backoff, StopGrace: time.Second, ShmSize: 8 << 20})
+			g := GPU{UUID: "GPU-a", Replicas: 2}
+			shm := filepath.Join(root, g.UUID, "shm")
+			t.Cleanup(func() {
+				m.Set(context.Background(), nil)
+				_ = unix.Unmount(shm, unix.MNT_DETACH) // a failed test's
+			})
+			m.Set(t.Context(), []GPU{g})
+			waitState(t, m, g.UUID, true)
+			var fs unix.Statfs_t
+			if err := unix.Statfs(shm, &fs); err != nil {
+				t.Fatal(err)
+			}
+			size := uint64(fs.Blocks) * uint64(fs.Bsize)
+			if tmpfs := isMountPoint(shm) && fs.Type == unix.TMPFS_MAGIC && size == 8<<20; tmpfs != shared {
+				t.Errorf("/dev/shm a tmpfs of 8 MiB: %v (mount point %v, type %x, %d bytes)", tmpfs, isMountPoint(shm), fs.Type, size)
+			}
+			m.Set(t.Context(), nil)
+			if isMountPoint(shm) {
+				t.Error("the tmpfs outlived its daemon")
+			}
+			if _, err := os.Stat(filepath.Join(root, g.UUID)); !os.IsNotExist(err) {
+				t.Errorf("directories left: %v", err)
+			}
+		})
 	}
 }

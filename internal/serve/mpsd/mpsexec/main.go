@@ -47,7 +47,7 @@ func Main(arg string) error {
 		}
 	}
 	bin := s.binary()
-	err = unix.Exec(bin, append([]string{bin}, s.Args...), environ(os.Environ(), s.Env, pipe, log))
+	err = unix.Exec(bin, append([]string{bin}, s.Args...), environ(s.Env, pipe, log))
 	return fmt.Errorf("mps-exec: running %s%s: %w", bin, where, err)
 }
 

@@ -157,20 +157,18 @@ func (s Spec) binary() string {
 	return s.Binary
 }
 
-// environ is the binary's environment: base without the GPU selection and
-// MPS settings meant for the plugin itself, nor the keys extra sets, then
-// extra, then the pipe and log directories.
-func environ(base, extra []string, pipe, log string) []string {
-	set := map[string]bool{}
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		set[k] = true
-	}
-	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		return k == "CUDA_VISIBLE_DEVICES" || strings.HasPrefix(k, "CUDA_MPS_") || set[k]
-	})
-	env = append(env, extra...)
+// basePath is the binary's PATH: where the control daemon finds
+// nvidia-cuda-mps-server, in the driver root.
+const basePath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+// environ is the binary's environment, of our own making: nothing of the
+// plugin's (its tokens, proxies, CUDA or loader variables) reaches the
+// daemon or the servers it starts. It is PATH, then extra (the spec's),
+// then the pipe and log directories.
+func environ(extra []string, pipe, log string) []string {
+	env := append([]string{basePath}, slices.DeleteFunc(slices.Clone(extra), func(kv string) bool {
+		return strings.HasPrefix(kv, "PATH=")
+	})...)
 	if pipe != "" {
 		env = append(env, pipeEnv+"="+pipe)
 	}

@@ -342,10 +342,13 @@ func TestSpecJSON(t *testing.T) {
 	}
 }
 
+// The binary's environment is PATH, the spec's and the directories:
+// nothing of the plugin's own.
 func TestEnviron(t *testing.T) {
-	got := environ([]string{"PATH=/bin", "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_PIPE_DIRECTORY=/x", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=5", "A=old"},
-		[]string{"CUDA_VISIBLE_DEVICES=GPU-1", "A=new"}, "/pipe", "/log")
-	want := []string{"PATH=/bin", "CUDA_VISIBLE_DEVICES=GPU-1", "A=new", "CUDA_MPS_PIPE_DIRECTORY=/pipe", "CUDA_MPS_LOG_DIRECTORY=/log"}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("LD_PRELOAD", "/evil.so")
+	got := environ([]string{"CUDA_VISIBLE_DEVICES=GPU-1", "PATH=/tmp", "A=new"}, "/pipe", "/log")
+	want := []string{basePath, "CUDA_VISIBLE_DEVICES=GPU-1", "A=new", "CUDA_MPS_PIPE_DIRECTORY=/pipe", "CUDA_MPS_LOG_DIRECTORY=/log"}
 	if !slices.Equal(got, want) {
 		t.Errorf("environ = %q, want %q", got, want)
 	}

@@ -5,9 +5,10 @@
 // to the daemon and printing each answer. The daemon records every
 // command to control.log in CUDA_MPS_LOG_DIRECTORY and, when
 // MOCKMPS_RECORD names a file, there too (it survives the log directory's
-// removal). With MOCKMPS_SHM_MARKER set, the daemon writes the file
+// removal; where /etc/mockmps exists, its file record is the default). With
+// MOCKMPS_SHM_MARKER set (or the file /etc/mockmps/shm-marker), the daemon writes the file
 // /dev/shm/mockmps.<pid> when it starts (showing which /dev/shm it was
-// given) and removes it on quit. With MOCKMPS_DEAF set, it answers the
+// given) and removes it on quit. With MOCKMPS_DEAF set (or /etc/mockmps/deaf), it answers the
 // set_default_ commands but keeps its defaults. quit answers, removes the socket, pid
 // file and marker, and exits once no client is connected (quit -t N: after
 // N seconds at most, dropping them). Its one MPS server exists while
@@ -127,7 +128,7 @@ func serve(pipe string) error {
 		return err
 	}
 	marker := ""
-	if os.Getenv(markerEnv) != "" {
+	if switchedOn(markerEnv, "shm-marker") {
 		marker = fmt.Sprintf("/dev/shm/mockmps.%d", os.Getpid())
 		if err := os.WriteFile(marker, nil, 0o644); err != nil {
 			fmt.Fprint(ready, err)
@@ -223,12 +224,12 @@ func (d *daemon) answer(f []string, cmd string) string {
 	case f[0] == "get_default_active_thread_percentage":
 		return d.thread
 	case f[0] == "set_default_active_thread_percentage" && len(f) == 2:
-		if os.Getenv(deafEnv) == "" {
+		if !switchedOn(deafEnv, "deaf") {
 			d.thread = f[1] + ".0"
 		}
 		return ""
 	case f[0] == "set_default_device_pinned_mem_limit" && len(f) == 3:
-		if os.Getenv(deafEnv) == "" {
+		if !switchedOn(deafEnv, "deaf") {
 			d.pinned[f[1]] = f[2]
 		}
 		return ""
@@ -326,8 +327,26 @@ func narrow(server, client string) string {
 	return strconv.FormatFloat(s, 'f', -1, 64)
 }
 
+// switchDir holds the stand-in's switches as files, in the root it runs
+// in: the plugin runs the daemon confined, with an environment of its own
+// making, which no test variable reaches.
+const switchDir = "/etc/mockmps"
+
+// switchedOn says whether env is set, or the file name is in switchDir.
+func switchedOn(env, name string) bool {
+	if os.Getenv(env) != "" {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(switchDir, name))
+	return err == nil
+}
+
 func record(cmd string) {
-	for _, p := range []string{filepath.Join(os.Getenv("CUDA_MPS_LOG_DIRECTORY"), "control.log"), os.Getenv("MOCKMPS_RECORD")} {
+	also := os.Getenv("MOCKMPS_RECORD")
+	if _, err := os.Stat(switchDir); also == "" && err == nil {
+		also = filepath.Join(switchDir, "record")
+	}
+	for _, p := range []string{filepath.Join(os.Getenv("CUDA_MPS_LOG_DIRECTORY"), "control.log"), also} {
 		if p == "" || p == "control.log" {
 			continue
 		}
