@@ -156,7 +156,7 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		byUUID: make(map[string]int, len(units)), byID: make(map[string]devRef, len(units)),
 		devRoot: o.DevRoot, specs: o.Specs, topo: topo,
 		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
-		maxMPS: max(o.MaxMPSShares, 1),
+		maxMPS:  max(o.MaxMPSShares, 1),
 		mpsRoot: o.MPSRoot,
 	}
 	if len(o.Strategies) == 0 {
