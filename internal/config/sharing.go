@@ -146,10 +146,10 @@ type MPS struct {
 // shares a container may hold, and each client's limit at the daemon.
 func (m MPS) SharesPerContainer() int { return max(m.MaxSharesPerContainer, 1) }
 
-// MaxMPSReplicas bounds MPS replicas. An MPS server takes at most 48
-// client processes (CUDA contexts) per GPU on Volta and later, and a
-// replica runs at least one; a container may run several, so 48 replicas
-// each running one client process is the most a GPU can serve.
+// MaxMPSReplicas bounds MPS replicas. MPS counts client processes (CUDA
+// contexts), not containers: a server takes at most 48 per GPU on Volta
+// and later. A replica runs at least one and may run several, so 48
+// replicas is the most a GPU can serve, and only while each runs one.
 const MaxMPSReplicas = 48
 
 // Enabled says whether any device is time-sliced.
