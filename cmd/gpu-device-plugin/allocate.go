@@ -142,17 +142,20 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 			return fmt.Errorf("choosing %d of %d devices of %s: %w", size, len(available), name, err)
 		}
 		out.Resource = name
-		placement, failGT1 := cmp.Or(cfg.Sharing.TimeSlicing.Placement, gpu.PlacementDistributed), cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne
-		if res.MPS() {
+		placement := cmp.Or(cfg.Sharing.TimeSlicing.Placement, gpu.PlacementDistributed)
+		switch {
+		case res.MPS():
 			// MPS has no placement setting: a container's shares are of one
 			// GPU, the one with the most free.
-			placement, failGT1 = gpu.PlacementDistributed, cfg.Sharing.MPS.FailRequestsGreaterThanOne
+			placement = gpu.PlacementDistributed
+			if most := cfg.Sharing.MPS.SharesPerContainer(); size > most {
+				log.Warn("more MPS shares than sharing.mps.maxSharesPerContainer: the kubelet's Allocate of them would be refused", "size", size, "maxSharesPerContainer", most, "resource", name)
+			}
+		case shared && cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne && size > 1:
+			log.Warn("failRequestsGreaterThanOne is set: the kubelet's Allocate of this many replicas would be refused", "size", size, "resource", name)
 		}
 		if shared {
 			out.Placement = placement
-			if failGT1 && size > 1 {
-				log.Warn("failRequestsGreaterThanOne is set: the kubelet's Allocate of this many replicas would be refused", "size", size, "resource", name)
-			}
 		}
 	} else {
 		choice, err := g.Choose(available, must, size)

@@ -12,8 +12,10 @@ import (
 // part of its memory: the GPU is published with allowMultipleAllocations
 // and a request policy on its memory capacity (consumable capacity, beta
 // in Kubernetes 1.36), and a claim allocated part of a GPU's memory is
-// prepared as an MPS client of that GPU's control daemon, limited to that
-// memory and to the same share of its threads. DRA mode only.
+// prepared as an MPS client of that GPU's control daemon, its environment
+// limited to that memory and to the same share of its threads. The daemon
+// holds every client of the GPU to the largest share prepared on it, which
+// holds whatever a client's environment says. DRA mode only.
 //
 // Example, from internal/config/testdata/example-memory-shares.yaml:
 //

@@ -98,11 +98,11 @@ func TestMPSErrors(t *testing.T) {
 		want []string
 	}{
 		{name: "MIG resource", body: "migStrategy: mixed\n" + res + "      - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n",
-			want: []string{`sharing.mps.resources[0].name: "nvidia.com/mig-1g.10gb" is a MIG resource, and MPS does not run on MIG devices; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing`}},
+			want: []string{`sharing.mps.resources[0].name: "nvidia.com/mig-1g.10gb" is a MIG resource, and the plugin runs MPS on whole GPUs only; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing`}},
 		{name: "MIG UUID", body: res + "      - {name: nvidia.com/gpu, replicas: 2, devices: [MIG-1]}\n",
-			want: []string{`sharing.mps.resources[0].devices[0]: "MIG-1" is a MIG device, and MPS does not run on MIG devices`}},
+			want: []string{`sharing.mps.resources[0].devices[0]: "MIG-1" is a MIG device, and the plugin runs MPS on whole GPUs only`}},
 		{name: "too many replicas", body: res + "      - {name: nvidia.com/gpu, replicas: 64}\n",
-			want: []string{"sharing.mps.resources[0].replicas: 64 is too many; use at most 48 (an MPS server takes at most 48 clients per GPU)"}},
+			want: []string{"sharing.mps.resources[0].replicas: 64 is too many; use at most 48 (an MPS server takes at most 48 client processes per GPU, and each replica runs at least one)"}},
 		{name: "one replica", body: res + "      - {name: nvidia.com/gpu, replicas: 1}\n",
 			want: []string{"sharing.mps.resources[0].replicas: 1 is too few"}},
 		{name: "name missing", body: res + "      - {replicas: 2}\n",
@@ -116,16 +116,51 @@ func TestMPSErrors(t *testing.T) {
 		{name: "one name both ways", body: res + "      - {name: nvidia.com/gpu, replicas: 2, devices: [GPU-1]}\n" + ts + "      - {name: nvidia.com/gpu, replicas: 4, devices: [GPU-2]}\n",
 			want: []string{`sharing.mps.resources[0]: replicas would be served as "nvidia.com/gpu", as are those of sharing.timeSlicing.resources[0], which shares its devices the other way`}},
 		{name: "misspelt key", body: "sharing:\n  mps:\n    replicas: 2\n",
-			want: []string{`sharing.mps: unknown key "replicas"; known keys: renameByDefault, failRequestsGreaterThanOne, resources`}},
+			want: []string{`sharing.mps: unknown key "replicas"; known keys: renameByDefault, failRequestsGreaterThanOne, maxSharesPerContainer, resources`}},
 		{name: "placement is time-slicing's", body: "sharing:\n  mps:\n    placement: packed\n",
 			want: []string{`sharing.mps: unknown key "placement"`}},
 		{name: "not a map", body: "sharing:\n  mps: on\n",
 			want: []string{"sharing.mps: want a map of keys such as resources"}},
+		{name: "more shares per container than an entry has replicas", body: "sharing:\n  mps:\n    maxSharesPerContainer: 4\n    resources:\n      - {name: nvidia.com/gpu, replicas: 8, devices: [GPU-1]}\n      - {name: nvidia.com/gpu, replicas: 2, devices: [GPU-2]}\n",
+			want: []string{"sharing.mps.maxSharesPerContainer: 4 is more than the 2 replicas of sharing.mps.resources[1]; use at most 2, or give that entry more replicas"}},
+		{name: "negative shares per container", body: "sharing:\n  mps:\n    maxSharesPerContainer: -1\n",
+			want: []string{"sharing.mps.maxSharesPerContainer: -1 is too few; use 1 (the default: one share per container) or more"}},
+		{name: "several shares per container beside failRequestsGreaterThanOne", body: "sharing:\n  mps:\n    failRequestsGreaterThanOne: true\n    maxSharesPerContainer: 2\n",
+			want: []string{"sharing.mps.maxSharesPerContainer: 2 shares per container, but sharing.mps.failRequestsGreaterThanOne is true, which allows one; remove one of the two keys"}},
+		{name: "shares per container mistyped", body: "sharing:\n  mps:\n    maxSharesPerContainer: all\n",
+			want: []string{"sharing.mps.maxSharesPerContainer: got a string, want a whole number"}},
 		{name: "entry key mistyped", body: res + "      - {name: nvidia.com/gpu, replicas: two}\n",
 			want: []string{"sharing.mps.resources[0].replicas: got a string, want a whole number"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantConfigErrors(t, tt.body, tt.want...) })
+	}
+}
+
+// One share per container unless maxSharesPerContainer says more, up to
+// the fewest replicas; failRequestsGreaterThanOne: true is the default.
+func TestMPSSharesPerContainer(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		m    MPS
+		want int
+	}{
+		{"default", MPS{}, 1},
+		{"failRequestsGreaterThanOne", MPS{FailRequestsGreaterThanOne: true}, 1},
+		{"several", MPS{MaxSharesPerContainer: 4}, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.m.SharesPerContainer(); got != tt.want {
+				t.Errorf("SharesPerContainer() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	c, err := Load(writeFile(t, "sharing:\n  mps:\n    maxSharesPerContainer: 2\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || c.Sharing.MPS.SharesPerContainer() != 2 {
+		t.Errorf("as many shares as replicas: %v, %d", err, c.Sharing.MPS.SharesPerContainer())
 	}
 }
 

@@ -46,7 +46,32 @@ func Reference() string {
 	for _, f := range fileOnly {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", f.key, f.usage)
 	}
+	b.WriteString("\n### sharing.mps: what holds\n\n")
+	b.WriteString("A container's MPS limits come from two places. The GPU's control daemon sets each client's\n")
+	b.WriteString("limit, and that holds whatever the container does. The container's environment\n")
+	b.WriteString("(`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`) can only narrow it,\n")
+	b.WriteString("and a container can clear its own environment.\n\n")
+	b.WriteString("| key | default | meaning |\n|---|---|---|\n")
+	for _, k := range mpsKeys() {
+		fmt.Fprintf(&b, "| `sharing.mps.%s` | %s | %s |\n", k.key, k.def, escapeCell(k.usage))
+	}
 	return b.String()
+}
+
+// mpsKey is one key of sharing.mps as the reference explains it.
+type mpsKey struct{ key, def, usage string }
+
+// mpsKeys are the sharing.mps keys whose meaning is what holds against a
+// container; TestMPSKeysAreReal keeps them keys of MPS.
+func mpsKeys() []mpsKey {
+	return []mpsKey{
+		{"maxSharesPerContainer", "`1`", "the most shares of one GPU a container may hold, from 1 to the fewest `replicas` of the entries; Allocate refuses more. " +
+			"The daemon holds every client process to this many shares of its GPU's threads and pinned memory: that holds. " +
+			"With 1, each client process gets one share and no more. " +
+			"Above 1, a container holding fewer shares is narrowed to them by its environment only, and one that clears it gets this many"},
+		{"failRequestsGreaterThanOne", "`false`", "taken for NVIDIA's format; one share per container is the default here, so `true` changes nothing. " +
+			"It may not be `true` beside a `maxSharesPerContainer` above 1"},
+	}
 }
 
 func escapeCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

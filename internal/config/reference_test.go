@@ -100,3 +100,12 @@ func TestDocsNameRealKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestMPSKeysAreReal: the reference explains only keys sharing.mps takes.
+func TestMPSKeysAreReal(t *testing.T) {
+	for _, k := range mpsKeys() {
+		if !slices.Contains(jsonKeys(MPS{}), k.key) {
+			t.Errorf("the reference explains sharing.mps.%s, which is no key of sharing.mps", k.key)
+		}
+	}
+}

@@ -108,11 +108,13 @@ type SharedResource struct {
 const MaxReplicas = 1024
 
 // MPS serves each selected GPU as several replicas shared through an MPS
-// control daemon that the plugin runs per GPU: unlike time-slicing, each
-// container's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and of
-// the memory (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) is capped, at k/replicas
-// for a container given k replicas. It shares whole GPUs only (MPS does
-// not run on MIG devices) and shapes the device-plugin API only.
+// control daemon that the plugin runs per GPU. The daemon holds every
+// client to maxSharesPerContainer shares (default 1) of the GPU's threads
+// and pinned memory, whatever the client's environment says; a
+// container's environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) narrows that to the k shares it holds,
+// k/replicas, and only narrows. The plugin runs MPS on whole GPUs only
+// (the config refuses MIG devices), and for the device-plugin API only.
 //
 // Example, from internal/config/testdata/example-mps.yaml:
 //
@@ -124,16 +126,30 @@ const MaxReplicas = 1024
 //	        replicas: 8
 //	        devices: ["NVIDIA H100 80GB HBM3"]
 type MPS struct {
-	// RenameByDefault and FailRequestsGreaterThanOne are as in
-	// TimeSlicing. Unlike NVIDIA's plugin, FailRequestsGreaterThanOne is
-	// off by default: here two replicas are twice the share.
-	RenameByDefault            bool             `json:"renameByDefault,omitempty"`
-	FailRequestsGreaterThanOne bool             `json:"failRequestsGreaterThanOne,omitempty"`
-	Resources                  []SharedResource `json:"resources,omitempty"`
+	// RenameByDefault is as in TimeSlicing.
+	RenameByDefault bool `json:"renameByDefault,omitempty"`
+	// FailRequestsGreaterThanOne is taken for NVIDIA's format, whose MPS
+	// serves one share per container whatever it says. Here one share
+	// per container is the default too: true means the default, and may
+	// not be set beside a MaxSharesPerContainer above 1.
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+	// MaxSharesPerContainer is the most shares of a GPU one container may
+	// hold, 1 (the default, as 0) to the fewest replicas of an entry.
+	// Allocate refuses more. The daemon holds every client to this many
+	// shares: with more than 1, a container holding fewer is narrowed to
+	// them by its environment only, which it can clear.
+	MaxSharesPerContainer int              `json:"maxSharesPerContainer,omitempty"`
+	Resources             []SharedResource `json:"resources,omitempty"`
 }
 
-// MaxMPSReplicas bounds MPS replicas: an MPS server takes at most 48
-// clients per GPU (Volta and later), and each replica may be a client.
+// SharesPerContainer is MaxSharesPerContainer, 1 when unset: the most
+// shares a container may hold, and each client's limit at the daemon.
+func (m MPS) SharesPerContainer() int { return max(m.MaxSharesPerContainer, 1) }
+
+// MaxMPSReplicas bounds MPS replicas. MPS counts client processes (CUDA
+// contexts), not containers: a server takes at most 48 per GPU on Volta
+// and later. A replica runs at least one and may run several, so 48
+// replicas is the most a GPU can serve, and only while each runs one.
 const MaxMPSReplicas = 48
 
 // Enabled says whether any device is time-sliced.
@@ -357,12 +373,33 @@ func validateSharing(c Config, withStrategy bool) []error {
 			bad("sharing.mps.resources[%d].devices[%d]: %q is also time-sliced by sharing.timeSlicing.resources[%d].devices[%d]; a GPU is shared one way: remove one", w.entry, w.device, m.Resources[w.entry].Devices[w.device], o.entry, o.device)
 		}
 	}
+	errs = append(errs, validateMPSShares(m)...)
 	if withStrategy && m.Enabled() && c.KubeletAPI == KubeletAPIDRA {
 		// Serving its GPUs unshared instead would surprise.
 		bad("sharing.mps: in DRA mode GPUs are shared through MPS by claims (opaque configuration, or sharing.memoryShares), not replicas; remove the section, or set kubeletAPI (--kubelet-api) to %s", KubeletAPIDevicePlugin)
 	}
 	errs = append(errs, validateMemoryShares(c, withStrategy)...)
 	return append(errs, validateMIGPartitions(c, withStrategy)...)
+}
+
+// validateMPSShares checks maxSharesPerContainer against each entry's
+// replicas and failRequestsGreaterThanOne.
+func validateMPSShares(m MPS) []error {
+	const at = "sharing.mps.maxSharesPerContainer"
+	n := m.MaxSharesPerContainer
+	switch {
+	case n < 0:
+		return []error{fmt.Errorf("%s: %d is too few; use 1 (the default: one share per container) or more", at, n)}
+	case n > 1 && m.FailRequestsGreaterThanOne:
+		return []error{fmt.Errorf("%s: %d shares per container, but sharing.mps.failRequestsGreaterThanOne is true, which allows one; remove one of the two keys", at, n)}
+	}
+	var errs []error
+	for i, r := range m.Resources {
+		if r.Replicas >= 2 && n > r.Replicas {
+			errs = append(errs, fmt.Errorf("%s: %d is more than the %d replicas of sharing.mps.resources[%d]; use at most %d, or give that entry more replicas", at, n, r.Replicas, i, r.Replicas))
+		}
+	}
+	return errs
 }
 
 // section is one sharing section as validateSharing sees it.
@@ -415,7 +452,7 @@ func (v sharingCheck) section(sec section) selected {
 		case r.Name == gpuResource:
 		case sec.mps && strings.HasPrefix(r.Name, "nvidia.com/mig-"):
 			nameOK = false
-			bad("%s.name: %q is a MIG resource, and MPS does not run on MIG devices; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing", at, r.Name)
+			bad("%s.name: %q is a MIG resource, and the plugin runs MPS on whole GPUs only; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing", at, r.Name)
 		case migResource.MatchString(r.Name):
 		case strings.HasPrefix(r.Name, "nvidia.com/mig-") && strings.Contains(r.Name, "+"):
 			nameOK = false
@@ -429,7 +466,7 @@ func (v sharingCheck) section(sec section) selected {
 		}
 		maxReplicas, why := MaxReplicas, ""
 		if sec.mps {
-			maxReplicas, why = MaxMPSReplicas, " (an MPS server takes at most 48 clients per GPU)"
+			maxReplicas, why = MaxMPSReplicas, " (an MPS server takes at most 48 client processes per GPU, and each replica runs at least one)"
 		}
 		switch {
 		case r.Replicas < 2:
@@ -482,7 +519,7 @@ func (v sharingCheck) section(sec section) selected {
 				bad("%s: %q looks like a device index, which is not accepted (indexes change when a GPU fails or MIG is reconfigured); use the UUID (as `gpu-device-plugin list` shows) or the model name", dat, d)
 				continue
 			case sec.mps && strings.HasPrefix(strings.ToUpper(d), "MIG-"):
-				bad("%s: %q is a MIG device, and MPS does not run on MIG devices; name a GPU (GPU- UUID or model name), or share the MIG device with sharing.timeSlicing", dat, d)
+				bad("%s: %q is a MIG device, and the plugin runs MPS on whole GPUs only; name a GPU (GPU- UUID or model name), or share the MIG device with sharing.timeSlicing", dat, d)
 				continue
 			case strings.HasPrefix(strings.ToUpper(d), "GPU-") && migResource.MatchString(r.Name):
 				bad("%s: %q is a GPU UUID, which names no device of %s; use the MIG device's MIG- UUID, or the model name of its GPU", dat, d, r.Name)

@@ -50,12 +50,9 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		if !u.MPS {
 			continue
 		}
-		g := mpsd.GPU{UUID: u.UUID(), Replicas: u.Replicas, MaxShares: u.Replicas, Memory: u.GPU.MemoryBytes}
-		if cfg.Sharing.MPS.FailRequestsGreaterThanOne {
-			// Each container is one share, and the daemon holds every
-			// client to it, whatever its environment says.
-			g.MaxShares = 1
-		}
+		// The daemon holds every client to the most shares a container
+		// may hold (one by default), whatever its environment says.
+		g := mpsd.GPU{UUID: u.UUID(), Replicas: u.Replicas, MaxShares: cfg.Sharing.MPS.SharesPerContainer(), Memory: u.GPU.MemoryBytes}
 		gpus, uuids = append(gpus, g), append(uuids, g.UUID)
 	}
 	m, err := mpsManager(cfg, lib, log)

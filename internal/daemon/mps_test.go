@@ -55,7 +55,8 @@ func TestMPSSharing(t *testing.T) {
 	// The daemon needs a host's /dev (null, shm), bound into the root in
 	// its own mount namespace only.
 	cfg.DevRoot = "/dev"
-	cfg.Sharing.MPS = config.MPS{FailRequestsGreaterThanOne: true, Resources: []config.SharedResource{
+	// The default: one share per container, which the daemon holds.
+	cfg.Sharing.MPS = config.MPS{Resources: []config.SharedResource{
 		{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.mps", Devices: []string{uuid}},
 	}}
 	testLog := slog.New(slog.NewTextHandler(t.Output(), nil))

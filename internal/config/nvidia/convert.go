@@ -141,15 +141,10 @@ func timeSlicing(r *Result, at string, v json.RawMessage) {
 }
 
 // mps carries sharing.mps over. NVIDIA's plugin gives each container one
-// MPS share, whatever failRequestsGreaterThanOne says; here that flag
-// decides, so it is set, and a file that said false is noted.
+// MPS share, whatever failRequestsGreaterThanOne says, and so does ours
+// by default (maxSharesPerContainer 1), so the section carries as it is.
 func mps(r *Result, at string, v json.RawMessage) {
-	sec := r.sharingSection("mps")
-	shared(r, at, v, sec, "MPS")
-	if b, ok := sec["failRequestsGreaterThanOne"].(bool); ok && !b {
-		r.note(at+".failRequestsGreaterThanOne", "false is not carried over: NVIDIA's plugin serves one MPS share per container whatever it says, and here false would let a container hold several; set true")
-	}
-	sec["failRequestsGreaterThanOne"] = true
+	shared(r, at, v, r.sharingSection("mps"), "MPS")
 }
 
 // shared carries a sharing section of NVIDIA's (renameByDefault,

@@ -175,11 +175,11 @@ sharing:
     - name: nvidia.com/gpu
       replicas: 10
 `,
-			want:  "mpsRoot: /run/nvidia/mps\nsharing:\n  mps:\n    failRequestsGreaterThanOne: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n",
+			want:  "mpsRoot: /run/nvidia/mps\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n",
 			notes: []string{},
 		},
 		{
-			name: "mps that said a container may hold several shares",
+			name: "mps whose failRequestsGreaterThanOne NVIDIA ignores, as the default here does",
 			file: `version: v1
 sharing:
   mps:
@@ -190,8 +190,8 @@ sharing:
       replicas: 4
       devices: ["GPU-8c1e7d5a-0000-4000-8000-000000000000"]
 `,
-			want:  "sharing:\n  mps:\n    failRequestsGreaterThanOne: true\n    renameByDefault: true\n    resources:\n    - devices:\n      - GPU-8c1e7d5a-0000-4000-8000-000000000000\n      name: nvidia.com/gpu\n      replicas: 4\n",
-			notes: []string{"sharing.mps.failRequestsGreaterThanOne: false is not carried over"},
+			want:  "sharing:\n  mps:\n    failRequestsGreaterThanOne: false\n    renameByDefault: true\n    resources:\n    - devices:\n      - GPU-8c1e7d5a-0000-4000-8000-000000000000\n      name: nvidia.com/gpu\n      replicas: 4\n",
+			notes: []string{},
 		},
 		{
 			name: "unknown keys",

@@ -93,7 +93,7 @@ func Keys() []Key {
 		{File: "sharing.timeSlicing", Ours: "sharing.timeSlicing",
 			Note: "same shape: `renameByDefault`, `failRequestsGreaterThanOne`, `resources[{name, replicas, rename, devices}]`; devices by UUID or model name, not by index or count", move: timeSlicing},
 		{File: "sharing.mps", Ours: "sharing.mps",
-			Note: "same shape as `sharing.timeSlicing`; `failRequestsGreaterThanOne` is set, as NVIDIA's plugin serves one MPS share per container; at most 48 replicas a GPU; device-plugin mode only (DRA shares through claims)", move: mps},
+			Note: "same shape as `sharing.timeSlicing`; one share per container, as NVIDIA's plugin serves it, is the default here too, held by the daemon (`maxSharesPerContainer` allows more); at most 48 replicas a GPU; device-plugin mode only (DRA shares through claims)", move: mps},
 		{File: "imex.channelIDs", Flag: "imex-channel-ids", Env: []string{"IMEX_CHANNEL_IDS"},
 			Note: "IMEX channels are not added to GPU containers"},
 		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"},

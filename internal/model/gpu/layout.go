@@ -148,8 +148,8 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 	for k, u := range units {
 		name := names[k]
 		if sharing.MPS != nil && u.MIG == nil {
-			// MPS does not run on MIG devices, which single serves as
-			// nvidia.com/gpu too.
+			// The plugin runs MPS on whole GPUs only, not on the MIG
+			// devices single serves as nvidia.com/gpu too.
 			if n, rename := sharing.MPS.Replicas(name, u.UUID(), u.Model()); n > 1 {
 				u.Replicas, u.MPS, name = n, true, rename
 			}

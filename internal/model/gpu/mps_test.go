@@ -38,7 +38,7 @@ func replica(g, n int) string { return fmt.Sprintf("GPU-%08d::%d", g, n) }
 // Each container gets its daemon's directories and k/n of the GPU.
 func TestAllocateMPS(t *testing.T) {
 	root := devRoot(t, "nvidiactl")
-	r := mpsResource(t, Options{DevRoot: root})
+	r := mpsResource(t, Options{DevRoot: root, MaxMPSShares: 3})
 	for _, tt := range []struct {
 		ids            []string
 		threads, memMB string
@@ -79,17 +79,35 @@ func TestAllocateMPS(t *testing.T) {
 	}
 }
 
-// A container connects to one daemon: shares of two GPUs are refused, as
-// failRequestsGreaterThanOne refuses two shares.
+// A container connects to one daemon: shares of two GPUs are refused, and
+// more shares than the daemon holds each client to (one by default).
 func TestAllocateMPSRefuses(t *testing.T) {
 	r := mpsResource(t, Options{DevRoot: devRoot(t)})
 	_, err := r.Allocate([]string{replica(0, 0), replica(1, 0)})
 	if !errors.Is(err, device.ErrBadRequest) || !strings.Contains(err.Error(), "one GPU's MPS control daemon") {
 		t.Errorf("two GPUs: %v", err)
 	}
-	r = mpsResource(t, Options{DevRoot: devRoot(t), FailRequestsGreaterThanOne: true})
-	if _, err := r.Allocate([]string{replica(0, 0), replica(0, 1)}); !errors.Is(err, device.ErrBadRequest) {
-		t.Errorf("failRequestsGreaterThanOne: %v", err)
+	for _, tt := range []struct {
+		name string
+		max  int
+		ids  []string
+		ok   bool
+	}{
+		{"two shares by default", 0, []string{replica(0, 0), replica(0, 1)}, false},
+		{"one share by default", 0, []string{replica(0, 0)}, true},
+		{"up to the maximum", 3, []string{replica(0, 0), replica(0, 1), replica(0, 2)}, true},
+		{"over the maximum", 3, []string{replica(0, 0), replica(0, 1), replica(0, 2), replica(0, 3)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mpsResource(t, Options{DevRoot: devRoot(t), MaxMPSShares: tt.max})
+			_, err := r.Allocate(tt.ids)
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("refused: %v", err)
+			case !tt.ok && (!errors.Is(err, device.ErrBadRequest) || !strings.Contains(err.Error(), "maxSharesPerContainer is")):
+				t.Errorf("got %v, want a refusal naming maxSharesPerContainer", err)
+			}
+		})
 	}
 	if _, err := NewUnits([]Unit{{GPU: r.units[0].unit.GPU, Replicas: 2, MPS: true}}, r.topo, Options{}); err == nil {
 		t.Error("MPS without a root accepted")
@@ -140,7 +158,8 @@ func TestPreferredMPS(t *testing.T) {
 		{name: "must include's GPU too full", available: all(held...), must: []string{replica(2, 1)}, size: 3, err: "has 2 free MPS shares"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mpsResource(t, Options{DevRoot: devRoot(t)})
+			// Several shares per container, so Allocate takes every set.
+			r := mpsResource(t, Options{DevRoot: devRoot(t), MaxMPSShares: 8})
 			got, err := r.Preferred(tt.available, tt.must, tt.size)
 			if tt.err != "" {
 				if !errors.Is(err, allocator.ErrBadRequest) || !strings.Contains(err.Error(), tt.err) {

@@ -66,8 +66,11 @@ type Options struct {
 	// units: PlacementDistributed (default) or PlacementPacked.
 	Placement string
 	// FailRequestsGreaterThanOne refuses a request for more than one
-	// replica of a shared resource.
+	// replica of a shared resource (time-slicing's).
 	FailRequestsGreaterThanOne bool
+	// MaxMPSShares is the most shares of a GPU shared through MPS one
+	// request may hold (0: 1): its daemon holds each client to that many.
+	MaxMPSShares int
 	// MPSRoot holds the MPS control daemons' directories (MPSDir), for
 	// units shared through MPS.
 	MPSRoot string
@@ -117,6 +120,7 @@ type Resource struct {
 	topo    nvml.Topology
 	shared  bool
 	failGT1 bool
+	maxMPS  int // shares of an MPS unit one request may hold
 	packed  bool
 	mps     bool // some units are shared through MPS
 	mpsRoot string
@@ -152,6 +156,7 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		byUUID: make(map[string]int, len(units)), byID: make(map[string]devRef, len(units)),
 		devRoot: o.DevRoot, specs: o.Specs, topo: topo,
 		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
+		maxMPS:  max(o.MaxMPSShares, 1),
 		mpsRoot: o.MPSRoot,
 	}
 	if len(o.Strategies) == 0 {
@@ -357,6 +362,9 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 	}
 	if len(sel) > 1 && slices.ContainsFunc(sel, func(e *unitEntry) bool { return e.unit.MPS }) {
 		return nil, fmt.Errorf("%w: devices of %d GPUs (%s and %s) requested for one container, one of them shared through MPS: a container connects to one GPU's MPS control daemon; request shares of one GPU (the preferred allocation picks them so)", device.ErrBadRequest, len(sel), sel[0].uuid, sel[1].uuid)
+	}
+	if len(sel) == 1 && sel[0].unit.MPS && len(ids) > r.maxMPS {
+		return nil, fmt.Errorf("%w: %d MPS shares of GPU %s requested for one container, but sharing.mps.maxSharesPerContainer is %d: its daemon holds each client to that many; request at most %d, or raise maxSharesPerContainer", device.ErrBadRequest, len(ids), sel[0].uuid, r.maxMPS, r.maxMPS)
 	}
 	if (r.cdiCRI || r.cdiAnnotations) && r.specs != nil {
 		if err := r.specs.Ensure(); err != nil {

@@ -61,9 +61,11 @@ func GPUs(cfg config.Config, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.
 			Specs: specs,
 		}
 		if slices.ContainsFunc(r.Units, func(u gpu.Unit) bool { return u.MPS }) {
-			// Validation keeps a resource to one way of sharing; placement
-			// is time-slicing's: MPS shares go to the GPU with the most free.
-			opts.FailRequestsGreaterThanOne = mps.FailRequestsGreaterThanOne
+			// Validation keeps a resource to one way of sharing. Placement
+			// and failRequestsGreaterThanOne are time-slicing's: MPS shares
+			// go to the GPU with the most free, and maxSharesPerContainer
+			// bounds a container's.
+			opts.FailRequestsGreaterThanOne, opts.MaxMPSShares = false, mps.SharesPerContainer()
 			opts.MPSRoot, opts.Placement = cfg.MPSRoot, ""
 		}
 		res, err := gpu.NewUnits(r.Units, inv.Topology, opts)

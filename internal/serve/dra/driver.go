@@ -559,9 +559,12 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
 		}
-		for _, dv := range p.Devices {
-			if dv.MPS != nil {
-				d.o.Log.Info("prepared an MPS client", "claim", c.Namespace+"/"+c.Name, "device", dv.Device, "gpu", dv.MPS.GPU, "limits", describeMPS(dv.MPS))
+		if p.hasMPS() {
+			daemons := d.mpsDaemonsLocked(map[types.UID]preparedClaim{c.UID: p})
+			for _, dv := range p.Devices {
+				if dv.MPS != nil {
+					d.o.Log.Info("prepared an MPS client", "claim", c.Namespace+"/"+c.Name, "device", dv.Device, "gpu", dv.MPS.GPU, "limits", describeMPS(dv.MPS, daemons[dv.MPS.GPU]))
+				}
 			}
 		}
 		d.cp.Claims[c.UID] = p

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -40,8 +39,9 @@ type preparedMPS struct {
 	ThreadPercentage int    `json:"threadPercentage"`
 	PinnedMemoryMiB  uint64 `json:"pinnedMemoryMiB,omitempty"`
 	// Whole: the claim holds the whole GPU, and the daemon holds every
-	// client to these limits. Else the GPU is shared by memory and each
-	// client's environment narrows the daemon's (unlimited) defaults.
+	// client to these limits. Else the GPU is shared by memory: the daemon
+	// holds every client to the largest share prepared on the GPU, and
+	// each client's environment narrows that to its own.
 	Whole bool `json:"whole,omitempty"`
 	extra jsonkeep.Fields
 }
@@ -91,7 +91,7 @@ func mpsOf(r resourceapi.DeviceRequestAllocationResult, e *draslice.Device, cfg 
 		return nil, nil
 	}
 	if e.Type != draslice.TypeGPU {
-		return nil, fmt.Errorf("device %s is a %s device, and MPS runs on whole GPUs only; remove the MPS config for it", r.Device, e.Type)
+		return nil, fmt.Errorf("device %s is a %s device, and the plugin runs MPS on whole GPUs only; remove the MPS config for it", r.Device, e.Type)
 	}
 	p := &preparedMPS{GPU: e.ID, ThreadPercentage: 100, Whole: !share}
 	if share {
@@ -131,12 +131,31 @@ func capacityBytes(e *draslice.Device, name string) int64 {
 func mpsDeviceName(uid types.UID, device string) string { return string(uid) + "-" + device }
 
 // mpsGPUsLocked is the daemons the prepared claims (and pending, not yet
-// in the checkpoint) need: a GPU held whole by a claim asking for MPS gets
-// a daemon that holds every client to that claim's limits; a GPU shared
-// by memory one whose defaults are the whole GPU, each client narrowing
-// them to its share through its environment.
+// in the checkpoint) need, by GPU UUID (mpsDaemonsLocked), in UUID order.
 func (d *Driver) mpsGPUsLocked(pending map[types.UID]preparedClaim) []mpsd.GPU {
-	byGPU := map[string]mpsd.GPU{}
+	byGPU := d.mpsDaemonsLocked(pending)
+	out := make([]mpsd.GPU, 0, len(byGPU))
+	for _, id := range slices.Sorted(maps.Keys(byGPU)) {
+		out = append(out, byGPU[id])
+	}
+	return out
+}
+
+// mpsDaemonsLocked is the daemon each GPU with MPS clients in the prepared
+// claims and pending needs, by UUID. Its defaults, which hold whatever a
+// client's environment says, are the largest client limits on the GPU:
+// the largest thread percentage, and the largest pinned memory (none if a
+// client has no memory limit). A claim holding the GPU whole is its only
+// client, so its limits hold exactly; memory shares are each held to the
+// largest share on their GPU, exactly their own when the shares are of one
+// size. Recomputed at every Prepare and Unprepare, as shares come and go.
+func (d *Driver) mpsDaemonsLocked(pending map[types.UID]preparedClaim) map[string]mpsd.GPU {
+	type largest struct {
+		threads   int
+		mib       uint64
+		unlimited bool // a client has no memory limit
+	}
+	byGPU := map[string]*largest{}
 	add := func(claims map[types.UID]preparedClaim) {
 		for _, c := range claims {
 			for _, dv := range c.Devices {
@@ -144,21 +163,25 @@ func (d *Driver) mpsGPUsLocked(pending map[types.UID]preparedClaim) []mpsd.GPU {
 				if m == nil {
 					continue
 				}
-				g := mpsd.GPU{UUID: m.GPU, Replicas: 1, MaxShares: 1}
-				if m.Whole {
-					g.ThreadPercentage, g.Memory = m.ThreadPercentage, m.PinnedMemoryMiB<<20
+				l := byGPU[m.GPU]
+				if l == nil {
+					l = &largest{}
+					byGPU[m.GPU] = l
 				}
-				if _, seen := byGPU[m.GPU]; !seen || !m.Whole {
-					byGPU[m.GPU] = g
-				}
+				l.threads, l.mib = max(l.threads, m.ThreadPercentage), max(l.mib, m.PinnedMemoryMiB)
+				l.unlimited = l.unlimited || m.PinnedMemoryMiB == 0
 			}
 		}
 	}
 	add(d.cp.Claims)
 	add(pending)
-	out := make([]mpsd.GPU, 0, len(byGPU))
-	for _, id := range slices.Sorted(maps.Keys(byGPU)) {
-		out = append(out, byGPU[id])
+	out := make(map[string]mpsd.GPU, len(byGPU))
+	for id, l := range byGPU {
+		g := mpsd.GPU{UUID: id, Replicas: 1, MaxShares: 1, ThreadPercentage: l.threads}
+		if !l.unlimited {
+			g.Memory = l.mib << 20
+		}
+		out[id] = g
 	}
 	return out
 }
@@ -219,15 +242,20 @@ func mpsNotReady(device string) error {
 	return fmt.Errorf("device %s is shared through MPS, and the MPS control daemons are not running yet (the GPUs are not discovered yet); the kubelet retries", device)
 }
 
-// describeMPS is a prepared device's MPS client, for logs.
-func describeMPS(m *preparedMPS) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d%% of the threads", m.ThreadPercentage)
-	if m.PinnedMemoryMiB > 0 {
-		fmt.Fprintf(&b, ", %d MiB pinned", m.PinnedMemoryMiB)
+// describeMPS is a prepared device's MPS client and what its GPU's daemon
+// holds every client to, for logs.
+func describeMPS(m *preparedMPS, daemon mpsd.GPU) string {
+	own := describeLimits(m.ThreadPercentage, m.PinnedMemoryMiB)
+	held := describeLimits(daemon.DefaultThreadPercentage(), daemon.DefaultMemoryMiB())
+	if own == held {
+		return own + ", enforced by the daemon"
 	}
-	if m.Whole {
-		b.WriteString(", enforced by the daemon")
+	return own + " through its environment only; the daemon holds every client of the GPU to " + held + ", the largest share prepared on it"
+}
+
+func describeLimits(threadPercent int, pinnedMiB uint64) string {
+	if pinnedMiB == 0 {
+		return fmt.Sprintf("%d%% of the threads, no pinned memory limit", threadPercent)
 	}
-	return b.String()
+	return fmt.Sprintf("%d%% of the threads, %d MiB pinned", threadPercent, pinnedMiB)
 }

@@ -158,9 +158,9 @@ func TestMemorySharesAreMPSClients(t *testing.T) {
 		!slices.Equal(dv.CDIDeviceIDs, []string{"gpu-device-plugin.github.io/gpu=GPU-a", cdi.MPSKind + "=uid-a-gpu-0"}) {
 		t.Errorf("claim a's device = %+v; want its share ID, the GPU's and its MPS client's CDI devices", dv)
 	}
-	// One daemon for the GPU, with the whole GPU as its clients' default:
-	// each client's environment narrows it to its share.
-	if got := m.last(); len(got) != 1 || got[0] != (mpsd.GPU{UUID: "GPU-a", Replicas: 1, MaxShares: 1}) {
+	// One daemon for the GPU, holding every client to the largest share
+	// (b's); each client's environment narrows it to its own.
+	if got := m.last(); len(got) != 1 || got[0] != (mpsd.GPU{UUID: "GPU-a", Replicas: 1, MaxShares: 1, ThreadPercentage: 25, Memory: 20 << 30}) {
 		t.Errorf("daemons = %+v", got)
 	}
 	env := m.env()
@@ -206,6 +206,78 @@ func TestMemorySharesAreMPSClients(t *testing.T) {
 	un("uid-b")
 	if len(m2.spec) != 0 || len(m2.last()) != 0 {
 		t.Errorf("after the last Unprepare: spec %d devices, daemons %+v; want none", len(m2.spec), m2.last())
+	}
+}
+
+// The daemon of a GPU shared by memory holds every client to the largest
+// share prepared on it, recomputed as shares come and go.
+func TestMemoryShareDaemonLimits(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	daemon := func(threads int, memory uint64) []mpsd.GPU {
+		return []mpsd.GPU{{UUID: "GPU-a", Replicas: 1, MaxShares: 1, ThreadPercentage: threads, Memory: memory}}
+	}
+	prep := func(c *resourceapi.ResourceClaim) {
+		t.Helper()
+		if r := prepare(t, d, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	un := func(uid string) {
+		t.Helper()
+		if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want []mpsd.GPU
+	}{
+		{"one share: held to it", func() {
+			prep(claim("uid-s", "small", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")))
+		}, daemon(13, 10<<30)},
+		{"a larger share: every client held to the larger", func() {
+			prep(claim("uid-l", "large", share("g", "gpu-0", "22222222-2222-2222-2222-222222222222", "40Gi")))
+		}, daemon(50, 40<<30)},
+		{"the larger unprepared: back to the smaller", func() { un("uid-l") }, daemon(13, 10<<30)},
+		{"a second share of the same size: each held to exactly its own", func() {
+			prep(claim("uid-e", "equal", share("g", "gpu-0", "33333333-3333-3333-3333-333333333333", "10Gi")))
+		}, daemon(13, 10<<30)},
+		{"an activeThreadPercentage above the others: the threads follow it", func() {
+			prep(withConfig(claim("uid-t", "threads", share("g", "gpu-0", "44444444-4444-4444-4444-444444444444", "10Gi")), mpsParams(`{"strategy":"MPS","mps":{"activeThreadPercentage":60}}`)))
+		}, daemon(60, 10<<30)},
+		{"the last share gone: no daemon", func() { un("uid-s"); un("uid-e"); un("uid-t") }, []mpsd.GPU{}},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := m.last(); !slices.Equal(got, st.want) {
+			t.Errorf("%s: daemons = %+v, want %+v", st.name, got, st.want)
+		}
+	}
+}
+
+// The log says "enforced by the daemon" only where the daemon holds the
+// client to its own limits.
+func TestDescribeMPS(t *testing.T) {
+	share := &preparedMPS{GPU: "GPU-a", ThreadPercentage: 13, PinnedMemoryMiB: 10240}
+	for _, tt := range []struct {
+		name   string
+		m      *preparedMPS
+		daemon mpsd.GPU
+		want   string
+	}{
+		{"held to its own", share, mpsd.GPU{Replicas: 1, MaxShares: 1, ThreadPercentage: 13, Memory: 10 << 30},
+			"13% of the threads, 10240 MiB pinned, enforced by the daemon"},
+		{"a larger share beside it", share, mpsd.GPU{Replicas: 1, MaxShares: 1, ThreadPercentage: 50, Memory: 40 << 30},
+			"13% of the threads, 10240 MiB pinned through its environment only; the daemon holds every client of the GPU to 50% of the threads, 40960 MiB pinned, the largest share prepared on it"},
+		{"whole, no memory limit", &preparedMPS{GPU: "GPU-c", ThreadPercentage: 100, Whole: true}, mpsd.GPU{Replicas: 1, MaxShares: 1, ThreadPercentage: 100},
+			"100% of the threads, no pinned memory limit, enforced by the daemon"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describeMPS(tt.m, tt.daemon); got != tt.want {
+				t.Errorf("describeMPS = %q\nwant %q", got, tt.want)
+			}
+		})
 	}
 }
 
