@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/json"
 	"fmt"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"os"
 	"slices"
 	"strings"
@@ -197,11 +196,11 @@ const MinMPSShmSize = 1 << 20
 // MPSShmBytes is MPSShmSize in bytes; 0 when it is not a valid size
 // (Validate says so).
 func (c Config) MPSShmBytes() uint64 {
-	q, err := resource.ParseQuantity(c.MPSShmSize)
-	if err != nil || q.Sign() <= 0 {
+	n, err := parseBytes(c.MPSShmSize)
+	if err != nil {
 		return 0
 	}
-	return uint64(q.Value())
+	return n
 }
 
 // MaxMPSRoot is the longest mpsRoot whose daemons' control sockets
