@@ -41,8 +41,11 @@ type Config struct {
 	// (conditions only the driver or a reboot clears); empty keeps nothing.
 	StateDir string `json:"stateDir"`
 	// MPSRoot holds the MPS control daemons' directories (sharing.mps).
-	MPSRoot        string `json:"mpsRoot"`
-	MetricsAddress string `json:"metricsAddress"`
+	MPSRoot string `json:"mpsRoot"`
+	// MPSLauncherSocket is where the MPS launcher listens; empty: none,
+	// the plugin starts the daemons itself.
+	MPSLauncherSocket string `json:"mpsLauncherSocket"`
+	MetricsAddress    string `json:"metricsAddress"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
 	CDISpecDir         string   `json:"cdiSpecDir"`
