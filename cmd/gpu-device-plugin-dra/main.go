@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
@@ -28,9 +29,10 @@ var (
 )
 
 func main() {
-	// The MPS control daemons run through their own executable; DRA mode
-	// stops those a device-plugin run left.
+	// The MPS control daemons run through their own executable, and ask
+	// the MPS launcher for a daemon through it.
 	mpsexec.RunIfHelper()
+	launcher.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
@@ -61,6 +62,7 @@ var (
 	allocateKeys = slices.Concat(driverKeys, servedKeys, loggingKeys)
 	cdiKeys      = slices.Concat(driverKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"}, loggingKeys)
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
+	launcherKeys = slices.Concat([]string{"driverRoot", "devRoot", "mpsRoot", "mpsLauncherSocket"}, loggingKeys)
 )
 
 // outputFlag is -o of list and allocate: a table for people, JSON for
@@ -175,6 +177,15 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 				Hidden:          true,
 				SkipFlagParsing: true,
 				Action:          func(c *cli.Context) error { return mpsexec.Main(c.Args().First()) },
+			},
+			mpsLauncherCommand(stderr),
+			{
+				// The plugin asks the MPS launcher for a daemon through this
+				// (see package launcher).
+				Name:            launcher.HelperCommand,
+				Hidden:          true,
+				SkipFlagParsing: true,
+				Action:          func(c *cli.Context) error { return launcher.Main(c.Context, c.Args().Slice()) },
 			},
 			{
 				Name:   "version",

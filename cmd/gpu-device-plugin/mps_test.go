@@ -37,6 +37,26 @@ func TestMPSExecHidden(t *testing.T) {
 	}
 }
 
+// mps-launch is hidden as mps-exec is; mps-launcher needs its socket, and
+// a plugin's start through a launcher that is not there fails in one line.
+func TestMPSLauncherCommands(t *testing.T) {
+	out, _, err := run(t, mockOpen, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "mps-launch ") || !strings.Contains(out, "mps-launcher") {
+		t.Errorf("help should list mps-launcher and not the hidden mps-launch:\n%s", out)
+	}
+	if _, _, err := run(t, mockOpen, "mps-launcher"); err == nil || !strings.Contains(err.Error(), "--mps-launcher-socket") {
+		t.Errorf("mps-launcher without a socket: %v", err)
+	}
+	sock := filepath.Join(t.TempDir(), "launcher.sock")
+	_, _, err = run(t, mockOpen, "mps-launch", sock, "GPU-8c1e7d5a-0000-4000-8000-000000000001")
+	if err == nil || !strings.Contains(err.Error(), "does not answer") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("mps-launch with no launcher: %v; want one line saying it does not answer", err)
+	}
+}
+
 // The test binary is the helper too, as the plugin's executable is.
 func TestMain(m *testing.M) {
 	mpsexec.RunIfHelper()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,7 +45,10 @@ import (
 // objects are the Kubernetes objects of one manifest stream, by kind.
 type objects struct {
 	ConfigMaps []*corev1.ConfigMap
+	// DaemonSets are the plugin's; Launchers the MPS launcher's
+	// (app.kubernetes.io/component: mps-launcher).
 	DaemonSets []*appsv1.DaemonSet
+	Launchers  []*appsv1.DaemonSet
 	Services   []*corev1.Service
 
 	// DRA mode's (kubeletAPI: dra).
@@ -65,6 +69,15 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 	for i := 0; ; i++ {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
+			plugins := out.DaemonSets[:0]
+			for _, ds := range out.DaemonSets {
+				if ds.Labels["app.kubernetes.io/component"] == launcherComponent {
+					out.Launchers = append(out.Launchers, ds)
+				} else {
+					plugins = append(plugins, ds)
+				}
+			}
+			out.DaemonSets = plugins
 			return out, nil
 		}
 		if err != nil {
@@ -136,7 +149,7 @@ func (o objects) validate() field.ErrorList {
 		errs = append(errs, convert(cm.DeepCopy(), &in)...)
 		errs = append(errs, prefix("ConfigMap "+cm.Name, corevalidation.ValidateConfigMap(&in))...)
 	}
-	for _, ds := range o.DaemonSets {
+	for _, ds := range slices.Concat(o.DaemonSets, o.Launchers) {
 		var in apps.DaemonSet
 		errs = append(errs, convert(ds.DeepCopy(), &in)...)
 		errs = append(errs, prefix("DaemonSet "+ds.Name, appsvalidation.ValidateDaemonSet(&in, corevalidation.PodValidationOptions{}))...)

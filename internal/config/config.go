@@ -44,8 +44,11 @@ type Config struct {
 	MPSRoot string `json:"mpsRoot"`
 	// MPSShmSize is the size of each MPS daemon's /dev/shm tmpfs, a
 	// quantity (1Gi); MPSShmBytes reads it.
-	MPSShmSize     string `json:"mpsShmSize"`
-	MetricsAddress string `json:"metricsAddress"`
+	MPSShmSize string `json:"mpsShmSize"`
+	// MPSLauncherSocket is where the MPS launcher listens; empty: none,
+	// the plugin starts the daemons itself.
+	MPSLauncherSocket string `json:"mpsLauncherSocket"`
+	MetricsAddress    string `json:"metricsAddress"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
 	CDISpecDir         string   `json:"cdiSpecDir"`

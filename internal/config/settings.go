@@ -53,6 +53,8 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.MPSRoot })},
 		{Key: "mpsShmSize", Category: CategoryKubelet, Flag: "mps-shm-size", Default: DefaultMPSShmSize, Usage: "the size of the tmpfs mounted as each MPS control daemon's /dev/shm, which every client of its GPU shares as its own /dev/shm (in place of a /dev/shm the pod mounts); a quantity such as 512Mi or 2Gi, at least 1Mi",
 			set: str(func(c *Config) *string { return &c.MPSShmSize })},
+		{Key: "mpsLauncherSocket", Category: CategoryKubelet, Flag: "mps-launcher-socket", Default: "", Usage: "the socket of `gpu-device-plugin mps-launcher`, which then starts the MPS control daemons in its own process tree (the chart's mps-launcher DaemonSet), so that they and their clients outlive a plugin restart; the launcher listens on it, the plugin asks it; empty: the plugin starts the daemons itself, and they end with its container",
+			set: str(func(c *Config) *string { return &c.MPSLauncherSocket })},
 		{Key: "deviceIDStrategy", Category: CategoryKubelet, Flag: "device-id-strategy", Default: "uuid", Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index",
 			set: str(func(c *Config) *string { return &c.DeviceIDStrategy })},
 		{Key: "migStrategy", Category: CategoryKubelet, Flag: "mig-strategy", Default: MIGStrategyNone, Usage: "how the device-plugin API serves MIG devices: " + MIGStrategyNone + " (no MIG device is served), " + MIGStrategySingle + " (MIG devices of one profile, as nvidia.com/gpu) or " + MIGStrategyMixed + " (nvidia.com/mig-<profile> per profile, nvidia.com/gpu for GPUs without MIG); DRA mode publishes MIG devices whatever it says",

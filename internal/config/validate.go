@@ -85,6 +85,12 @@ func (c Config) Validate() error {
 	if c.StateDir != "" {
 		absolute("stateDir", c.StateDir)
 	}
+	if c.MPSLauncherSocket != "" {
+		absolute("mpsLauncherSocket", c.MPSLauncherSocket)
+		if n := len(c.MPSLauncherSocket); n > 107 {
+			errs = append(errs, fmt.Errorf("config: %s: %q is %d bytes, %d too many for a UNIX socket's path; use at most 107 (example: %s/launcher.sock)", field("mpsLauncherSocket"), c.MPSLauncherSocket, n, n-107, DefaultMPSRoot))
+		}
+	}
 	if c.HealthRecoveryPolls < 1 {
 		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
 	}

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
@@ -82,8 +84,8 @@ type mpsClaims interface {
 }
 
 // mpsManager is the manager of the MPS control daemons under cfg's
-// mpsRoot, run through this executable; lib sets compute modes (nil: not
-// set).
+// mpsRoot, run through this executable, and started through the MPS
+// launcher when cfg names one; lib sets compute modes (nil: not set).
 func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Manager, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -97,6 +99,11 @@ func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Ma
 		// its PID namespace.
 		Servers: func(uuid string) ([]int, error) { return mpsd.ProcServers("/proc", uuid) },
 		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
+			if cfg.MPSLauncherSocket != "" && slices.Equal(args, []string{"-d"}) {
+				// The daemon is forked in the launcher's process tree,
+				// which a plugin restart leaves running.
+				return launcher.Command(ctx, self, cfg.MPSLauncherSocket, env)
+			}
 			// Located at each run: a driver installed later is found.
 			s, err := mpsexec.Locate(cfg.DriverRoot)
 			if err != nil {

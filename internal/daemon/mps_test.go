@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
 )
@@ -25,6 +26,7 @@ import (
 // own executable does.
 func TestMain(m *testing.M) {
 	mpsexec.RunIfHelper()
+	launcher.RunIfHelper()
 	os.Exit(m.Run())
 }
 
@@ -140,6 +142,128 @@ func TestMPSSharing(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With mpsLauncherSocket set, the plugin asks the launcher for each daemon
+// instead of starting it; with no launcher answering, the GPU's shares are
+// withheld and the log says what to check.
+func TestMPSThroughLauncher(t *testing.T) {
+	self := mpstest.NeedConfinement(t)
+	root, _ := mpstest.DriverRoot(t)
+	lib := nvmltest.NewDGXA100()
+	open := func(string) (nvml.Library, error) { return lib, nil }
+	uuid, _ := lib.Devices[0].(interface {
+		GetUUID() (string, gonvml.Return)
+	}).GetUUID()
+	cfg := testConfig(t)
+	cfg.DriverRoot, cfg.DevRoot = root, "/dev"
+	cfg.MPSLauncherSocket = filepath.Join(t.TempDir(), "launcher.sock")
+	cfg.Sharing.MPS = config.MPS{FailRequestsGreaterThanOne: true, Resources: []config.SharedResource{
+		{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.mps", Devices: []string{uuid}},
+	}}
+	dir := filepath.Join(cfg.MPSRoot, uuid)
+	t.Cleanup(func() { // the daemon outlives the plugin: stop it
+		cfg.Sharing.MPS = config.MPS{}
+		cfg.MPSLauncherSocket = ""
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, cfg, open, slog.New(slog.DiscardHandler)) }()
+		_, _ = dialPlugin(t, filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.sock")).ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+		cancel()
+		<-done
+	})
+	testLog := slog.New(slog.NewTextHandler(t.Output(), nil))
+
+	lctx, stopLauncher := context.WithCancel(context.Background())
+	launched := make(chan error, 1)
+	go func() {
+		launched <- launcher.New(launcher.Options{Socket: cfg.MPSLauncherSocket, Root: cfg.MPSRoot, DriverRoot: root, DevRoot: "/dev", Self: self, Log: testLog}).Serve(lctx)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, open, testLog) }()
+	waitHealthy(t, ctx, filepath.Join(cfg.DevicePluginDir, "nvidia.com_gpu.mps.sock"), 4)
+	if _, err := os.Stat(filepath.Join(dir, "log", "launcher-start.log")); err != nil {
+		t.Errorf("the daemon was not started by the launcher: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	stopLauncher()
+	if err := <-launched; err != nil {
+		t.Fatal(err)
+	}
+
+	// No launcher, and no daemon to adopt: the shares stay withheld, and
+	// the plugin says why.
+	if err := os.Remove(filepath.Join(dir, "limits.json")); err != nil {
+		t.Fatal(err)
+	}
+	said := make(chan string, 16)
+	log := slog.New(watchHandler{Handler: testLog.Handler(), said: said})
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { done <- Run(ctx, cfg, open, log) }()
+	for msg := ""; !strings.Contains(msg, "the MPS launcher at "+cfg.MPSLauncherSocket+" does not answer"); {
+		select {
+		case msg = <-said:
+		case <-ctx.Done():
+			t.Fatal("the plugin did not say the launcher does not answer")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watchHandler sends each record's err attribute to said.
+type watchHandler struct {
+	slog.Handler
+	said chan<- string
+}
+
+func (h watchHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			select {
+			case h.said <- a.Value.String():
+			default:
+			}
+		}
+		return true
+	})
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h watchHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return watchHandler{Handler: h.Handler.WithAttrs(as), said: h.said}
+}
+
+func (h watchHandler) WithGroup(name string) slog.Handler {
+	return watchHandler{Handler: h.Handler.WithGroup(name), said: h.said}
+}
+
+// waitHealthy waits until the plugin at sock lists want healthy devices.
+func waitHealthy(t *testing.T, ctx context.Context, sock string, want int) {
+	t.Helper()
+	stream, err := dialPlugin(t, sock).ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for healthy := 0; healthy != want; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthy = 0
+		for _, d := range resp.Devices {
+			if d.Health == pluginapi.Healthy {
+				healthy++
+			}
+		}
 	}
 }
 

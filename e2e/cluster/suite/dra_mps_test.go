@@ -52,6 +52,7 @@ func TestDRAMemoryShares(t *testing.T) {
 		{"install in DRA mode with one GPU shared by memory", s.install},
 		{"the GPU is published with allowMultipleAllocations and a memory request policy", s.slice},
 		{"two claims for a quarter of its memory share it through MPS", s.pods},
+		{"a plugin pod restart leaves the daemon (in the MPS launcher's pod) and the claims' pods running", s.pluginRestart},
 		{"XID 79 on the shared GPU reaches both claims' pods; a reset clears it", s.xid},
 		{"the last claim gone, the daemon stops and its spec devices go", s.release_},
 		{"a claim's time-slice interval is set on its GPU, and put back when it goes", s.timeSlice},
@@ -189,6 +190,10 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 	if !strings.Contains(string(log), "set_default_active_thread_percentage 100\n") {
 		t.Errorf("the daemon was not given the whole GPU as its default; it was told:\n%s", log)
 	}
+}
+
+func (s *memShareScenario) pluginRestart(t *testing.T, ctx context.Context) {
+	restartPluginKeepingMPS(t, ctx, gpu.MPSDir(s.root, s.shared.UUID, gpu.MPSPipe), sharePods...)
 }
 
 func (s *memShareScenario) xid(t *testing.T, ctx context.Context) {

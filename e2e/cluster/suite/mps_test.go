@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"maps"
@@ -39,7 +40,8 @@ var mpsPods = []string{podMPS1, podMPS2}
 // control daemon answers; two pods get one share each, with the daemon's
 // pipe directory and shared memory mounted and half the GPU's threads and
 // memory as their limits; the daemon killed behind the plugin's back is
-// restarted; an XID on the GPU reaches both pods, and its reset brings the
+// restarted; a plugin pod restart leaves the daemon and the pods running;
+// an XID on the GPU reaches both pods, and its reset brings the
 // shares back; turning MPS off stops the daemon and removes its
 // directories.
 func TestMPSNode(t *testing.T) {
@@ -49,7 +51,7 @@ func TestMPSNode(t *testing.T) {
 		{"node advertises the MPS shares once the daemon answers", s.advertises},
 		{"two pods get one share each: mounts and limits", s.pods},
 		{"a daemon that dies is restarted and its shares offered again", s.daemonDies},
-		{"a plugin pod restart takes the daemon with it; the next plugin starts another", s.pluginRestart},
+		{"a plugin pod restart leaves the daemon (in the MPS launcher's pod) and the pods running; the next plugin adopts it", s.pluginRestart},
 		{"XID 79 on the shared GPU reaches both pods' status; a reset clears it", s.xid},
 		{"turning MPS off stops the daemon and removes its directories", s.turnOff},
 		{"uninstall leaves the node clean", s.uninstall},
@@ -214,11 +216,39 @@ func (s *mpsScenario) daemonDies(t *testing.T, ctx context.Context) {
 	t.Logf("daemon restarted, shares offered again, %s after it died", time.Since(killed).Round(time.Millisecond))
 }
 
-// pluginRestart deletes the plugin pod. In a DaemonSet the daemon runs in
-// the plugin container, so it goes with it (docs/mig-and-sharing.md): the
-// next plugin finds none to adopt, starts one, and offers the shares
-// again; the pods keep their shares.
+// pluginRestart deletes the plugin pod. The daemon runs in the MPS
+// launcher's pod, so it keeps running (the same pid) and the next plugin
+// adopts it; the pods keep their shares and their containers run on,
+// never restarted.
 func (s *mpsScenario) pluginRestart(t *testing.T, ctx context.Context) {
+	restartPluginKeepingMPS(t, ctx, s.dir(gpu.MPSPipe), mpsPods...)
+	if err := waitResources(ctx, s.want(mpsReplicas), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range mpsPods {
+		want := map[string]corev1.ResourceHealthStatus{s.shares[name]: "Healthy"}
+		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("keeping %v", want), func(p *corev1.Pod) (bool, error) {
+			return maps.Equal(allocatedDevices(p, mpsResource), want), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restartPluginKeepingMPS deletes the plugin pod while pods use the MPS
+// daemon whose pipe directory is pipe, and checks that the daemon kept
+// running (the pid the stand-in wrote, and it answers), that the next
+// plugin adopted it, and that the pods' containers were not restarted.
+func restartPluginKeepingMPS(t *testing.T, ctx context.Context, pipe string, pods ...string) {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(pipe, mpsPIDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := containerStates(ctx, pods...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	old, err := waitPluginRunning(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -235,21 +265,58 @@ func (s *mpsScenario) pluginRestart(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
 	}
-	if !strings.Contains(line, `"adopted":false`) {
-		t.Errorf("the new plugin adopted a daemon the old pod's end should have taken with it: %s", line)
+	if !strings.Contains(line, `"adopted":true`) {
+		t.Errorf("the new plugin did not adopt the daemon the MPS launcher kept running: %s", line)
 	}
-	if err := waitResources(ctx, s.want(mpsReplicas), time.Minute); err != nil {
+	if now, err := os.ReadFile(filepath.Join(pipe, mpsPIDFile)); err != nil || string(now) != string(pid) {
+		t.Errorf("the daemon's pid was %q, is %q (%v): it did not outlive the plugin pod", strings.TrimSpace(string(pid)), strings.TrimSpace(string(now)), err)
+	}
+	if err := askDaemon(pipe); err != nil {
+		t.Errorf("the daemon does not answer after the plugin restart: %v", err)
+	}
+	after, err := containerStates(ctx, pods...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range mpsPods {
-		want := map[string]corev1.ResourceHealthStatus{s.shares[name]: "Healthy"}
-		if _, err := waitPod(ctx, name, time.Minute, fmt.Sprintf("keeping %v", want), func(p *corev1.Pod) (bool, error) {
-			return maps.Equal(allocatedDevices(p, mpsResource), want), nil
-		}); err != nil {
-			t.Fatal(err)
+	if !maps.Equal(before, after) {
+		t.Errorf("the MPS clients' containers changed across the plugin restart: before %v, after %v", before, after)
+	}
+	t.Logf("plugin pod %s replaced by %s; the MPS daemon (pid %s) adopted %s after the delete", old, next, strings.TrimSpace(string(pid)), time.Since(deleted).Round(time.Millisecond))
+}
+
+// mpsPIDFile is where the stand-in daemon writes its pid, in its pipe
+// directory (mpstest/mockmps).
+const mpsPIDFile = "nvidia-cuda-mps-control.pid"
+
+// askDaemon asks the daemon on pipe what a probe asks.
+func askDaemon(pipe string) error {
+	c, err := net.DialTimeout("unix", filepath.Join(pipe, "control"), 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintln(c, "get_default_active_thread_percentage"); err != nil {
+		return err
+	}
+	_, err = bufio.NewReader(c).ReadString('\n')
+	return err
+}
+
+// containerStates is each pod's containers' IDs and restart counts, by
+// pod and container.
+func containerStates(ctx context.Context, pods ...string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, name := range pods {
+		p, err := k8s.kube.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			out[name+"/"+cs.Name] = fmt.Sprintf("%s restarts=%d running=%t", cs.ContainerID, cs.RestartCount, cs.State.Running != nil)
 		}
 	}
-	t.Logf("plugin pod %s replaced by %s; a new daemon up and the shares offered %s after the delete", old, next, time.Since(deleted).Round(time.Millisecond))
+	return out, nil
 }
 
 func (s *mpsScenario) xid(t *testing.T, ctx context.Context) {

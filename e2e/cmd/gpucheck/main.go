@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 	"k8s.io/klog/v2"
 )
@@ -67,6 +68,7 @@ func main() {
 	// The DRA step's daemon runs MPS control daemons through this
 	// executable, as the plugin's own does.
 	mpsexec.RunIfHelper()
+	launcher.RunIfHelper()
 	var o options
 	var steps string
 	flag.StringVar(&o.bundle, "bundle", "", "the folder with gpu-device-plugin, its CDI hook, cudaprobe and image/ (default: this program's folder)")

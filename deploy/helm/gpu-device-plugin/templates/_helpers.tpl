@@ -362,3 +362,17 @@ naming the key and the fix. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The MPS launcher's socket, in mpsRoot (both pods mount it at its host
+path); empty when the launcher is off. */}}
+{{- define "gpu-device-plugin.mpsLauncherSocket" -}}
+{{- if .Values.mpsLauncher.enabled }}{{ clean .Values.mpsRoot }}/launcher.sock{{ end }}
+{{- end }}
+
+{{/* The MPS launcher's pod labels: another app.kubernetes.io/name, so that
+no selector of the plugin's pods (its DaemonSet's, the metrics Service's,
+kubectl's) takes them. */}}
+{{- define "gpu-device-plugin.mpsLauncherSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-device-plugin.name" . }}-mps-launcher
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
