@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
@@ -95,9 +96,16 @@ func mpsManager(cfg config.Config, lib nvml.Library, log *slog.Logger) (*mpsd.Ma
 		Binary:  mpsexec.DefaultBinary,
 		Root:    cfg.MPSRoot,
 		ShmSize: cfg.MPSShmBytes(),
-		// The servers the daemons this process started left: they run in
-		// its PID namespace.
-		Servers: func(uuid string) ([]int, error) { return mpsd.ProcServers("/proc", uuid) },
+		// The servers the daemons this process started left, in its PID
+		// namespace; or the launcher's, which sees the host's.
+		Servers: func(uuid string) ([]int, error) {
+			if cfg.MPSLauncherSocket == "" {
+				return mpsd.ProcServers("/proc", uuid)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return launcher.Servers(ctx, cfg.MPSLauncherSocket, uuid)
+		},
 		Command: func(ctx context.Context, dirs mpsd.Dirs, env []string, args ...string) (*exec.Cmd, error) {
 			if cfg.MPSLauncherSocket != "" && slices.Equal(args, []string{"-d"}) {
 				// The daemon is forked in the launcher's process tree,

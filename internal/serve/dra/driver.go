@@ -509,14 +509,18 @@ func (d *Driver) publish(ctx context.Context) {
 // prepared claims' status.devices entries are written (writeClaimStatus).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.pods.record(claims)
-	out, err := d.prepareClaims(ctx, claims)
+	out, waits, err := d.prepareClaims(ctx, claims)
+	d.undoPrepared(ctx, awaitMPS(ctx, waits, out))
 	d.writeClaimStatus(ctx, claims, out)
 	return out, err
 }
 
-func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+// prepareClaims prepares claims under the lock, and says which answers
+// wait for MPS daemons to come up.
+func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, map[types.UID]mpsWait, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	waits := map[types.UID]mpsWait{}
 	d.reloadLocked()
 	d.rebuildIfNeededLocked(ctx)
 	d.reconcileMIGLocked()
@@ -536,9 +540,15 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 				}
 				d.cp.Claims[c.UID], filled = p, true
 			}
-			if err := d.mpsReadyLocked(ctx, p); err != nil {
+			// The kubelet prepares again at each pod start: the answer
+			// waits for the daemons again.
+			w, ok, err := d.mpsWaitLocked(p)
+			if err != nil {
 				out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 				continue
+			}
+			if ok {
+				waits[c.UID] = w
 			}
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
 			continue
@@ -549,9 +559,13 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 				d.resetTimeSlicesLocked(ctx, p)
 			}
 		}
+		var w mpsWait
 		if err == nil && p.hasMPS() {
 			mpsChanged = true
-			if err = d.applyMPSLocked(ctx, map[types.UID]preparedClaim{c.UID: p}); err != nil {
+			if w, _, err = d.mpsWaitLocked(p); err == nil {
+				err = d.applyMPSLocked(map[types.UID]preparedClaim{c.UID: p})
+			}
+			if err != nil {
 				d.resetTimeSlicesLocked(ctx, p)
 			}
 		}
@@ -570,6 +584,10 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		d.cp.Claims[c.UID] = p
 		added = append(added, c.UID)
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
+		if len(w.gpus) > 0 {
+			w.fresh = true
+			waits[c.UID] = w
+		}
 	}
 	if len(added) > 0 || filled {
 		if err := d.cp.save(d.o.CheckpointPath); err != nil {
@@ -578,6 +596,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 				d.resetTimeSlicesLocked(ctx, d.cp.Claims[uid])
 				undone = d.undoMIGLocked(d.cp.Claims[uid]) || undone
 				delete(d.cp.Claims, uid)
+				delete(waits, uid)
 				out[uid] = kubeletplugin.PrepareResult{Err: err}
 			}
 			if undone {
@@ -589,31 +608,11 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	}
 	if mpsChanged {
 		// What the claims that failed or were not saved no longer need.
-		if err := d.applyMPSLocked(ctx, nil); err != nil {
+		if err := d.applyMPSLocked(nil); err != nil {
 			d.o.Log.Warn("MPS: after Prepare", "err", err)
 		}
 	}
-	return out, nil
-}
-
-// mpsReadyLocked checks, for a claim prepared before, that its MPS
-// clients' daemons are up: the kubelet prepares again at each pod start.
-func (d *Driver) mpsReadyLocked(ctx context.Context, p preparedClaim) error {
-	for _, dv := range p.Devices {
-		if dv.MPS == nil {
-			continue
-		}
-		if d.mps == nil {
-			return mpsNotReady(dv.Device)
-		}
-		ctx, cancel := context.WithTimeout(ctx, mpsUpTimeout)
-		err := d.mps.WaitUp(ctx, dv.MPS.GPU)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("device %s: %w", dv.Device, err)
-		}
-	}
-	return nil
+	return out, waits, nil
 }
 
 func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim) (preparedClaim, error) {
@@ -830,7 +829,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	for _, p := range removed {
 		if p.hasMPS() {
 			// Daemons no claim needs stop; the others are not waited for.
-			if err := d.applyMPSLocked(ctx, nil); err != nil {
+			if err := d.applyMPSLocked(nil); err != nil {
 				d.o.Log.Warn("MPS: after Unprepare", "err", err)
 			}
 			break

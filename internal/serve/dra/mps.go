@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -67,7 +68,7 @@ func (d *Driver) SetMPS(ctx context.Context, m MPSDaemons, root string, spec MPS
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mps, d.mpsRoot, d.mpsSpec, d.mpsCtx, d.timeSlice = m, root, spec, ctx, timeSlice
-	if err := d.applyMPSLocked(ctx, nil); err != nil {
+	if err := d.applyMPSLocked(nil); err != nil {
 		d.o.Log.Error("MPS: restoring the prepared claims' clients", "err", err)
 	}
 }
@@ -187,16 +188,15 @@ func (d *Driver) mpsDaemonsLocked(pending map[types.UID]preparedClaim) map[strin
 }
 
 // applyMPSLocked makes the daemons and the MPS spec those of the prepared
-// claims and pending, waiting (within ctx and mpsUpTimeout) for the
-// daemons pending's devices use.
-func (d *Driver) applyMPSLocked(ctx context.Context, pending map[types.UID]preparedClaim) error {
+// claims and pending. It does not wait for the daemons: Prepare does,
+// without the lock (awaitMPS).
+func (d *Driver) applyMPSLocked(pending map[types.UID]preparedClaim) error {
 	if d.mps == nil {
 		return nil
 	}
 	d.mps.Set(d.mpsCtx, d.mpsGPUsLocked(pending))
 	var devs []cdi.Device
-	var wait []string
-	add := func(claims map[types.UID]preparedClaim, isPending bool) {
+	add := func(claims map[types.UID]preparedClaim) {
 		for _, uid := range slices.Sorted(maps.Keys(claims)) {
 			for _, dv := range claims[uid].Devices {
 				if dv.MPS == nil {
@@ -211,25 +211,97 @@ func (d *Driver) applyMPSLocked(ctx context.Context, pending map[types.UID]prepa
 					e.Mounts = append(e.Mounts, cdi.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"rw", "nosuid", "nodev", "bind"}})
 				}
 				devs = append(devs, cdi.Device{Name: mpsDeviceName(uid, dv.Device), Edits: e})
-				if isPending {
-					wait = append(wait, dv.MPS.GPU)
-				}
 			}
 		}
 	}
-	add(d.cp.Claims, false)
-	add(pending, true)
+	add(d.cp.Claims)
+	add(pending)
 	if err := d.mpsSpec(devs); err != nil {
 		return fmt.Errorf("MPS CDI spec: %w", err)
 	}
+	return nil
+}
+
+// mpsWait is, for one claim, the daemons its answer waits for.
+type mpsWait struct {
+	m MPSDaemons
+	// claim names it (namespace/name) in errors; fresh: it was prepared
+	// by this call, and is undone if its daemons do not come up.
+	claim string
+	fresh bool
+	// devices are its MPS clients' devices, and gpus their GPUs.
+	devices, gpus []string
+}
+
+// mpsWaitLocked is what claim p's answer waits for; false when it has no
+// MPS client. Without daemons yet (NVML not loaded) it fails at once.
+func (d *Driver) mpsWaitLocked(p preparedClaim) (mpsWait, bool, error) {
+	w := mpsWait{m: d.mps, claim: p.Namespace + "/" + p.Name}
+	for _, dv := range p.Devices {
+		if dv.MPS == nil {
+			continue
+		}
+		if d.mps == nil {
+			return w, false, mpsNotReady(dv.Device)
+		}
+		w.devices, w.gpus = append(w.devices, dv.Device), append(w.gpus, dv.MPS.GPU)
+	}
+	return w, len(w.gpus) > 0, nil
+}
+
+// awaitMPS waits, within ctx and mpsUpTimeout and without the driver's
+// lock (other claims are prepared meanwhile), for the daemons each claim's
+// MPS clients use; a claim whose daemon is not up gets that error in
+// place of its answer, and the kubelet prepares it again. It returns the
+// claims this call prepared whose daemons did not come up, to be undone.
+func awaitMPS(ctx context.Context, waits map[types.UID]mpsWait, out map[types.UID]kubeletplugin.PrepareResult) (undo []types.UID) {
 	ctx, cancel := context.WithTimeout(ctx, mpsUpTimeout)
 	defer cancel()
-	for _, id := range wait {
-		if err := d.mps.WaitUp(ctx, id); err != nil {
-			return err
+	for _, uid := range slices.Sorted(maps.Keys(waits)) {
+		w := waits[uid]
+		for i, id := range w.gpus {
+			if err := w.m.WaitUp(ctx, id); err != nil {
+				out[uid] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s: device %s: %w", w.claim, w.devices[i], err)}
+				if w.fresh {
+					undo = append(undo, uid)
+				}
+				break
+			}
 		}
 	}
-	return nil
+	return undo
+}
+
+// undoPrepared takes back claims prepared by a call whose MPS daemons did
+// not come up: nothing of them stays (checkpoint, time slices, MIG
+// instances, daemons, spec devices), as for any refused claim.
+func (d *Driver) undoPrepared(ctx context.Context, uids []types.UID) {
+	if len(uids) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	undone := false
+	for _, uid := range uids {
+		p, ok := d.cp.Claims[uid]
+		if !ok {
+			continue
+		}
+		d.resetTimeSlicesLocked(ctx, p)
+		undone = d.undoMIGLocked(p) || undone
+		delete(d.cp.Claims, uid)
+	}
+	if err := d.cp.save(d.o.CheckpointPath); err != nil {
+		d.o.Log.Warn("MPS: saving the checkpoint without claims whose daemons did not come up", "err", err)
+	}
+	if undone {
+		if err := d.writeMIGSpecLocked(); err != nil {
+			d.o.Log.Warn("MIG: CDI spec", "err", err)
+		}
+	}
+	if err := d.applyMPSLocked(nil); err != nil {
+		d.o.Log.Warn("MPS: after taking back claims whose daemons did not come up", "err", err)
+	}
 }
 
 // hasMPS says whether any of the claim's devices is an MPS client.

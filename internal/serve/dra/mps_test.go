@@ -30,6 +30,9 @@ type fakeMPS struct {
 	// sliceErr fails them.
 	slices   []string
 	sliceErr error
+	// gate, when set, holds WaitUp until closed; waiting is closed once
+	// one waits there.
+	gate, waiting chan struct{}
 }
 
 func (f *fakeMPS) setTimeSlice(_ context.Context, uuid string, level int) (string, error) {
@@ -48,7 +51,18 @@ func (f *fakeMPS) Set(_ context.Context, gpus []mpsd.GPU) {
 	f.sets = append(f.sets, slices.Clone(gpus))
 }
 
-func (f *fakeMPS) WaitUp(_ context.Context, uuid string) error {
+func (f *fakeMPS) WaitUp(ctx context.Context, uuid string) error {
+	f.mu.Lock()
+	gate, waiting := f.gate, f.waiting
+	f.mu.Unlock()
+	if gate != nil {
+		close(waiting)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !slices.ContainsFunc(f.sets[len(f.sets)-1], func(g mpsd.GPU) bool { return g.UUID == uuid }) {
@@ -399,5 +413,24 @@ func TestSubRequestConfig(t *testing.T) {
 	other := withConfig(claim("uid-q", "other", result("gpu/two", "gpu-1")), mpsParams(`{"strategy":"MPS"}`), "gpu/one")
 	if r := prepare(t, d, other); r.Err != nil || len(r.Devices[0].CDIDeviceIDs) != 1 {
 		t.Errorf("config for gpu/one applied to gpu/two: %+v", r)
+	}
+}
+
+// A claim waiting for its MPS daemon does not hold the driver: another
+// claim is prepared meanwhile.
+func TestMPSWaitOutsideTheLock(t *testing.T) {
+	d, m := newMPSDriver(t, t.TempDir())
+	m.mu.Lock()
+	m.gate, m.waiting = make(chan struct{}), make(chan struct{})
+	m.mu.Unlock()
+	done := make(chan kubeletplugin.PrepareResult, 1)
+	go func() { done <- prepare(t, d, claim("u-mps", "mps", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi"))) }()
+	<-m.waiting
+	if r := prepare(t, d, claim("u-whole", "whole", result("g", "gpu-2"))); r.Err != nil {
+		t.Errorf("a claim prepared while another waits for its daemon: %v", r.Err)
+	}
+	close(m.gate)
+	if r := <-done; r.Err != nil {
+		t.Errorf("the MPS claim, once its daemon is up: %v", r.Err)
 	}
 }

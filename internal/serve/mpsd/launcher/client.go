@@ -19,26 +19,9 @@ var ErrNotAnswering = errors.New("does not answer")
 // Start asks the launcher at socket to start the control daemon of the
 // GPU with uuid, and waits for its answer until ctx ends.
 func Start(ctx context.Context, socket, uuid string) error {
-	if err := ValidGPU(uuid); err != nil {
-		return err
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
+	resp, err := request(ctx, socket, Request{GPU: uuid})
 	if err != nil {
-		return fmt.Errorf("the MPS launcher at %s %w (%w); is the chart's mps-launcher DaemonSet (gpu-device-plugin mps-launcher) running on this node?", socket, ErrNotAnswering, err)
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-	if err := json.NewEncoder(c).Encode(Request{GPU: uuid}); err != nil {
-		return fmt.Errorf("asking the MPS launcher at %s: %w", socket, err)
-	}
-	var resp Response
-	if err := json.NewDecoder(c).Decode(&resp); err != nil {
-		return fmt.Errorf("the MPS launcher at %s gave no answer for GPU %s: %w", socket, uuid, err)
+		return err
 	}
 	if !resp.OK {
 		msg := "the MPS launcher did not start GPU " + uuid + "'s control daemon: " + resp.Error
@@ -48,6 +31,45 @@ func Start(ctx context.Context, socket, uuid string) error {
 		return errors.New(msg)
 	}
 	return nil
+}
+
+// Servers asks the launcher at socket for the MPS servers running on the
+// GPU with uuid, in the host's process table.
+func Servers(ctx context.Context, socket, uuid string) ([]int, error) {
+	resp, err := request(ctx, socket, Request{GPU: uuid, Servers: true})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.OK {
+		return nil, fmt.Errorf("the MPS launcher did not list GPU %s's MPS servers: %s", uuid, resp.Error)
+	}
+	return resp.Servers, nil
+}
+
+// request sends one request and reads the answer, until ctx ends.
+func request(ctx context.Context, socket string, req Request) (Response, error) {
+	if err := ValidGPU(req.GPU); err != nil {
+		return Response{}, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return Response{}, fmt.Errorf("the MPS launcher at %s %w (%w); is the chart's mps-launcher DaemonSet (gpu-device-plugin mps-launcher) running on this node?", socket, ErrNotAnswering, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return Response{}, fmt.Errorf("asking the MPS launcher at %s: %w", socket, err)
+	}
+	var resp Response
+	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		return Response{}, fmt.Errorf("the MPS launcher at %s gave no answer for GPU %s: %w", socket, req.GPU, err)
+	}
+	return resp, nil
 }
 
 // HelperCommand is the hidden subcommand of our own executable that runs

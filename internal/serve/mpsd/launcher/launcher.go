@@ -29,14 +29,19 @@ import (
 type Request struct {
 	// GPU is the GPU's UUID (GPU-...).
 	GPU string `json:"gpu"`
+	// Servers asks, in place of a start, for the MPS servers running on
+	// the GPU: the launcher sees the host's processes, the plugin only its
+	// own.
+	Servers bool `json:"servers,omitempty"`
 }
 
 // Response is the launcher's answer: OK, or Error with Output, the last
-// line the control program printed.
+// line the control program printed; for a Servers request, their pids.
 type Response struct {
-	OK     bool   `json:"ok,omitempty"`
-	Error  string `json:"error,omitempty"`
-	Output string `json:"output,omitempty"`
+	OK      bool   `json:"ok,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Output  string `json:"output,omitempty"`
+	Servers []int  `json:"servers,omitempty"`
 }
 
 // uuidPattern is a whole GPU's UUID as NVML prints it, in characters that

@@ -60,6 +60,9 @@ func TestValidGPU(t *testing.T) {
 // driver root holding the stand-in control program.
 type fixture struct {
 	socket, root, driverRoot, bin string
+	// proc is the process table the launcher reads, empty but for what a
+	// test puts there.
+	proc string
 	// specs are the runs the launcher built.
 	mu    sync.Mutex
 	specs []mpsexec.Spec
@@ -83,7 +86,8 @@ func serve(t *testing.T, confined bool) *fixture {
 	f := &fixture{root: filepath.Join(t.TempDir(), "mps")}
 	f.socket = filepath.Join(f.root, "launcher.sock")
 	f.driverRoot, f.bin = mpstest.DriverRoot(t)
-	o := Options{Socket: f.socket, Root: f.root, DriverRoot: f.driverRoot, DevRoot: "/dev"}
+	f.proc = t.TempDir()
+	o := Options{Socket: f.socket, Root: f.root, DriverRoot: f.driverRoot, DevRoot: "/dev", ProcRoot: f.proc}
 	if confined {
 		o.Self = mpstest.NeedConfinement(t)
 	} else {
@@ -337,5 +341,34 @@ func TestDaemonOutlivesRequester(t *testing.T) {
 				t.Errorf("the daemon the requester started itself outlived it (answered %q): the test does not model a container", got)
 			}
 		})
+	}
+}
+
+// The launcher lists a GPU's MPS servers from the host's process table,
+// and starts no daemon while one of an earlier daemon runs.
+func TestServers(t *testing.T) {
+	f := serve(t, false)
+	f.makeDirs(t, testGPU)
+	if pids, err := Servers(t.Context(), f.socket, testGPU); err != nil || len(pids) != 0 {
+		t.Fatalf("no servers: %v, %v", pids, err)
+	}
+	dir := filepath.Join(f.proc, "77")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/bin/nvidia-cuda-mps-server", filepath.Join(dir, "exe")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "environ"), []byte("CUDA_VISIBLE_DEVICES="+testGPU+"\x00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pids, err := Servers(t.Context(), f.socket, testGPU); err != nil || !slices.Equal(pids, []int{77}) {
+		t.Errorf("servers: %v, %v; want [77]", pids, err)
+	}
+	if err := Start(t.Context(), f.socket, testGPU); err == nil || !strings.Contains(err.Error(), "77") {
+		t.Errorf("a start beside an orphaned server: %v", err)
+	}
+	if len(f.specs) != 0 {
+		t.Errorf("the launcher ran %+v", f.specs)
 	}
 }

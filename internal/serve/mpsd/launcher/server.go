@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
@@ -37,7 +38,10 @@ type Options struct {
 	// Command builds the run of s; nil: mpsexec.Command(ctx, Self, s), the
 	// control program confined. Tests run it unconfined.
 	Command func(ctx context.Context, s mpsexec.Spec) (*exec.Cmd, error)
-	Log     *slog.Logger
+	// ProcRoot is the process table MPS servers are looked for in; "":
+	// /proc (the host's: the launcher runs in the host PID namespace).
+	ProcRoot string
+	Log      *slog.Logger
 }
 
 // Server starts the control daemons it is asked for.
@@ -57,6 +61,9 @@ func New(o Options) *Server {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
 	}
 	if o.Command == nil {
 		o.Command = func(ctx context.Context, s mpsexec.Spec) (*exec.Cmd, error) { return mpsexec.Command(ctx, o.Self, s) }
@@ -155,12 +162,26 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 	resp := Response{OK: true}
 	if err := dec.Decode(&req); err != nil {
 		resp = Response{Error: fmt.Sprintf("not a request: %v; send {\"gpu\":\"GPU-...\"}", err)}
+	} else if req.Servers {
+		resp = s.Servers(req.GPU)
 	} else {
 		resp = s.Start(ctx, req.GPU)
 	}
 	if err := json.NewEncoder(c).Encode(resp); err != nil {
 		s.o.Log.Debug("MPS launcher: answering", "gpu", req.GPU, "err", err)
 	}
+}
+
+// Servers lists the MPS servers running on the GPU with uuid.
+func (s *Server) Servers(uuid string) Response {
+	if err := ValidGPU(uuid); err != nil {
+		return Response{Error: err.Error()}
+	}
+	pids, err := mpsd.ProcServers(s.o.ProcRoot, uuid)
+	if err != nil {
+		return Response{Error: err.Error()}
+	}
+	return Response{OK: true, Servers: pids}
 }
 
 // Start starts the control daemon of the GPU with uuid, as asked.
@@ -202,6 +223,11 @@ func (s *Server) start(ctx context.Context, uuid string) (said string, err error
 			return "", fmt.Errorf("GPU %s has no MPS %s directory %s here; the plugin makes it before asking, so the launcher and the plugin must have the same mpsRoot (%s here) at the same host path", uuid, which, dir, s.o.Root)
 		}
 		dirs[which] = dir
+	}
+	// The plugin asked first; this holds against a race, or a plugin
+	// that did not.
+	if pids, err := mpsd.ProcServers(s.o.ProcRoot, uuid); err != nil || len(pids) > 0 {
+		return "", fmt.Errorf("MPS server %v of an earlier control daemon still runs on GPU %s (%v); no daemon is started until it ends", pids, uuid, err)
 	}
 	spec, err := mpsexec.Locate(s.o.DriverRoot)
 	if err != nil {
