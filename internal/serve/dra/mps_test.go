@@ -424,7 +424,9 @@ func TestMPSWaitOutsideTheLock(t *testing.T) {
 	m.gate, m.waiting = make(chan struct{}), make(chan struct{})
 	m.mu.Unlock()
 	done := make(chan kubeletplugin.PrepareResult, 1)
-	go func() { done <- prepare(t, d, claim("u-mps", "mps", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi"))) }()
+	go func() {
+		done <- prepare(t, d, claim("u-mps", "mps", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")))
+	}()
 	<-m.waiting
 	if r := prepare(t, d, claim("u-whole", "whole", result("g", "gpu-2"))); r.Err != nil {
 		t.Errorf("a claim prepared while another waits for its daemon: %v", r.Err)

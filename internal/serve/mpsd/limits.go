@@ -109,4 +109,3 @@ func (m *Manager) writeLimits(g GPU) error {
 	_, err = atomicfile.Write(filepath.Join(m.o.Root, g.UUID, limitsFile), b, atomicfile.Options{})
 	return err
 }
-

@@ -72,4 +72,3 @@ func isMountPoint(dir string) bool {
 	}
 	return st.Dev != parent.Dev
 }
-

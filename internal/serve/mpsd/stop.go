@@ -82,4 +82,3 @@ func (m *Manager) quit(g GPU) error {
 	_, err := m.control(g, "quit")
 	return err
 }
-
