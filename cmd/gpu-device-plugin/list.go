@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
@@ -500,7 +501,9 @@ func migPart(m nvml.MIGDevice) health.Part {
 }
 
 // addMPS asks the MPS control daemons of the GPUs shared through MPS, which
-// the serving plugin runs, what they say of themselves. In DRA mode a GPU
+// the serving plugin runs, what they say of themselves; a healthy GPU
+// whose daemon is down is shown Unhealthy, mps-daemon-down, as serve
+// reports it. In DRA mode a GPU
 // is shared through MPS while claims hold it: while its daemon's
 // directory is there.
 func addMPS(cfg config.Config, gpus []listedGPU, log *slog.Logger) {
@@ -531,6 +534,10 @@ func addMPS(cfg config.Config, gpus []listedGPU, log *slog.Logger) {
 		l := &listedMPS{Daemon: "down", Servers: s.Servers, Clients: s.Clients}
 		if s.Up {
 			l.Daemon = "up"
+		} else if gpus[i].Health == "Healthy" {
+			// As serve has it: a GPU's shares are withheld while its
+			// daemon is down.
+			gpus[i].Health, gpus[i].Reason = "Unhealthy", mpsd.ReasonDown
 		}
 		if s.Err != nil {
 			l.Error = s.Err.Error()

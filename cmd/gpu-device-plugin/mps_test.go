@@ -91,6 +91,9 @@ func TestListMPS(t *testing.T) {
 		if g.Sharing != "mps" || g.MPS == nil || g.MPS.Daemon != "down" || g.MPS.Error == "" {
 			t.Errorf("no daemon running: %s %q %+v", g.UUID, g.Sharing, g.MPS)
 		}
+		if g.Health != "Unhealthy" || g.Reason != mpsd.ReasonDown {
+			t.Errorf("no daemon running: %s is %s %q, want Unhealthy %s as serve has it", g.UUID, g.Health, g.Reason, mpsd.ReasonDown)
+		}
 	}
 	// A daemon for the first GPU, as the serving plugin starts it.
 	m := mpsd.New(mpsd.Options{Binary: bin, Root: mpsRoot})
@@ -107,8 +110,8 @@ func TestListMPS(t *testing.T) {
 		}
 	}
 	gpus = listed()
-	if mps := gpus[0].MPS; mps == nil || mps.Daemon != "up" || mps.Clients != 0 || mps.Error != "" {
-		t.Errorf("daemon running: %+v", mps)
+	if mps := gpus[0].MPS; mps == nil || mps.Daemon != "up" || mps.Clients != 0 || mps.Error != "" || gpus[0].Health != "Healthy" {
+		t.Errorf("daemon running: %+v, %s %q", mps, gpus[0].Health, gpus[0].Reason)
 	}
 	if mps := gpus[1].MPS; mps == nil || mps.Daemon != "down" {
 		t.Errorf("the second GPU: %+v", mps)
