@@ -51,7 +51,7 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.DevRoot })},
 		{Key: "mpsRoot", Category: CategoryKubelet, Flag: "mps-root", Default: DefaultMPSRoot, Usage: "where the MPS control daemons of GPUs shared through MPS (sharing.mps, or DRA claims) keep their pipe, log and shared-memory directories, one directory per GPU; a host path that containers get mounts of, best on a tmpfs such as /run",
 			set: str(func(c *Config) *string { return &c.MPSRoot })},
-		{Key: "mpsShmSize", Category: CategoryKubelet, Flag: "mps-shm-size", Default: DefaultMPSShmSize, Usage: "the size of the tmpfs mounted as each MPS control daemon's /dev/shm, which every client of its GPU shares as its own /dev/shm (in place of a /dev/shm the pod mounts); a quantity such as 512Mi or 2Gi, at least 1Mi",
+		{Key: "mpsShmSize", Category: CategoryKubelet, Flag: "mps-shm-size", Default: DefaultMPSShmSize, Usage: "the size of the tmpfs mounted as each MPS control daemon's /dev/shm, which every client of its GPU shares as its own /dev/shm; a quantity such as 512Mi or 2Gi, at least 1Mi",
 			set: str(func(c *Config) *string { return &c.MPSShmSize })},
 		{Key: "mpsLauncherSocket", Category: CategoryKubelet, Flag: "mps-launcher-socket", Default: "", Usage: "the socket of `gpu-device-plugin mps-launcher`, which then starts the MPS control daemons in its own process tree (the chart's mps-launcher DaemonSet), so that they and their clients outlive a plugin restart; the launcher listens on it, the plugin asks it; empty: the plugin starts the daemons itself, and they end with its container",
 			set: str(func(c *Config) *string { return &c.MPSLauncherSocket })},
