@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,9 +201,7 @@ func TestMPSThroughLauncher(t *testing.T) {
 
 	// No launcher, and no daemon to adopt: the shares stay withheld, and
 	// the plugin says why.
-	if err := os.Remove(filepath.Join(dir, "limits.json")); err != nil {
-		t.Fatal(err)
-	}
+	quitDaemon(t, filepath.Join(dir, "pipe", "control"))
 	said := make(chan string, 16)
 	log := slog.New(watchHandler{Handler: testLog.Handler(), said: said})
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
@@ -216,6 +217,32 @@ func TestMPSThroughLauncher(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// quitDaemon tells the stand-in daemon listening on sock to quit, and
+// waits until it has.
+func quitDaemon(t *testing.T, sock string) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintln(c, "quit"); err != nil {
+		t.Fatal(err)
+	}
+	// It answers, then closes its socket and exits: the read ends at
+	// the close.
+	_, _ = io.ReadAll(c)
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(sock); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not quit")
+		}
+		<-time.After(10 * time.Millisecond) // another process: asked again shortly
 	}
 }
 
