@@ -42,6 +42,12 @@ type PluginOptions struct {
 	// instead of a profile's, so Library and Profile are not used and
 	// there is no fault FIFO.
 	Node *Node
+	// PIDNamespace runs the plugin as the first process of a PID
+	// namespace of its own, with its own /proc, as a pod without hostPID
+	// runs it (through util-linux's unshare): whatever it starts there
+	// ends with it. Its mount namespace keeps the host's propagation, as
+	// the chart's Bidirectional MPS volume does.
+	PIDNamespace bool
 }
 
 // Node is where a GPU node keeps what the plugin reads. Empty fields keep
@@ -81,11 +87,13 @@ type Plugin struct {
 	// WorkDir holds SysfsRoot, DevRoot and the control FIFO.
 	WorkDir, SysfsRoot, DevRoot string
 
-	cmd  *exec.Cmd
-	ctl  *mocknvml.Control
-	log  *syncBuffer
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's error, set before done is closed
+	cmd *exec.Cmd
+	// pidNS: cmd is unshare, and the plugin its only child.
+	pidNS bool
+	ctl   *mocknvml.Control
+	log   *syncBuffer
+	done  chan struct{} // closed when the process has exited
+	err   error         // Wait's error, set before done is closed
 
 	stopOnce sync.Once
 	stopErr  error
@@ -187,11 +195,27 @@ func (p *Plugin) start(o PluginOptions, args, env []string) error {
 		args = append(args, "--health-poll-interval", o.HealthPollInterval.String())
 	}
 	args = append(args, o.Args...)
-	cmd := exec.Command(o.Binary, args...)
+	name := o.Binary
+	if o.PIDNamespace {
+		unshare, err := exec.LookPath("unshare")
+		if err != nil {
+			return fmt.Errorf("starting plugin in a PID namespace of its own: %w (unshare is part of util-linux)", err)
+		}
+		// --kill-child: the plugin dies with unshare, which the
+		// harness's Pdeathsig kills with the test.
+		args = append([]string{"--pid", "--fork", "--mount-proc", "--propagation", "unchanged", "--kill-child", "--", o.Binary}, args...)
+		name, p.pidNS = unshare, true
+	}
+	return p.run(exec.Command(name, args...), env, o.Log)
+}
+
+// run starts cmd with the parent's environment (pluginEnv) and env, its
+// output in the log (and in also, when set).
+func (p *Plugin) run(cmd *exec.Cmd, env []string, also io.Writer) error {
 	cmd.Env = append(pluginEnv(os.Environ()), env...)
 	var out io.Writer = p.log
-	if o.Log != nil {
-		out = io.MultiWriter(p.log, o.Log)
+	if also != nil {
+		out = io.MultiWriter(p.log, also)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The plugin dies with the test, even one that panics or is killed.
@@ -199,13 +223,32 @@ func (p *Plugin) start(o PluginOptions, args, env []string) error {
 	p.cmd = cmd
 	p.Started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting plugin: %w", err)
+		return fmt.Errorf("starting %s: %w", filepath.Base(cmd.Path), err)
 	}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	return nil
+}
+
+// StartLauncher starts `mps-launcher` of the plugin binary on node's
+// driver and /dev roots, with args (its --mps-launcher-socket and
+// --mps-root) and JSON logs, in this process's PID namespace, as the
+// chart's DaemonSet runs it with hostPID. It returns once the process is
+// started; Stop, Log and WaitLog work as for a plugin.
+func StartLauncher(binary string, node *Node, args ...string) (*Plugin, error) {
+	p := &Plugin{log: &syncBuffer{}, done: make(chan struct{})}
+	full := []string{"mps-launcher", "--log-format", "json"}
+	for _, f := range []struct{ flag, v string }{{"--driver-root", node.DriverRoot}, {"--dev-root", node.DevRoot}} {
+		if f.v != "" {
+			full = append(full, f.flag, f.v)
+		}
+	}
+	if err := p.run(exec.Command(binary, append(full, args...)...), node.Env, nil); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // pluginEnv is the parent's environment without settings that would
@@ -221,8 +264,53 @@ func pluginEnv(env []string) []string {
 	return out
 }
 
-// Pid is the plugin's process id.
-func (p *Plugin) Pid() int { return p.cmd.Process.Pid }
+// Pid is the plugin's process id, in this process's PID namespace.
+func (p *Plugin) Pid() int {
+	if p.pidNS {
+		if pid, err := childOf(p.cmd.Process.Pid); err == nil {
+			return pid
+		}
+	}
+	return p.cmd.Process.Pid
+}
+
+// terminate sends SIGTERM to the plugin: with PIDNamespace, to unshare's
+// child, for unshare ignores SIGTERM and forwards nothing.
+func (p *Plugin) terminate() error {
+	if !p.pidNS {
+		return p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	pid, err := childOf(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(pid, syscall.SIGTERM)
+}
+
+// childOf is the process id of parent's child, from /proc/<pid>/stat.
+func childOf(parent int) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Field 4, the parent's pid, after the command name's ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(parent) {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no child of process %d in /proc", parent)
+}
 
 // Exited is closed when the process has exited.
 func (p *Plugin) Exited() <-chan struct{} { return p.done }
@@ -250,7 +338,7 @@ func (p *Plugin) Stop() error {
 		case <-p.done:
 			errs = append(errs, fmt.Errorf("plugin exited before Stop: %v", p.err))
 		default:
-			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := p.terminate(); err != nil {
 				errs = append(errs, fmt.Errorf("stopping plugin: %w", err))
 			}
 			select {

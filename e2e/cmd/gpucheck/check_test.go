@@ -318,16 +318,23 @@ func TestSetEnv(t *testing.T) {
 	}
 }
 
-// The summary's lines say what the MPS step measured, or why not.
+// The summary's lines say what the MPS step measured in each way, or why not.
 func TestMPSNotes(t *testing.T) {
 	zero, oom := 0, cudaOutOfMemory
-	d := &mpsData{GPU: "GPU-a", Replicas: 2, ThreadPercentage: 50, ShareMiB: 40960, MemoryMiB: 81920, UpToOfferedMs: 1.25,
-		PipeFiles: []string{"control", "nvidia-cuda-mps-control.pid"}, DaemonThreads: "50.0", ComputeMode: "EXCLUSIVE_PROCESS",
-		Limit:   []mpsAlloc{{Container: "container A", AllocMiB: 20480, CtxCreate: &zero, MemAlloc: &zero}, {Container: "container B", AllocMiB: 51200, CtxCreate: &zero, MemAlloc: &oom}},
-		Cleanup: mpsCleanup{Done: []string{"sharing plugin stopped"}, DirGone: true, ComputeMode: "DEFAULT"}}
+	d := &mpsData{GPU: "GPU-a", Replicas: 2, ThreadPercentage: 50, ShareMiB: 40960, MemoryMiB: 81920,
+		Runs: []*mpsRun{
+			{Name: "hostPID", PIDNamespace: "host", UpToOfferedMs: 1.25, PipeFiles: []string{"control", "nvidia-cuda-mps-control.pid"}, DaemonThreads: "50.0", ComputeMode: "EXCLUSIVE_PROCESS",
+				DaemonPid: 812, AfterStop: "answers", Cleanup: mpsCleanup{Done: []string{"sharing plugin stopped"}, DirGone: true, ComputeMode: "DEFAULT"}},
+			{Name: "podPID", PIDNamespace: "own", DaemonPid: 7, AfterStop: "gone: quit: exit status 1"},
+			{Name: "launcher", PIDNamespace: "own", Launcher: true, DaemonPid: 990, AfterStop: "answers", Restart: &mpsRestart{Adopted: true, DaemonPid: 990}},
+		},
+		Limit: []mpsAlloc{{Container: "container A", AllocMiB: 20480, CtxCreate: &zero, MemAlloc: &zero}, {Container: "container B", AllocMiB: 51200, CtxCreate: &zero, MemAlloc: &oom, MemTotalMiB: 40960}}}
 	notes := strings.Join(mpsNotes(d), "\n")
 	for _, want := range []string{"2 × nvidia.com/gpu.mps: 50% of its threads and 40960 MiB", "daemon up → shares offered 1.2 ms",
-		"control, nvidia-cuda-mps-control.pid", "container B 51200 MiB → cuCtxCreate 0, cuMemAlloc 2", "compute mode DEFAULT"} {
+		"control, nvidia-cuda-mps-control.pid", "hostPID given back: sharing plugin stopped; directory gone true; compute mode DEFAULT",
+		"podPID (plugin in a PID namespace of its own starts the daemon)", "once the plugin stopped, the daemon gone: quit",
+		"launcher (plugin in a PID namespace of its own, mps-launcher in the host's starts the daemon)", "adopted=true, pid 990",
+		"limit test (launcher; share 40960 MiB)", "container B 51200 MiB → cuCtxCreate 0, cuMemAlloc 2 (client saw 40960 MiB total)"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}

@@ -20,10 +20,14 @@
 //     runs on its CDI devices; then a claim for a quarter of a GPU's
 //     memory, which must come with that much as its MPS limit (on a real
 //     GPU, an allocation over it refused);
-//  6. mps: the first GPU shared through MPS (2 replicas): the plugin's
-//     control daemon up before the replicas are offered, Allocate's
-//     mounts and limits, containers as MPS clients (on a GPU, one
-//     client's allocation past its share refused while another holds
+//  6. mps: the first GPU shared through MPS (2 replicas) in three ways:
+//     the plugin in the host's PID namespace or in one of its own (as a
+//     pod without hostPID) starting the daemon, and mps-launcher in the
+//     host's starting it for a plugin in its own. In each: the daemon up
+//     before the replicas are offered, Allocate's mounts and limits,
+//     containers as MPS clients, whether the daemon outlives the plugin
+//     (with the launcher, adopted by the plugin started again; on a GPU,
+//     one client's allocation past its share refused while another holds
 //     its own), then the GPU given back: the daemon stopped by a plugin
 //     that shares nothing and the compute mode restored, even on failure.
 //
