@@ -4,13 +4,14 @@
 # two in step.
 #
 # Build args:
-#   VERSION      stamped into the binaries and org.opencontainers.image.version (default dev)
+#   VERSION      stamped into the binaries and org.opencontainers.image.version (default dev;
+#                make -s version prints the Makefile's, from the VERSION file)
 #   COMMIT       stamped into the binaries and org.opencontainers.image.revision (default unknown)
 #   GO_VERSION   the golang image the binaries are built in (default 1.26.8)
 #   BASE_IMAGE   the runtime base: any glibc >= 2.34 image (default distroless base-debian12)
 #   LICENSE      org.opencontainers.image.licenses (default Apache-2.0)
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#   docker build --build-arg VERSION=$(make -s version) \
 #                --build-arg COMMIT=$(git rev-parse --short HEAD) -t gpu-device-plugin .
 ARG GO_VERSION=1.26.8
 ARG BASE_IMAGE=gcr.io/distroless/base-debian12:latest

@@ -3,7 +3,21 @@
 
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release version, semver, is the VERSION file's: the one place it is
+# written. A build of the commit tagged with it, from a clean tree, is that
+# version; any other build of a git checkout adds the commit as semver build
+# metadata, v0.1.0+4c3f594 or v0.1.0+4c3f594.dirty (built on v0.1.0, not
+# v0.1.0 itself). A tree without git (a source archive) is the version it
+# names. VERSION=... on the command line overrides it; `make version`
+# prints it. docs/development.md, Releases.
+RELEASE := $(shell cat VERSION)
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell \
+	c=$$(git rev-parse --short HEAD 2>/dev/null) || { echo '$(RELEASE)'; exit 0; }; \
+	d=$$(git diff --quiet HEAD -- 2>/dev/null || echo .dirty); \
+	if [ -z "$$d" ] && git tag --points-at HEAD | grep -qFx '$(RELEASE)'; then echo '$(RELEASE)'; \
+	else echo '$(RELEASE)+'"$$c$$d"; fi)
+endif
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
@@ -11,9 +25,12 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # hundred; they say nothing about our code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build test unit conformance vet bench demo clean
+.PHONY: all build test unit conformance vet bench demo clean version
 
 all: build
+
+version:
+	@echo '$(VERSION)'
 
 build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 

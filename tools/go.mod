@@ -8,6 +8,7 @@ go 1.26.8
 require (
 	github.com/google/go-containerregistry v0.20.7
 	github.com/goreleaser/nfpm/v2 v2.46.0
+	go.yaml.in/yaml/v3 v3.0.4
 )
 
 require (
@@ -57,7 +58,6 @@ require (
 	github.com/vbatts/tar-split v0.12.2 // indirect
 	github.com/xanzy/ssh-agent v0.3.3 // indirect
 	gitlab.com/digitalxero/go-conventional-commit v1.0.7 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/crypto v0.45.0 // indirect
 	golang.org/x/net v0.47.0 // indirect
 	golang.org/x/sync v0.18.0 // indirect

@@ -12,6 +12,10 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
+// printVersion prints the semantic version first, "gpu-device-plugin
+// v0.1.0" (v0.1.0+<commit> between releases; "dev" when not built by make,
+// which stamps the VERSION file's), then the commit, Go, go-nvml and what
+// the driver says. Scripts read the first line.
 func printVersion(c *cli.Context, open daemon.OpenFunc, w, stderr io.Writer) error {
 	cfg, err := loadConfig(c)
 	if err != nil {

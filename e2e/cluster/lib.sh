@@ -24,8 +24,8 @@ NFD_BIN=$CACHE_DIR/bin/nfd-$NFD_VERSION
 NVIDIA_BIN=$CACHE_DIR/bin/nvidia-$NVIDIA_VERSION
 
 # The previous release, for the upgrade lane (TestUpgrade): any commit or tag
-# git resolves (the main commit issue 29 starts from until a release is
-# tagged). build.sh previous builds it from git with its own make image into
+# git resolves; until v0.1.0 is tagged, commit c596a2d, the build v0.1.0
+# follows (docs/development.md, Releases). build.sh previous builds it from git with its own make image into
 # $CACHE_DIR/previous/<full commit>/: src/ (its tree, the chart among it),
 # image/gpu-device-plugin-image.tar, version (its image tag).
 PREVIOUS_RELEASE=${PREVIOUS_RELEASE:-c596a2d}

@@ -54,7 +54,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join("..", "..", "README.md"))
+	files = append(files, filepath.Join("..", "..", "README.md"), filepath.Join("..", "..", "CHANGELOG.md"))
 	quoted := regexp.MustCompile("`[^`\n]*`")
 	flagRE := regexp.MustCompile(`(^|[^\w-])(--[a-z][a-z0-9-]*)`)
 	for _, f := range files {

@@ -290,7 +290,8 @@ func hasEnv(env []string, key string) bool {
 
 var badTagChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
-// TagFor turns a version (git describe output, say) into a valid tag.
+// TagFor turns a version into a valid tag: a semantic version's build
+// metadata after a - (v0.1.0+4c3f594 → v0.1.0-4c3f594), as tags have no +.
 func TagFor(version string) string {
 	t := badTagChars.ReplaceAllString(version, "-")
 	t = strings.TrimLeft(t, ".-")

@@ -28,6 +28,7 @@ func TestTagFor(t *testing.T) {
 		{"release", "v1.2.3", "v1.2.3"},
 		{"describe", "v1.2.3-4-gabc1234-dirty", "v1.2.3-4-gabc1234-dirty"},
 		{"build metadata", "1.2.3+meta", "1.2.3-meta"},
+		{"a build between releases", "v0.1.0+4c3f594.dirty", "v0.1.0-4c3f594.dirty"},
 		{"leading dot", ".x", "x"},
 		{"empty", "", "dev"},
 	} {

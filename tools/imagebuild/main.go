@@ -39,7 +39,7 @@ func main() {
 	flag.StringVar(&o.PCIIDs, "pci-ids", "", `pci.ids to install as /usr/share/misc/pci.ids; empty searches the build machine, "none" leaves it out`)
 	flag.StringVar(&o.Base, "base", "", "base image: a docker-archive or OCI layout tarball, or an OCI layout directory; empty builds from scratch with the host's glibc")
 	flag.StringVar(&extraLibs, "extra-libs", strings.Join(DefaultExtraLibs, ","), "libraries added to a scratch image besides the binary's own, by soname (those libnvidia-ml.so.1 needs)")
-	flag.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version")
+	flag.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version and the tag: the semantic version, as make version prints it")
 	flag.StringVar(&o.Commit, "commit", "unknown", "org.opencontainers.image.revision")
 	flag.StringVar(&o.Source, "source", "https://github.com/gpu-device-plugin/gpu-device-plugin", "org.opencontainers.image.source")
 	flag.StringVar(&o.License, "license", "Apache-2.0", "org.opencontainers.image.licenses (SPDX)")

@@ -30,7 +30,7 @@ func main() {
 		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
 		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
 		dra     = flag.String("dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode")
-		version = flag.String("version", "dev", "version, as `git describe` prints it; made into a package version")
+		version = flag.String("version", "dev", "the semantic version, as make version prints it (or `git describe` output); made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
 		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
 		out     = flag.String("o", "bin", "output directory")
@@ -170,11 +170,14 @@ var (
 	notInVers = regexp.MustCompile(`[^A-Za-z0-9.~+]+`)
 )
 
-// PackageVersion turns `git describe --tags --always --dirty` output into a
-// version dpkg and rpm both accept and order: v1.2.3 → 1.2.3,
-// v1.2.3-4-gabc1234-dirty → 1.2.3+4.gabc1234.dirty (after 1.2.3),
-// v1.3.0-rc.1 → 1.3.0~rc.1 (before 1.3.0), and a bare commit such as
-// abc1234-dirty → 0.0.0+git.abc1234.dirty.
+// PackageVersion turns the Makefile's semantic version (or `git describe
+// --tags --always --dirty` output, as an older tree's build gives) into a
+// version dpkg and rpm both accept and order: the v dropped, v1.2.3 →
+// 1.2.3; build metadata kept after a +, v1.2.3+abc1234.dirty →
+// 1.2.3+abc1234.dirty (after 1.2.3: a build between releases); a
+// pre-release after a ~, v1.3.0-rc.1 → 1.3.0~rc.1 (before 1.3.0);
+// v1.2.3-4-gabc1234-dirty → 1.2.3+4.gabc1234.dirty; and a bare commit
+// such as abc1234-dirty → 0.0.0+git.abc1234.dirty.
 func PackageVersion(v string) string {
 	m := describe.FindStringSubmatch(v)
 	if m == nil {

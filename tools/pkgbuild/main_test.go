@@ -7,6 +7,9 @@ import (
 func TestPackageVersion(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"release tag", "v1.2.3", "1.2.3"},
+		{"a build between releases keeps its build metadata, after the release", "v0.1.0+4c3f594", "0.1.0+4c3f594"},
+		{"a modified tree's build", "v0.1.0+4c3f594.dirty", "0.1.0+4c3f594.dirty"},
+		{"pre-release with build metadata", "v0.2.0-rc.1+4c3f594", "0.2.0~rc.1+4c3f594"},
 		{"tag without v", "0.4.0", "0.4.0"},
 		{"commits after a tag sort after it", "v1.2.3-4-gabc1234", "1.2.3+4.gabc1234"},
 		{"dirty tree after a tag", "v1.2.3-4-gabc1234-dirty", "1.2.3+4.gabc1234.dirty"},
