@@ -181,14 +181,20 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 		t.Errorf("share IDs %v, want two", shares)
 	}
 	recordDRA(fmt.Sprintf("two pods sharing %s by memory running %s after the first was created", s.device(), time.Since(start).Round(time.Millisecond)))
-	// Shared by memory: the daemon's defaults are the whole GPU, each
-	// client's environment narrowing them.
+	// Shared by memory: the daemon's defaults are the largest share on
+	// the GPU (here both are a quarter), which holds for a client that
+	// clears its environment.
 	log, err := os.ReadFile(filepath.Join(gpu.MPSDir(s.root, s.shared.UUID, gpu.MPSLog), "control.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(log), "set_default_active_thread_percentage 100\n") {
-		t.Errorf("the daemon was not given the whole GPU as its default; it was told:\n%s", log)
+	for _, want := range []string{"set_default_active_thread_percentage 25\n", fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM\n", s.quarterMiB())} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("the daemon was not held to the largest share (%q); it was told:\n%s", strings.TrimSpace(want), log)
+		}
+	}
+	if strings.Contains(string(log), "set_default_active_thread_percentage 100\n") {
+		t.Errorf("the daemon was given the whole GPU; it was told:\n%s", log)
 	}
 }
 
