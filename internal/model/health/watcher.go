@@ -352,8 +352,9 @@ func (w *Watcher) report(id string, was *bool, wasReason *string, healthy bool, 
 	if healthy != *was {
 		level := slog.LevelWarn
 		if reason == reasonMIGEnabled && *wasReason == "" {
-			// The layout has warned about the GPU in MIG mode, once.
-			level = slog.LevelDebug
+			// The layout has warned about the GPU in MIG mode, once, with
+			// what to do; the health record stays, below it.
+			level = slog.LevelInfo
 		}
 		w.log.Log(context.Background(), level, "GPU health changed", "device", id, "old", old, "new", state, "reason", reason, "oldReason", *wasReason)
 		if w.rec != nil {
