@@ -408,3 +408,17 @@ func TestDRAWordsOnlyForDRA(t *testing.T) {
 		}
 	}
 }
+
+// -o of list and allocate names its variable too when the value came
+// from it.
+func TestBadOutputNamesWhereItCameFrom(t *testing.T) {
+	_, _, err := run(t, mockOpen, "list", "-o", "yaml")
+	if err == nil || !strings.HasPrefix(err.Error(), `--output: "yaml" is not allowed`) {
+		t.Errorf("list -o yaml: %v", err)
+	}
+	t.Setenv("GPU_DEVICE_PLUGIN_OUTPUT", "yaml")
+	_, _, err = run(t, mockOpen, "list")
+	if err == nil || !strings.HasPrefix(err.Error(), `GPU_DEVICE_PLUGIN_OUTPUT: "yaml" is not allowed`) {
+		t.Errorf("GPU_DEVICE_PLUGIN_OUTPUT=yaml list: %v", err)
+	}
+}

@@ -325,7 +325,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer n.lib.Shutdown()
-	cfg, log, lib, inv, output := n.cfg, n.log, n.lib, n.inv, c.String("output")
+	cfg, log, lib, inv := n.cfg, n.log, n.lib, n.inv
+	output, _ := outputFormat(c)
 	node, err := cfg.Node()
 	if err != nil {
 		return err

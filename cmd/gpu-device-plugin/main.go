@@ -70,18 +70,29 @@ var (
 )
 
 // outputFlag is -o of list and allocate: a table for people, JSON for
-// scripts.
+// scripts. Its variable is read by output, as the settings' are by
+// loadConfig, so that an error can name where the value came from.
 func outputFlag() cli.Flag {
 	return &cli.StringFlag{
-		Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
-		EnvVars: []string{config.EnvName("output")},
+		Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json" + envNote(config.EnvName("output")),
 	}
+}
+
+// outputFormat is outputFlag's value, and the flag or variable it came from.
+func outputFormat(c *cli.Context) (value, from string) {
+	if slices.Contains(c.LocalFlagNames(), "output") {
+		return c.String("output"), "--output"
+	}
+	if v := os.Getenv(config.EnvName("output")); v != "" {
+		return v, config.EnvName("output")
+	}
+	return c.String("output"), "--output"
 }
 
 // checkOutput refuses an outputFlag other than table or json.
 func checkOutput(c *cli.Context) error {
-	if output := c.String("output"); output != "table" && output != "json" {
-		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
+	if v, from := outputFormat(c); v != "table" && v != "json" {
+		return fmt.Errorf("%s: %q is not allowed; use table or json", from, v)
 	}
 	return nil
 }
