@@ -95,7 +95,8 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		return err
 	}
 	defer n.lib.Shutdown()
-	cfg, log, inv, output := n.cfg, n.log, n.inv, c.String("output")
+	cfg, log, inv := n.cfg, n.log, n.inv
+	output, _ := outputFormat(c)
 	node, err := layout.GPUs(cfg, inv, nil, log)
 	if err != nil {
 		return err

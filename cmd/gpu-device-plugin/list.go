@@ -46,6 +46,9 @@ type listing struct {
 	DRA           listedDRA   `json:"dra"`
 	CDIHook       listedHook  `json:"cdiHook"`
 	RuntimeDoor   listedDoor  `json:"runtimeDoor"`
+	// UnmatchedGPUEntries are the excludeGPUs and includeGPUs entries
+	// that name no GPU here.
+	UnmatchedGPUEntries []config.UnmatchedGPU `json:"unmatchedGPUEntries"`
 	// Labels are the node labels nodeLabels delivers (GFD's names).
 	Labels map[string]string `json:"labels"`
 }
@@ -280,7 +283,7 @@ func orEmpty(s []string) []string {
 
 // listNICs scans the NICs once and judges them as serve would, and passes
 // each pool to the DRA preview. held says who holds a pooled NIC.
-func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, address string) []podresources.Holder, log *slog.Logger) ([]listedNIC, error) {
+func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, address string) []podresources.Holder, log, draLog *slog.Logger) ([]listedNIC, error) {
 	scan, updates, err := scanPools(cfg, log)
 	if err != nil {
 		return nil, err
@@ -288,7 +291,7 @@ func listNICs(cfg config.Config, preview *[]draslice.Device, held func(pool, add
 	type member struct{ pool, health, reason string }
 	members := map[string]member{}
 	for _, u := range updates {
-		devs := draslice.NICDevices(draslice.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, cfg.SysfsRoot, noCDIName, log)
+		devs := draslice.NICDevices(draslice.NICPool{Name: u.Pool.Resource(), NICs: u.Pool.NICs()}, cfg.SysfsRoot, noCDIName, draLog)
 		reasons := map[string]string{}
 		for _, d := range u.Devices {
 			if !d.Healthy {
@@ -322,7 +325,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer n.lib.Shutdown()
-	cfg, log, lib, inv, output := n.cfg, n.log, n.lib, n.inv, c.String("output")
+	cfg, log, lib, inv := n.cfg, n.log, n.lib, n.inv
+	output, _ := outputFormat(c)
 	node, err := cfg.Node()
 	if err != nil {
 		return err
@@ -332,6 +336,13 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 		return err
 	}
 	as := func(uuid string) layout.Served { sv, _ := served.Of(uuid); return sv }
+	// What the DRA preview finds wanting (a PCIe root) is said in DRA's
+	// words, which only DRA mode, or --dra, should hear above debug.
+	showDRA := c.Bool("dra") || cfg.KubeletAPI == config.KubeletAPIDRA
+	draLog := log
+	if !showDRA {
+		draLog = slog.New(debugOnly{log.Handler()})
+	}
 	dra, partitioned := listPartitions(cfg, lib, inv, log)
 	st, err := pollHealth(cfg, lib, inv, served, partitioned, log)
 	if err != nil {
@@ -339,7 +350,8 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	}
 	holders := listHolders(c.Context, cfg, log)
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{},
-		CDIHook: newListedHook(cfg), RuntimeDoor: newListedDoor(cfg), Labels: map[string]string{}}
+		CDIHook: newListedHook(cfg), RuntimeDoor: newListedDoor(cfg), Labels: map[string]string{},
+		UnmatchedGPUEntries: append([]config.UnmatchedGPU{}, n.unmatched...)}
 	maps.Copy(out.Labels, nodelabels.Of(cfg, inv))
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
@@ -362,7 +374,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 			}
 		}
 	}
-	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(dra, cfg.SysfsRoot, gpuCDIName, log), reasons)}
+	out.DRA = listedDRA{Driver: config.DRADriverName, Pool: node, Devices: withTaints(draslice.GPUDevices(dra, cfg.SysfsRoot, gpuCDIName, draLog), reasons)}
 	// held merges a unit's holders through the device-plugin API (any of
 	// its device IDs under the resource it is served as) and through DRA.
 	held := func(uuid, draName string) []podresources.Holder {
@@ -390,7 +402,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	heldNIC := func(pool, address string) []podresources.Holder {
 		return holders.Of(podresources.Names{Resource: pool, IDs: []string{address}, Driver: config.DRADriverName, Pool: node, DRADevice: draslice.NICDeviceName(address)})
 	}
-	if nics, err := listNICs(cfg, &out.DRA.Devices, heldNIC, log); err != nil {
+	if nics, err := listNICs(cfg, &out.DRA.Devices, heldNIC, log, draLog); err != nil {
 		log.Warn("NICs not listed", "err", err)
 	} else {
 		out.NICs = nics
@@ -398,7 +410,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	if output == "json" {
 		return writeJSON(stdout, out)
 	}
-	return writeTable(stdout, out, c.Bool("dra") || cfg.KubeletAPI == config.KubeletAPIDRA)
+	return writeTable(stdout, out, showDRA)
 }
 
 func healthState(healthy bool) string {
@@ -627,6 +639,24 @@ func withTaints(devs []draslice.Device, reasons map[string]string) []draslice.De
 	return devs
 }
 
+// debugOnly logs every record at debug level.
+type debugOnly struct{ slog.Handler }
+
+func (h debugOnly) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugOnly) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugOnly) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugOnly{h.Handler.WithAttrs(attrs)}
+}
+
+func (h debugOnly) WithGroup(name string) slog.Handler { return debugOnly{h.Handler.WithGroup(name)} }
+
 // discard takes health transitions nobody serves.
 type discard struct{}
 
@@ -715,6 +745,9 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 		fmt.Fprintf(w, "NVIDIA_VISIBLE_DEVICES: UNKNOWN whether pods can see every GPU by setting it: %s\n", d.Error)
 	case string(runtimes.Closed):
 		fmt.Fprintf(w, "NVIDIA_VISIBLE_DEVICES: closed to pods that ask for no GPU (%s)\n", d.Reason)
+	}
+	for _, u := range l.UnmatchedGPUEntries {
+		fmt.Fprintln(w, u.String())
 	}
 	if l.DriverVersion != "" {
 		_, err := fmt.Fprintf(w, "driver %s, NVML %s\n", l.DriverVersion, l.NVMLVersion)

@@ -73,7 +73,9 @@ func TestListGolden(t *testing.T) {
 	}
 	args := []string{"--config", "../../internal/config/testdata/example-nics.yaml", "--node-name", "golden-node", "--pod-resources-socket", kubelet.Socket,
 		"--sysfs-root", filepath.Join(root, "sys"), "--proc-root", filepath.Join(root, "proc"), "--dev-root", filepath.Join(root, "dev"),
-		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook", "--runtime-config-root", runtimeRoot}
+		"--cdi-hook-path", "/nonexistent/gpu-device-plugin-cdi-hook", "--runtime-config-root", runtimeRoot,
+		// Entries that name no GPU, one of them part of the model name.
+		"--exclude-gpus", "GPU-typo,A100"}
 
 	tests := []struct {
 		name, golden string

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -58,26 +59,40 @@ var (
 	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
 		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}
 
-	listKeys     = slices.Concat(driverKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"}, loggingKeys)
-	allocateKeys = slices.Concat(driverKeys, servedKeys, loggingKeys)
-	cdiKeys      = slices.Concat(driverKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"}, loggingKeys)
+	// lookAtNode reads these for list, allocate and cdi generate.
+	nodeKeys = slices.Concat(driverKeys, []string{"excludeGPUs", "includeGPUs"}, loggingKeys)
+
+	listKeys     = slices.Concat(nodeKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"})
+	allocateKeys = slices.Concat(nodeKeys, servedKeys)
+	cdiKeys      = slices.Concat(nodeKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"})
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
 	launcherKeys = slices.Concat([]string{"driverRoot", "devRoot", "mpsRoot", "mpsLauncherSocket"}, loggingKeys)
 )
 
 // outputFlag is -o of list and allocate: a table for people, JSON for
-// scripts.
+// scripts. Its variable is read by output, as the settings' are by
+// loadConfig, so that an error can name where the value came from.
 func outputFlag() cli.Flag {
 	return &cli.StringFlag{
-		Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json",
-		EnvVars: []string{config.EnvName("output")},
+		Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json" + envNote(config.EnvName("output")),
 	}
+}
+
+// outputFormat is outputFlag's value, and the flag or variable it came from.
+func outputFormat(c *cli.Context) (value, from string) {
+	if slices.Contains(c.LocalFlagNames(), "output") {
+		return c.String("output"), "--output"
+	}
+	if v := os.Getenv(config.EnvName("output")); v != "" {
+		return v, config.EnvName("output")
+	}
+	return c.String("output"), "--output"
 }
 
 // checkOutput refuses an outputFlag other than table or json.
 func checkOutput(c *cli.Context) error {
-	if output := c.String("output"); output != "table" && output != "json" {
-		return fmt.Errorf("--output: %q is not allowed; use table or json", output)
+	if v, from := outputFormat(c); v != "table" && v != "json" {
+		return fmt.Errorf("%s: %q is not allowed; use table or json", from, v)
 	}
 	return nil
 }
@@ -140,10 +155,82 @@ func noArgs(action cli.ActionFunc) cli.ActionFunc {
 	}
 }
 
+// flagError matches the flag package's parse errors, to name the flag the
+// way our docs write it.
+var flagError = regexp.MustCompile(`^(flag provided but not defined|flag needs an argument|invalid (?:boolean )?value "(.*)" for (?:flag )?)[: ]*-{1,2}([^\s:]+)`)
+
+// usageErrors makes every bad flag one line naming it and where its help
+// is, exit 2 as an unknown command, instead of urfave's help page and 1.
+// path is the command's words ("cdi generate"); "" for the top level.
+func usageErrors(app *cli.App) {
+	app.OnUsageError = usageError(app, "")
+	var walk func(cmds []*cli.Command, prefix string)
+	walk = func(cmds []*cli.Command, prefix string) {
+		for _, c := range cmds {
+			path := strings.TrimSpace(prefix + " " + c.Name)
+			c.OnUsageError = usageError(app, path)
+			walk(c.Subcommands, path)
+		}
+	}
+	walk(app.Commands, "")
+}
+
+func usageError(app *cli.App, path string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		help := strings.Join(slices.DeleteFunc([]string{app.Name, path, "--help"}, func(w string) bool { return w == "" }), " ")
+		prefix := ""
+		if path != "" {
+			prefix = path + ": "
+		}
+		m := flagError.FindStringSubmatch(err.Error())
+		if m == nil {
+			return cli.Exit(fmt.Sprintf("%s%v (see %s)", prefix, err, help), 2)
+		}
+		name := "--" + m[3]
+		if len(m[3]) == 1 {
+			name = "-" + m[3]
+		}
+		switch {
+		case strings.HasPrefix(m[1], "flag needs"):
+			return cli.Exit(fmt.Sprintf("%sflag %s needs a value (see %s)", prefix, name, help), 2)
+		case strings.HasPrefix(m[1], "invalid boolean"):
+			return cli.Exit(fmt.Sprintf("%sflag %s: %q is not true or false (see %s)", prefix, name, m[2], help), 2)
+		case strings.HasPrefix(m[1], "invalid"):
+			return cli.Exit(fmt.Sprintf("%sflag %s: %q is not allowed (see %s)", prefix, name, m[2], help), 2)
+		}
+		if path == "" {
+			if owners := commandsWithFlag(app.Commands, m[3], ""); len(owners) > 0 {
+				return cli.Exit(fmt.Sprintf("unknown flag %s before the command; it is a flag of %s: give it after the command name (see %s %s --help)",
+					name, strings.Join(owners, ", "), app.Name, owners[0]), 2)
+			}
+		}
+		return cli.Exit(fmt.Sprintf("%sunknown flag %s (see %s)", prefix, name, help), 2)
+	}
+}
+
+// commandsWithFlag lists the commands ("cdi generate") that define the flag.
+func commandsWithFlag(cmds []*cli.Command, flag, prefix string) []string {
+	var out []string
+	for _, c := range cmds {
+		if c.Hidden {
+			continue
+		}
+		path := strings.TrimSpace(prefix + " " + c.Name)
+		for _, f := range c.Flags {
+			if slices.Contains(f.Names(), flag) {
+				out = append(out, path)
+				break
+			}
+		}
+		out = append(out, commandsWithFlag(c.Subcommands, flag, path)...)
+	}
+	return out
+}
+
 // newApp builds the CLI. open loads NVML: nvml.Open in production, a
 // mock in tests.
 func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "gpu-device-plugin",
 		Usage:     "serve NVIDIA GPUs and NIC pools to the kubelet",
 		Version:   version,
@@ -199,35 +286,62 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 		// inside Run, tests included.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	usageErrors(app)
+	return app
 }
 
 // loadConfig merges, lowest first: defaults, the config file, the
-// environment, then the flags, those after the command name last. An empty
-// environment variable is unset: GPU_DEVICE_PLUGIN_XID_IGNORE= must not
-// turn into an empty list.
+// environment, then the flags, those after the command name last (a flag
+// given both before and after the command takes the value after). An
+// empty environment variable is unset, except for the settings whose
+// empty value turns something off (config.Setting.EmptyOff):
+// GPU_DEVICE_PLUGIN_XID_IGNORE= must not turn into an empty list, while
+// GPU_DEVICE_PLUGIN_POD_RESOURCES_SOCKET= turns the reads off as
+// --pod-resources-socket "" does.
 func loadConfig(c *cli.Context) (config.Config, error) {
+	cfg, _, err := loadSettings(c)
+	return cfg, err
+}
+
+// origin says where each setting's value came from.
+type origin struct {
+	file string            // the config file's path; "" for none
+	from map[string]string // key -> "env X", "--flag" or "in <file>"; absent: the default
+}
+
+// loadSettings is loadConfig that also says where each value came from,
+// for serve's start line and for errors, which name the flag, variable or
+// file a bad value was given in.
+func loadSettings(c *cli.Context) (config.Config, origin, error) {
 	lineage := c.Lineage()
 	cfg := config.Default()
-	path := os.Getenv(config.EnvName(configFlag))
+	o := origin{file: os.Getenv(config.EnvName(configFlag)), from: map[string]string{}}
 	for i := len(lineage) - 1; i >= 0; i-- {
 		if lineage[i].IsSet(configFlag) {
-			path = lineage[i].String(configFlag)
+			o.file = lineage[i].String(configFlag)
 		}
 	}
-	if path != "" {
-		loaded, err := config.Load(path)
+	if o.file != "" {
+		loaded, err := config.Load(o.file)
 		if err != nil {
-			return cfg, err
+			return cfg, o, err
+		}
+		defaults := cfg.Values()
+		for k, v := range loaded.Values() {
+			if d, ok := defaults[k]; !ok || d != v {
+				o.from[k] = "in " + o.file
+			}
 		}
 		cfg = loaded
 	}
 	byFlag := map[string]config.Setting{}
 	for _, s := range config.Settings() {
 		byFlag[s.Flag] = s
-		if v := os.Getenv(s.Env); v != "" {
+		if v, ok := os.LookupEnv(s.Env); ok && (v != "" || s.EmptyOff) {
 			if err := cfg.Set(s.Key, v); err != nil {
-				return cfg, fmt.Errorf("%w (env %s)", err, s.Env)
+				return cfg, o, fmt.Errorf("%w (env %s)", err, s.Env)
 			}
+			o.from[s.Key] = "env " + s.Env
 		}
 	}
 	for i := len(lineage) - 1; i >= 0; i-- {
@@ -237,14 +351,15 @@ func loadConfig(c *cli.Context) (config.Config, error) {
 				continue
 			}
 			if err := cfg.Set(s.Key, lineage[i].String(name)); err != nil {
-				return cfg, fmt.Errorf("%w (flag --%s)", err, s.Flag)
+				return cfg, o, fmt.Errorf("%w (flag --%s)", err, s.Flag)
 			}
+			o.from[s.Key] = "--" + s.Flag
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
+	if err := cfg.ValidateFrom(func(key string) string { return o.from[key] }); err != nil {
+		return cfg, o, err
 	}
-	return cfg, nil
+	return cfg, o, nil
 }
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger { return daemon.NewLogger(cfg, w) }
@@ -292,8 +407,10 @@ type nodeLook struct {
 	log *slog.Logger
 	lib nvml.Library // the caller shuts it down
 	inv *nvml.Inventory
-	// excluded are the GPUs excludeGPUs and includeGPUs leave out of inv.
-	excluded []nvml.GPU
+	// excluded are the GPUs excludeGPUs and includeGPUs leave out of inv;
+	// unmatched their entries that name no GPU.
+	excluded  []nvml.GPU
+	unmatched []config.UnmatchedGPU
 }
 
 // lookAtNode loads the config, runs the command's checks of its own flags
@@ -315,7 +432,7 @@ func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks .
 	if err != nil {
 		return nodeLook{}, err
 	}
-	excluded := layout.Select(cfg, inv, log)
+	excluded, unmatched := layout.Select(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
-	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv, excluded: excluded}, nil
+	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv, excluded: excluded, unmatched: unmatched}, nil
 }

@@ -18,16 +18,15 @@ import (
 )
 
 func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
-	cfg, err := loadConfig(c)
+	cfg, o, err := loadSettings(c)
 	if err != nil {
 		return err
 	}
 	log := commandLogger(cfg, stderr)
+	log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
 		return execDRA(cfg)
 	}
-	log.Info("starting gpu-device-plugin", "version", version, "commit", commit,
-		"devicePluginDir", cfg.DevicePluginDir, "driverRoot", cfg.DriverRoot, "deviceIDStrategy", cfg.DeviceIDStrategy)
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")
 	return err
@@ -73,4 +72,20 @@ func findDRA() (string, error) {
 		return "", fmt.Errorf("kubeletAPI dra needs %s beside this executable or on $PATH (the image and the packages install it); it is not there", draExecutable)
 	}
 	return p, err
+}
+
+// startAttrs are serve's start line: the version, the config file and
+// every setting in effect under its config key. No setting holds a
+// secret (kubeconfig is a path).
+func startAttrs(cfg config.Config, o origin) []any {
+	file := o.file
+	if file == "" {
+		file = "none"
+	}
+	attrs := []any{"version", version, "commit", commit, "config", file}
+	values := cfg.Values()
+	for _, k := range config.Keys() {
+		attrs = append(attrs, k, values[k]) // an absent nicResources: ""
+	}
+	return attrs
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -49,4 +50,58 @@ func (c Config) GPUSelected(index int, uuid, pciBusID, model string) bool {
 		return false
 	}
 	return !named(c.ExcludeGPUs)
+}
+
+// GPUName is what an excludeGPUs or includeGPUs entry may name a GPU by.
+type GPUName struct {
+	Index    int
+	UUID     string
+	PCIBusID string
+	Model    string
+}
+
+// UnmatchedGPU is an excludeGPUs or includeGPUs entry that names none of
+// the node's GPUs; Hint is the full model name when the entry is part of
+// one ("H100" for "NVIDIA H100 80GB HBM3"), else "".
+type UnmatchedGPU struct {
+	Key   string `json:"key"`
+	Entry string `json:"entry"`
+	Hint  string `json:"hint"`
+}
+
+// GPUEntryForms says what an excludeGPUs or includeGPUs entry may be.
+const GPUEntryForms = "a GPU's UUID, index, PCI address or full model name, as list shows them"
+
+// UnmatchedGPUs lists the excludeGPUs and includeGPUs entries that name
+// none of gpus, in the order given.
+func (c Config) UnmatchedGPUs(gpus []GPUName) []UnmatchedGPU {
+	var out []UnmatchedGPU
+	for _, sel := range []struct {
+		key     string
+		entries []string
+	}{{"excludeGPUs", c.ExcludeGPUs}, {"includeGPUs", c.IncludeGPUs}} {
+		for _, e := range sel.entries {
+			if slices.ContainsFunc(gpus, func(g GPUName) bool { return gpuMatches(e, g.Index, g.UUID, g.PCIBusID, g.Model) }) {
+				continue
+			}
+			u := UnmatchedGPU{Key: sel.key, Entry: e}
+			for _, g := range gpus {
+				if strings.Contains(strings.ToLower(g.Model), strings.ToLower(e)) {
+					u.Hint = g.Model
+					break
+				}
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// String is the entry as one line: what matched nothing and what would.
+func (u UnmatchedGPU) String() string {
+	s := fmt.Sprintf("%s entry %q matches no GPU on this node; an entry is %s", u.Key, u.Entry, GPUEntryForms)
+	if u.Hint != "" {
+		s += fmt.Sprintf(" (did you mean %q?)", u.Hint)
+	}
+	return s
 }

@@ -23,12 +23,20 @@ func Reference() string {
 	var b strings.Builder
 	b.WriteString("# Configuration reference\n\n")
 	b.WriteString("<!-- Generated from config.Settings by `go test ./internal/config -run TestReference -update`; do not edit. -->\n\n")
-	b.WriteString("Every setting has a config-file key, a flag and an environment variable. Precedence, highest\n")
-	b.WriteString("first: a flag (before or after the command), the environment variable, the `--config` file\n")
-	b.WriteString("(`" + EnvName("config") + "`), the default. An empty environment variable counts as unset.\n")
-	b.WriteString("`serve` takes every flag; `list`, `allocate`, `cdi generate` and `version` take the ones they\n")
-	b.WriteString("read (their `--help` lists them), and every flag before the command.\n")
 	settings := Settings()
+	var off []string
+	for _, s := range settings {
+		if s.EmptyOff {
+			off = append(off, "`"+s.Key+"`")
+		}
+	}
+	b.WriteString("Every setting has a config-file key, a flag and an environment variable. Precedence, highest\n")
+	b.WriteString("first: a flag (before or after the command; given both before and after, the one after wins),\n")
+	b.WriteString("the environment variable, the `--config` file (`" + EnvName("config") + "`), the default.\n")
+	b.WriteString("An empty environment variable counts as unset, except for the settings whose empty value turns\n")
+	b.WriteString("something off, where it turns it off as an empty flag does: " + strings.Join(off, ", ") + ".\n")
+	b.WriteString("`serve` takes every flag; `list`, `allocate`, `cdi generate`, `mps-launcher` and `version` take\n")
+	b.WriteString("the ones they read (their `--help` lists them) after the command, and every flag before it.\n")
 	for _, cat := range Categories() {
 		fmt.Fprintf(&b, "\n## %s\n\n| key | flag | environment | default | meaning |\n|---|---|---|---|---|\n", cat)
 		for _, s := range settings {

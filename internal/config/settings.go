@@ -20,6 +20,10 @@ type Setting struct {
 	Usage    string
 	Default  string // as a flag or variable would give it
 	Category string // the group help and the settings reference list it under
+	// EmptyOff: the empty value turns something off, so an empty
+	// environment variable sets it as an empty flag does; for the others
+	// an empty variable counts as unset.
+	EmptyOff bool
 	set      setter
 }
 
@@ -53,15 +57,15 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.MPSRoot })},
 		{Key: "mpsShmSize", Category: CategoryKubelet, Flag: "mps-shm-size", Default: DefaultMPSShmSize, Usage: "the size of the tmpfs mounted as each MPS control daemon's /dev/shm, which every client of its GPU shares as its own /dev/shm; a quantity such as 512Mi or 2Gi, at least 1Mi",
 			set: str(func(c *Config) *string { return &c.MPSShmSize })},
-		{Key: "mpsLauncherSocket", Category: CategoryKubelet, Flag: "mps-launcher-socket", Default: "", Usage: "the socket of `gpu-device-plugin mps-launcher`, which then starts the MPS control daemons in its own process tree (the chart's mps-launcher DaemonSet), so that they and their clients outlive a plugin restart; the launcher listens on it, the plugin asks it; empty: the plugin starts the daemons itself, and they end with its container",
+		{Key: "mpsLauncherSocket", EmptyOff: true, Category: CategoryKubelet, Flag: "mps-launcher-socket", Default: "", Usage: "the socket of `gpu-device-plugin mps-launcher`, which then starts the MPS control daemons in its own process tree (the chart's mps-launcher DaemonSet), so that they and their clients outlive a plugin restart; the launcher listens on it, the plugin asks it; empty: the plugin starts the daemons itself, and they end with its container",
 			set: str(func(c *Config) *string { return &c.MPSLauncherSocket })},
 		{Key: "deviceIDStrategy", Category: CategoryKubelet, Flag: "device-id-strategy", Default: "uuid", Usage: "how NVIDIA_VISIBLE_DEVICES names GPUs: uuid or index",
 			set: str(func(c *Config) *string { return &c.DeviceIDStrategy })},
 		{Key: "migStrategy", Category: CategoryKubelet, Flag: "mig-strategy", Default: MIGStrategyNone, Usage: "how the device-plugin API serves MIG devices: " + MIGStrategyNone + " (no MIG device is served), " + MIGStrategySingle + " (MIG devices of one profile, as nvidia.com/gpu) or " + MIGStrategyMixed + " (nvidia.com/mig-<profile> per profile, nvidia.com/gpu for GPUs without MIG); DRA mode publishes MIG devices whatever it says",
 			set: str(func(c *Config) *string { return &c.MIGStrategy })},
-		{Key: "excludeGPUs", Category: CategoryKubelet, Flag: "exclude-gpus", Default: "", Usage: "GPUs not to serve, comma-separated, each a UUID, an index, a PCI address or a model name as list shows them; an excluded GPU gets no resource, CDI device, label or health check, and list shows it as excluded",
+		{Key: "excludeGPUs", Category: CategoryKubelet, Flag: "exclude-gpus", Default: "", Usage: "GPUs not to serve, comma-separated, each a UUID, an index, a PCI address or a full model name as list shows them; an excluded GPU gets no resource, CDI device, label or health check, and list shows it as excluded; an entry that names no GPU is warned about, and list shows it",
 			set: words(func(c *Config) *[]string { return &c.ExcludeGPUs })},
-		{Key: "includeGPUs", Category: CategoryKubelet, Flag: "include-gpus", Default: "", Usage: "the only GPUs to serve, in excludeGPUs' forms; empty serves every GPU",
+		{Key: "includeGPUs", Category: CategoryKubelet, Flag: "include-gpus", Default: "", Usage: "the only GPUs to serve, in excludeGPUs' forms (a partial model name such as H100 names none: it is warned about); empty serves every GPU",
 			set: words(func(c *Config) *[]string { return &c.IncludeGPUs })},
 		{Key: "nvmlRetryInterval", Category: CategoryDriver, Flag: "nvml-retry-interval", Default: "30s", Usage: "how often to retry loading NVML when the driver is missing",
 			set: duration(func(c *Config) *Duration { return &c.NVMLRetryInterval }, "30s")},
@@ -81,7 +85,7 @@ func Settings() []Setting {
 			set: number(func(c *Config) *int { return &c.ThermalMarginC })},
 		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(p.RecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition",
 			set: number(func(c *Config) *int { return &c.HealthRecoveryPolls })},
-		{Key: "metricsAddress", Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
+		{Key: "metricsAddress", EmptyOff: true, Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
 			set: str(func(c *Config) *string { return &c.MetricsAddress })},
 		{Key: "deviceListStrategy", Category: CategoryKubelet, Flag: "device-list-strategy", Default: "envvar", Usage: "comma-separated: envvar, cdi-cri, cdi-annotations",
 			set: words(func(c *Config) *[]string { return &c.DeviceListStrategy })},
@@ -89,7 +93,7 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.CDISpecDir })},
 		{Key: "hostDriverRoot", Category: CategoryCDI, Flag: "host-driver-root", Default: "", Usage: "the driver root as the container runtime sees it, when it differs from --driver-root (CDI specs use it); empty: the same",
 			set: str(func(c *Config) *string { return &c.HostDriverRoot })},
-		{Key: "cdiHookPath", Category: CategoryCDI, Flag: "cdi-hook-path", Default: DefaultCDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out",
+		{Key: "cdiHookPath", EmptyOff: true, Category: CategoryCDI, Flag: "cdi-hook-path", Default: DefaultCDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out",
 			set: str(func(c *Config) *string { return &c.CDIHookPath })},
 		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(p.SlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)",
 			set: number(func(c *Config) *int { return &c.HealthSlowdownSamples })},
@@ -97,17 +101,17 @@ func Settings() []Setting {
 			set: number(func(c *Config) *int { return &c.HealthNVMLFailurePolls })},
 		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: "", Usage: "comma-separated checks to turn off: " + strings.Join(policy.Checks(), ", "),
 			set: words(func(c *Config) *[]string { return &c.HealthChecksDisabled })},
-		{Key: "stateDir", Category: CategoryHealth, Flag: "state-dir", Default: DefaultStateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none",
+		{Key: "stateDir", EmptyOff: true, Category: CategoryHealth, Flag: "state-dir", Default: DefaultStateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none",
 			set: str(func(c *Config) *string { return &c.StateDir })},
 		{Key: "procRoot", Category: CategoryDriver, Flag: "proc-root", Default: "/proc", Usage: "the host's /proc, to find the NIC with the default route",
 			set: str(func(c *Config) *string { return &c.ProcRoot })},
-		{Key: "runtimeConfigRoot", Category: CategoryDriver, Flag: "runtime-config-root", Default: "/", Usage: "the host's root as this process sees it; the container runtimes' configs under it (etc/nvidia-container-runtime, etc/containerd, etc/crio, the OCI hooks.d folders) are read at start to warn when any pod can see every GPU by setting NVIDIA_VISIBLE_DEVICES; empty skips the check",
+		{Key: "runtimeConfigRoot", EmptyOff: true, Category: CategoryDriver, Flag: "runtime-config-root", Default: "/", Usage: "the host's root as this process sees it; the container runtimes' configs under it (etc/nvidia-container-runtime, etc/containerd, etc/crio, the OCI hooks.d folders) are read at start to warn when any pod can see every GPU by setting NVIDIA_VISIBLE_DEVICES; empty skips the check",
 			set: str(func(c *Config) *string { return &c.RuntimeConfigRoot })},
 		{Key: "deviceInfoDir", Category: CategoryNICs, Flag: "device-info-dir", Default: DefaultDeviceInfoDir, Usage: "where NIC pools write the device-information files CNI plugins read (Network Plumbing WG spec)",
 			set: str(func(c *Config) *string { return &c.DeviceInfoDir })},
 		{Key: "nicRescanInterval", Category: CategoryNICs, Flag: "nic-rescan-interval", Default: "10s", Usage: "how often NICs are rescanned for hot-plug and health",
 			set: duration(func(c *Config) *Duration { return &c.NICRescanInterval }, "10s")},
-		{Key: "podResourcesSocket", Category: CategoryReporting, Flag: "pod-resources-socket", Default: DefaultPodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated, Events on pods); empty reads none",
+		{Key: "podResourcesSocket", EmptyOff: true, Category: CategoryReporting, Flag: "pod-resources-socket", Default: DefaultPodResourcesSocket, Usage: "the kubelet's PodResources API socket, read to show which container holds each device (list, gpu_device_plugin_device_allocated, Events on pods); empty reads none",
 			set: str(func(c *Config) *string { return &c.PodResourcesSocket })},
 		{Key: "kubeletAPI", Category: CategoryKubelet, Flag: "kubelet-api", Default: KubeletAPIDevicePlugin, Usage: "how devices reach the kubelet: " + KubeletAPIDevicePlugin + " (v1beta1 extended resources) or " + KubeletAPIDRA + " (Dynamic Resource Allocation: ResourceSlices, needs API access)",
 			set: str(func(c *Config) *string { return &c.KubeletAPI })},

@@ -16,14 +16,29 @@ import (
 // deviceListStrategies are the values deviceListStrategy takes.
 func deviceListStrategies() []string { return []string{"envvar", "cdi-cri", "cdi-annotations"} }
 
-// Validate checks every field and reports all problems at once.
-func (c Config) Validate() error {
+// Validate checks every field and reports all problems at once, naming
+// each key with its flag.
+func (c Config) Validate() error { return c.ValidateFrom(nil) }
+
+// ValidateFrom is Validate naming each key with where its value came
+// from: from(key) is "--flag", "env GPU_DEVICE_PLUGIN_..." or "in <file>";
+// "" names the key's flag.
+func (c Config) ValidateFrom(from func(key string) string) error {
 	var errs []error
 	flags := map[string]string{}
 	for _, s := range Settings() {
 		flags[s.Key] = s.Flag
 	}
-	field := func(key string) string { return fmt.Sprintf("%s (--%s)", key, flags[key]) }
+	field := func(key string) string {
+		where := ""
+		if from != nil {
+			where = from(key)
+		}
+		if where == "" {
+			where = "--" + flags[key]
+		}
+		return fmt.Sprintf("%s (%s)", key, where)
+	}
 	oneOf := func(key, v string, allowed ...string) {
 		for _, a := range allowed {
 			if v == a {

@@ -235,7 +235,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
-	layout.Select(cfg, inv, log)
+	_, _ = layout.Select(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))

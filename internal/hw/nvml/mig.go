@@ -65,8 +65,9 @@ func logMIG(g *GPU, migs []MIGDevice, skipped int, log *slog.Logger) {
 		return
 	}
 	if len(migs) == 0 {
-		log.Info("MIG enabled with no MIG devices; nothing of it is served — create instances with nvidia-smi mig -cgi <profiles> -C",
-			"device", g.UUID, "index", g.Index)
+		// Whether that serves nothing is the serving side's to say, once
+		// (gpu.Layout's warning; DRA may create instances itself).
+		log.Debug("GPU is in MIG mode with no MIG devices", "device", g.UUID, "index", g.Index)
 		return
 	}
 	profiles := make([]string, len(migs))

@@ -148,8 +148,8 @@ func TestDiscoverMIGMode(t *testing.T) {
 			t.Errorf("GPU %d MIGEnabled = %v", g.Index, g.MIGEnabled)
 		}
 	}
-	if n := strings.Count(buf.String(), "MIG enabled with no MIG devices"); n != 1 {
-		t.Errorf("MIG logged %d times, want once:\n%s", n, buf.String())
+	if strings.Contains(buf.String(), "no MIG devices") {
+		t.Errorf("discovery reported the GPU without MIG devices above debug (the serving side does):\n%s", buf.String())
 	}
 	if got := inv.GPUs[1].MIG; len(got) != 0 {
 		t.Errorf("GPU 1 MIG = %+v, want none", got)

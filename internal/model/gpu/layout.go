@@ -104,7 +104,11 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 	switch strategy {
 	case "", MIGNone:
 		for i, g := range gpus {
-			if g.MIGEnabled {
+			switch {
+			case g.MIGEnabled && len(g.MIG) == 0:
+				log.Warn("MIG is enabled on this GPU but it has no MIG devices, and migStrategy is none: it is served whole and Unhealthy; disable MIG, or create GPU and compute instances (e.g. nvidia-smi mig -cgi 1g.10gb -C) and set migStrategy single or mixed",
+					"device", g.UUID, "index", g.Index, "migDevices", 0)
+			case g.MIGEnabled:
 				log.Warn("MIG is enabled on this GPU but migStrategy is none: it is served whole and Unhealthy; set migStrategy single or mixed to serve its MIG devices, or disable MIG",
 					"device", g.UUID, "index", g.Index, "migDevices", len(g.MIG))
 			}

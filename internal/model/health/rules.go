@@ -61,7 +61,7 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 	// Discovery read the MIG mode; it holds whatever this poll read. A
 	// GPU served through its MIG devices is not hit by it.
 	if s.MIGEnabled && len(w.parts[i]) == 0 {
-		g.set(condMIG, "mig-enabled")
+		g.set(condMIG, reasonMIGEnabled)
 	} else {
 		g.conds[condMIG] = nil
 	}
@@ -210,3 +210,7 @@ func hwReasons(r uint64) string {
 	}
 	return strings.Join(out, "+")
 }
+
+// reasonMIGEnabled is the health reason of a GPU in MIG mode served whole,
+// or with no MIG device to serve.
+const reasonMIGEnabled = "mig-enabled"

@@ -350,7 +350,13 @@ func (w *Watcher) report(id string, was *bool, wasReason *string, healthy bool, 
 		state = "Unhealthy"
 	}
 	if healthy != *was {
-		w.log.Warn("GPU health changed", "device", id, "old", old, "new", state, "reason", reason, "oldReason", *wasReason)
+		level := slog.LevelWarn
+		if reason == reasonMIGEnabled && *wasReason == "" {
+			// The layout has warned about the GPU in MIG mode, once, with
+			// what to do; the health record stays, below it.
+			level = slog.LevelInfo
+		}
+		w.log.Log(context.Background(), level, "GPU health changed", "device", id, "old", old, "new", state, "reason", reason, "oldReason", *wasReason)
 		if w.rec != nil {
 			w.rec.Transition(id, healthy, reason)
 		}

@@ -112,11 +112,20 @@ func DRAUnits(gpus []nvml.GPU) []gpu.Unit {
 
 // Select takes the GPUs that excludeGPUs and includeGPUs leave out of inv
 // (they get no resource, CDI device, label or health check) and returns
-// them, for list to show.
-func Select(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) []nvml.GPU {
+// them, for list to show, with the entries that name no GPU, each warned
+// about: includeGPUs: [H100] would otherwise serve nothing in silence.
+func Select(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvml.GPU, []config.UnmatchedGPU) {
+	names := make([]config.GPUName, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		names[i] = config.GPUName{Index: g.Index, UUID: g.UUID, PCIBusID: g.PCIBusID, Model: g.Name}
+	}
+	unmatched := cfg.UnmatchedGPUs(names)
+	for _, u := range unmatched {
+		log.Warn(u.String(), "setting", u.Key, "entry", u.Entry)
+	}
 	left := inv.Select(func(g nvml.GPU) bool { return cfg.GPUSelected(g.Index, g.UUID, g.PCIBusID, g.Name) })
 	for _, g := range left {
 		log.Info("GPU excluded (excludeGPUs, includeGPUs)", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID)
 	}
-	return left
+	return left, unmatched
 }

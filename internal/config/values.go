@@ -1,0 +1,54 @@
+package config
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Keys lists every key, those with a flag first (in Settings' order),
+// then the file-only ones.
+func Keys() []string { return keys() }
+
+// Values is each key's value as text: a string as it is, a list
+// comma-separated as a flag takes it, a nested value (sharing,
+// nicResources) as compact JSON. A key the configuration leaves out
+// (an empty nicResources) is absent.
+func (c Config) Values() map[string]string {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(data, &raw) != nil {
+		return nil
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		out[k] = text(v)
+	}
+	return out
+}
+
+func text(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	var list []any
+	if json.Unmarshal(v, &list) == nil {
+		parts := make([]string, 0, len(list))
+		for _, x := range list {
+			switch x.(type) {
+			case map[string]any, []any:
+				return string(v) // a list of objects: JSON
+			}
+			b, _ := json.Marshal(x)
+			parts = append(parts, strings.Trim(string(b), `"`))
+		}
+		return strings.Join(parts, ",")
+	}
+	if string(v) == "null" {
+		return ""
+	}
+	return string(v)
+}
