@@ -23,6 +23,8 @@ func Reference() string {
 	var b strings.Builder
 	b.WriteString("# Configuration reference\n\n")
 	b.WriteString("<!-- Generated from config.Settings by `go test ./internal/config -run TestReference -update`; do not edit. -->\n\n")
+	b.WriteString("Every setting of the plugin, with its default and what it does, grouped as `serve --help`\n")
+	b.WriteString("groups them. The chart's own values are in its `values.yaml`.\n\n")
 	b.WriteString("Every setting has a config-file key, a flag and an environment variable. Precedence, highest\n")
 	b.WriteString("first: a flag (before or after the command), the environment variable, the `--config` file\n")
 	b.WriteString("(`" + EnvName("config") + "`), the default. An empty environment variable counts as unset.\n")
