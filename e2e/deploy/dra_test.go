@@ -330,6 +330,7 @@ func TestHelmDRAEveryOption(t *testing.T) {
 			pluginDir:      "/var/lib/k0s/kubelet/plugins/" + draDriver, // values-all.yaml's, cleaned
 			registryDir:    "/var/lib/k0s/kubelet/plugins_registry",
 		},
+		ownAffinity: true, // values-all.yaml's gpuNodeSelectorTerms
 	})
 	// A subtest: the checks below run even while the Go side lacks a flag.
 	t.Run("accepted by the plugin", func(t *testing.T) { checkAcceptedByPlugin(t, ds, cm) })

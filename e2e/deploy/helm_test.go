@@ -106,13 +106,27 @@ func withUserImage(vals chartutil.Values) chartutil.Values {
 	return out
 }
 
+// kubeVersion is the Kubernetes the chart is rendered for, as helm
+// install sees the API server's: the version this module's k8s.io modules
+// are (Helm's own default, 1.20, is older than anything the chart runs on).
+var kubeVersion = chartutil.KubeVersion{Version: "v1.37.0", Major: "1", Minor: "37"}
+
 // renderAsGiven renders the chart's templates with exactly vals over its
-// defaults.
+// defaults, for kubeVersion.
 func renderAsGiven(t *testing.T, c *chart.Chart, vals chartutil.Values) (map[string]string, error) {
 	t.Helper()
+	return renderFor(t, c, vals, kubeVersion)
+}
+
+// renderFor renders the chart's templates with exactly vals over its
+// defaults, for a cluster of version kv.
+func renderFor(t *testing.T, c *chart.Chart, vals chartutil.Values, kv chartutil.KubeVersion) (map[string]string, error) {
+	t.Helper()
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = kv
 	rv, err := chartutil.ToRenderValues(c, vals,
 		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
-		chartutil.DefaultCapabilities)
+		caps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +200,7 @@ func TestHelmLint(t *testing.T) {
 // checkLint runs helm lint with vals (and the image a user must name).
 func checkLint(t *testing.T, vals chartutil.Values) {
 	t.Helper()
-	l := lint.AllWithKubeVersion(chartDir(t), withUserImage(vals), releaseNamespace, nil)
+	l := lint.AllWithKubeVersion(chartDir(t), withUserImage(vals), releaseNamespace, &kubeVersion)
 	for _, m := range l.Messages {
 		if m.Severity >= support.WarningSev {
 			t.Errorf("helm lint: %s", m)
@@ -284,6 +298,7 @@ func TestHelmEveryOption(t *testing.T) {
 		podResourcesDir: "/var/lib/k0s/kubelet/pod-resources", // values-all.yaml's, cleaned
 		serviceAccount:  "gpu-plugin-all",                     // events and nodeCondition are on
 		image:           "registry.example.com/gpu/gpu-device-plugin", maxUnavailable: intstr.FromString("10%"),
+		ownAffinity: true,
 	})
 	// A subtest: the checks below run even while the Go side lacks a flag.
 	t.Run("accepted by the plugin", func(t *testing.T) { checkAcceptedByPlugin(t, ds, cm) })
@@ -318,7 +333,14 @@ func TestHelmEveryOption(t *testing.T) {
 	}
 
 	check("nodeSelector", spec.NodeSelector["node-role.kubernetes.io/gpu"] == "" && len(spec.NodeSelector) == 2)
-	check("affinity", spec.Affinity != nil && spec.Affinity.NodeAffinity != nil)
+	// gpuNodeSelectorTerms is the required node affinity; affinity's
+	// preferred one is kept beside it.
+	na := spec.Affinity.NodeAffinity
+	check("gpuNodeSelectorTerms", na != nil && na.RequiredDuringSchedulingIgnoredDuringExecution != nil &&
+		toYAML(t, na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) ==
+			toYAML(t, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "example.com/accelerator", Operator: corev1.NodeSelectorOpIn, Values: []string{"nvidia"}}}}}))
+	check("affinity", na != nil && len(na.PreferredDuringSchedulingIgnoredDuringExecution) == 1)
+	check("affinity of the MPS launcher", len(objs.Launchers) == 1 && toYAML(t, objs.Launchers[0].Spec.Template.Spec.Affinity) == toYAML(t, spec.Affinity))
 	check("tolerations", tolerates(spec.Tolerations, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}))
 	check("updateStrategy", ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() == "10%")
 	check("resources", c.Resources.Requests.Cpu().Cmp(resource.MustParse("50m")) == 0 && c.Resources.Limits.Memory().Cmp(resource.MustParse("256Mi")) == 0)

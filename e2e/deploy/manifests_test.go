@@ -97,6 +97,7 @@ type wantDaemonSet struct {
 	maxUnavailable  intstr.IntOrString
 	maxSurge        *intstr.IntOrString // checked when set
 	dra             *wantDRA            // DRA mode (kubeletAPI: dra); nil: device-plugin mode
+	ownAffinity     bool                // the values set the nodes: not the chart's default GPU node affinity
 }
 
 // wantDRA is what DRA mode adds to the pod: API access and the kubelet's
@@ -120,8 +121,11 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, wa
 	if !tolerates(spec.Tolerations, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}) {
 		t.Errorf("tolerations %v do not tolerate the nvidia.com/gpu:NoSchedule taint", spec.Tolerations)
 	}
-	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
-		t.Errorf("nodeSelector %v, want nvidia.com/gpu.present=true (the label README.md names)", spec.NodeSelector)
+	if !want.ownAffinity {
+		if len(spec.NodeSelector) != 0 {
+			t.Errorf("nodeSelector %v, want none: a node with any one of %v runs the plugin", spec.NodeSelector, gpuNodeLabels)
+		}
+		checkGPUNodeAffinity(t, spec.Affinity)
 	}
 	if us := ds.Spec.UpdateStrategy; us.Type != appsv1.RollingUpdateDaemonSetStrategyType || us.RollingUpdate == nil ||
 		us.RollingUpdate.MaxUnavailable == nil || *us.RollingUpdate.MaxUnavailable != want.maxUnavailable {

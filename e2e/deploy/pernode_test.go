@@ -150,7 +150,7 @@ func TestHelmPerNodeConfig(t *testing.T) {
 					checkDaemonSet(t, ds, mounted, wantDaemonSet{
 						namespace: releaseNamespace, hostDriverRoot: "/", devicePluginDir: "/var/lib/kubelet/device-plugins", cdiSpecDir: "/var/run/cdi",
 						cdiHookDir: defaultCDIHookDir, stateDir: "/var/lib/gpu-device-plugin/state", podResourcesDir: defaultPodResourcesDir,
-						privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1),
+						privileged: true, image: defaultImage, maxUnavailable: intstr.FromInt32(1), ownAffinity: true,
 					})
 					checkAcceptedByPlugin(t, ds, mounted)
 				})

@@ -23,6 +23,8 @@ func Reference() string {
 	var b strings.Builder
 	b.WriteString("# Configuration reference\n\n")
 	b.WriteString("<!-- Generated from config.Settings by `go test ./internal/config -run TestReference -update`; do not edit. -->\n\n")
+	b.WriteString("Every setting of the plugin, with its default and what it does, grouped as `serve --help`\n")
+	b.WriteString("groups them. The chart's own values are in its `values.yaml`.\n\n")
 	settings := Settings()
 	var off []string
 	for _, s := range settings {

@@ -49,7 +49,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 	for _, s := range Settings() {
 		ours = append(ours, "--"+s.Flag)
 	}
-	others := []string{"--root-dir", "--device", "--set-timeslice", "--field-selector"} // the kubelet's, podman's, nvidia-smi's, kubectl's
+	others := []string{"--root-dir", "--device", "--set-timeslice", "--field-selector", "--show-labels", "--kube-version", "--create-all"} // the kubelet's, podman's, nvidia-smi's, kubectl's (2), helm's, nvidia-ctk's
 	files, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// gpuLabel is the chart's default nodeSelector.
+// gpuLabel is the GPU Operator's GPU node label, one of those the chart's
+// default node affinity matches (values.yaml, gpuNodeSelectorTerms).
 const gpuLabel = "nvidia.com/gpu.present"
 
 // pluginSocket is the plugin's socket in the kubelet's device-plugin directory.
@@ -51,7 +52,7 @@ func waitAllocatable(ctx context.Context, want int64, timeout time.Duration) err
 	return nil
 }
 
-// prepareNode labels the node for the chart's nodeSelector and makes the
+// prepareNode labels the node for the chart's node affinity and makes the
 // test namespace, waiting for its default ServiceAccount, which pod
 // admission needs.
 func prepareNode(ctx context.Context) error {

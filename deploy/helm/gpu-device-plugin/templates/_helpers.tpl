@@ -376,3 +376,103 @@ kubectl's) takes them. */}}
 app.kubernetes.io/name: {{ include "gpu-device-plugin.name" . }}-mps-launcher
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{/* The pods' affinity, the same for every DaemonSet of the chart: affinity,
+with gpuNodeSelectorTerms as its required node affinity unless it has one of
+its own, and expr (config.map's match expression on the node label, or an
+empty dict) ANDed into each required term (terms are ORed, a term's
+expressions ANDed). Called as (dict "Values" .Values "expr" $expr); renders
+YAML, or nothing. */}}
+{{- define "gpu-device-plugin.affinity" -}}
+{{- $expr := .expr }}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- $na := get $affinity "nodeAffinity" | default dict }}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := get $req "nodeSelectorTerms" | default (get .Values "gpuNodeSelectorTerms") | default list }}
+{{- if $expr }}
+{{- $anded := list }}
+{{- range ($terms | default (list (dict))) }}
+{{- $anded = append $anded (set (deepCopy .) "matchExpressions" (append (get . "matchExpressions" | default list) $expr)) }}
+{{- end }}
+{{- $terms = $anded }}
+{{- end }}
+{{- if $terms }}
+{{- $_ := set $req "nodeSelectorTerms" $terms }}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req }}
+{{- $_ := set $affinity "nodeAffinity" $na }}
+{{- end }}
+{{- with $affinity }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/* Refuses, in one line, a feature the cluster's Kubernetes
+(.Capabilities.KubeVersion: the API server's version on install and
+upgrade, helm template's --kube-version) is too old for. Chart.yaml's
+kubeVersion is the default install's minimum; these need more. */}}
+{{- define "gpu-device-plugin.checkKubeVersion" -}}
+{{- $needs := list }}
+{{- if include "gpu-device-plugin.dra" . }}
+{{- $needs = append $needs (list "1.34" "kubeletAPI dra (resource.k8s.io/v1, Dynamic Resource Allocation)") }}
+{{- end }}
+{{- if and .Values.nodeCondition.enabled .Values.nodeCondition.restrictToOwnNode }}
+{{- $needs = append $needs (list "1.32" "nodeCondition.restrictToOwnNode (an admission policy that reads the node name in the plugin's token)") }}
+{{- end }}
+{{- if include "gpu-device-plugin.nodeLabelsNode" . }}
+{{- $needs = append $needs (list "1.32" "nodeLabels.mode node (an admission policy that reads the node name in the plugin's token)") }}
+{{- end }}
+{{- $unmet := list }}
+{{- range $needs }}
+{{- if not (semverCompare (printf ">=%s.0-0" (index . 0)) $.Capabilities.KubeVersion.Version) }}
+{{- $unmet = append $unmet (printf "%s needs Kubernetes %s or later" (index . 1) (index . 0)) }}
+{{- end }}
+{{- end }}
+{{- if $unmet }}
+{{- fail (printf "Kubernetes %s: %s" .Capabilities.KubeVersion.Version (join "; " $unmet)) }}
+{{- end }}
+{{- end }}
+
+{{/* For NOTES.txt: the nodes the DaemonSets run on, in words, as .out.nodes
+("nodes labelled a=true or b=true"), and the labels that put a node among them,
+as .out.labels ("b=true": the last required term's and nodeSelector's,
+when each of that term's expressions is In with one value; else empty).
+Called as (dict "root" $ "out" $out). */}}
+{{- define "gpu-device-plugin.nodesText" -}}
+{{- $aff := fromYaml (include "gpu-device-plugin.affinity" (dict "Values" .root.Values "expr" dict)) }}
+{{- $terms := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" list $aff }}
+{{- $words := list }}
+{{- $labels := list }}
+{{- range $terms }}
+{{- $exprs := list }}
+{{- $labels = list }}
+{{- range (get . "matchExpressions" | default list) }}
+{{- $vals := get . "values" | default list }}
+{{- if and (eq .operator "In") (eq (len $vals) 1) }}
+{{- $exprs = append $exprs (printf "%s=%s" .key (index $vals 0)) }}
+{{- $labels = append $labels (printf "%s=%s" .key (index $vals 0)) }}
+{{- else }}
+{{- $exprs = append $exprs (trimSuffix " " (printf "%s %s %s" .key .operator (ternary (toJson $vals) "" (gt (len $vals) 0)))) }}
+{{- $labels = append $labels "" }}
+{{- end }}
+{{- end }}
+{{- range (get . "matchFields" | default list) }}
+{{- $exprs = append $exprs (printf "field %s %s %s" .key .operator (toJson (get . "values" | default list))) }}
+{{- $labels = append $labels "" }}
+{{- end }}
+{{- $words = append $words (join " and " $exprs) }}
+{{- end }}
+{{- $sel := list }}
+{{- range $k, $v := .root.Values.nodeSelector }}
+{{- $sel = append $sel (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- if $words }}
+{{- $_ := set .out "nodes" (printf "nodes labelled %s%s" (join " or " $words) (ternary (printf ", and %s" (join ", " $sel)) "" (gt (len $sel) 0))) }}
+{{- else if $sel }}
+{{- $_ := set .out "nodes" (printf "nodes labelled %s" (join ", " $sel)) }}
+{{- else }}
+{{- $_ := set .out "nodes" "every node" }}
+{{- end }}
+{{- if and $terms (or (has "" $labels) (not $labels)) }}
+{{- $_ := set .out "labels" "" }}
+{{- else }}
+{{- $_ := set .out "labels" (concat $labels $sel | join " ") }}
+{{- end }}
+{{- end }}
