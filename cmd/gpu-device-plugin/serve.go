@@ -23,10 +23,16 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 		return err
 	}
 	log := commandLogger(cfg, stderr)
-	log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
 	if cfg.KubeletAPI == config.KubeletAPIDRA {
-		return execDRA(cfg)
+		// Found first: without it the one line is the error.
+		path, err := findDRA()
+		if err != nil {
+			return err
+		}
+		log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
+		return execDRA(cfg, path)
 	}
+	log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")
 	return err
@@ -42,14 +48,10 @@ const draExecutable = "gpu-device-plugin-dra"
 // flags) to gpu-device-plugin-dra as JSON, so both read settings one way.
 const resolvedConfigFlag = "--resolved-config"
 
-// execDRA replaces this process with gpu-device-plugin-dra from the same
-// directory (else $PATH), keeping its PID, so signals and the container's
+// execDRA replaces this process with gpu-device-plugin-dra at path (from
+// findDRA: the same directory, else $PATH), keeping its PID, so signals and the container's
 // lifetime carry over.
-func execDRA(cfg config.Config) error {
-	path, err := findDRA()
-	if err != nil {
-		return err
-	}
+func execDRA(cfg config.Config, path string) error {
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("kubeletAPI dra: encoding the configuration for %s: %w", draExecutable, err)

@@ -29,9 +29,6 @@ const (
 	mpsReplicas = 2
 	podMPS1     = "mps-1"
 	podMPS2     = "mps-2"
-	// mpsMarker is put in the GPU's shared-memory directory on the node,
-	// for the pods to find at /dev/shm.
-	mpsMarker = "e2e-shm-marker"
 )
 
 var mpsPods = []string{podMPS1, podMPS2}
@@ -132,10 +129,19 @@ func (s *mpsScenario) advertises(t *testing.T, ctx context.Context) {
 			t.Errorf("the daemon was not told %q; it was told:\n%s", want, log)
 		}
 	}
-	// For the pods to see as their /dev/shm.
-	if err := os.WriteFile(filepath.Join(s.dir(gpu.MPSShm), mpsMarker), nil, 0o644); err != nil {
+}
+
+// shmMarker is the file the stand-in daemon leaves in the /dev/shm it was
+// given (the fixture switches it on), which the pods must see on theirs:
+// the GPU's shm tmpfs lives in the node's mount namespace, which this
+// test's may not see, so the daemon marks it.
+func (s *mpsScenario) shmMarker(t *testing.T) string {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(s.dir(gpu.MPSPipe), mpsPIDFile))
+	if err != nil {
 		t.Fatal(err)
 	}
+	return "/dev/shm/mockmps." + strings.TrimSpace(string(pid))
 }
 
 // share is one share's thread percentage and pinned memory.
@@ -146,9 +152,10 @@ func (s *mpsScenario) share() (string, uint64) {
 func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 	s.shares = map[string]string{}
 	threads, mib := s.share()
+	marker := s.shmMarker(t)
 	for _, name := range mpsPods {
 		p := probePodFor(name, corev1.ResourceList{mpsResource: *resource.NewQuantity(1, resource.DecimalSI)})
-		p.Spec.Containers[0].Args = []string{"-look-for=" + gpu.MPSContainerPipeDir + "/control,/dev/shm/" + mpsMarker}
+		p.Spec.Containers[0].Args = []string{"-look-for=" + gpu.MPSContainerPipeDir + "/control," + marker}
 		pod, err := createPod(ctx, p, true)
 		if err != nil {
 			t.Fatal(err)
@@ -168,9 +175,9 @@ func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 				t.Errorf("pod %s: %s=%q, want %q", name, k, rep.Env[k], v)
 			}
 		}
-		for _, f := range []string{gpu.MPSContainerPipeDir + "/control", "/dev/shm/" + mpsMarker} {
+		for _, f := range []string{gpu.MPSContainerPipeDir + "/control", marker} {
 			if !rep.Files[f] {
-				t.Errorf("pod %s has no %s: the daemon's directories are not mounted", name, f)
+				t.Errorf("pod %s has no %s: the daemon's directories are not mounted, or its /dev/shm is not the daemon's", name, f)
 			}
 		}
 		checkGPUNodes(t, rep, s.shared.Minor)
