@@ -119,16 +119,24 @@ func TestLimitsHoldAndChangeInPlace(t *testing.T) {
 	}
 }
 
+// upRecorded runs g's stand-in daemon, up, under a new manager; the
+// daemon records what it is told in record.
+func upRecorded(t *testing.T, g GPU) (m *Manager, bin, record, root string) {
+	t.Helper()
+	bin = mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
+	record = filepath.Join(t.TempDir(), "record")
+	t.Setenv("MOCKMPS_RECORD", record)
+	m, _, root = newManager(t, bin)
+	m.Set(t.Context(), []GPU{g})
+	waitState(t, m, g.UUID, true)
+	return m, bin, record, root
+}
+
 // Stopping a daemon gives its clients the grace period, then shuts its
 // servers down; the directories go only once the daemon is gone.
 func TestStopWaitsForClients(t *testing.T) {
-	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
-	record := filepath.Join(t.TempDir(), "record")
-	t.Setenv("MOCKMPS_RECORD", record)
-	m, _, root := newManager(t, bin)
 	g := GPU{UUID: "GPU-a", Replicas: 2}
-	m.Set(t.Context(), []GPU{g})
-	waitState(t, m, g.UUID, true)
+	m, bin, record, root := upRecorded(t, g)
 	c := startClient(t, bin, m, g.UUID)
 
 	m.Set(t.Context(), nil)
@@ -151,13 +159,8 @@ func TestStopWaitsForClients(t *testing.T) {
 // clients fail at once), the daemon stopped with its directories kept,
 // and started again, at the same pipe directory, when the hold is lifted.
 func TestHoldOnFault(t *testing.T) {
-	bin := mpstest.Install(t, filepath.Join(t.TempDir(), "driver"))
-	record := filepath.Join(t.TempDir(), "record")
-	t.Setenv("MOCKMPS_RECORD", record)
-	m, _, _ := newManager(t, bin)
 	g := GPU{UUID: "GPU-a", Replicas: 2}
-	m.Set(t.Context(), []GPU{g})
-	waitState(t, m, g.UUID, true)
+	m, bin, record, _ := upRecorded(t, g)
 	c := startClient(t, bin, m, g.UUID)
 	pipe := inode(t, m.PipeDir(g.UUID))
 
