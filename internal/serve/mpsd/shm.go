@@ -72,3 +72,19 @@ func isMountPoint(dir string) bool {
 	}
 	return st.Dev != parent.Dev
 }
+
+// mountsAt is what /proc/self/mountinfo says is mounted on dir, for a
+// log line when it cannot be removed.
+func mountsAt(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.ReplaceAll(f[4], "\\040", " ") == dir {
+			out = append(out, line)
+		}
+	}
+	return out
+}

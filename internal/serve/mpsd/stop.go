@@ -25,13 +25,9 @@ func (m *Manager) stop(g GPU, log *slog.Logger) {
 		log.Warn("the MPS control daemon did not quit in time; removing its directories anyway", "grace", m.o.StopGrace)
 	}
 	shm := m.dirs(g.UUID).Shm
-	if isMountPoint(shm) {
-		if err := unix.Unmount(shm, unix.MNT_DETACH); err != nil {
-			log.Warn("unmounting the MPS shared memory", "err", err)
-		}
-	}
+	unmountAll(shm, log)
 	if err := os.RemoveAll(filepath.Join(m.o.Root, g.UUID)); err != nil {
-		log.Warn("removing the MPS directories", "err", err)
+		log.Warn("removing the MPS directories", "err", err, "mountsThere", mountsAt(shm))
 	}
 	if m.o.ComputeMode != nil {
 		if err := m.o.ComputeMode(g.UUID, false); err != nil {
@@ -81,4 +77,19 @@ func (m *Manager) halt(g GPU, log *slog.Logger) {
 func (m *Manager) quit(g GPU) error {
 	_, err := m.control(g, "quit")
 	return err
+}
+
+// unmountAll unmounts what is mounted on dir, each of the mounts stacked
+// there: a plugin restarted between the tmpfs's mount and its stop sees
+// the one its volume brought and any that propagated on top.
+func unmountAll(dir string, log *slog.Logger) {
+	for range 16 {
+		if !isMountPoint(dir) {
+			return
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			log.Warn("unmounting the MPS shared memory", "dir", dir, "err", err)
+			return
+		}
+	}
 }
