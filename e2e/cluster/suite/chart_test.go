@@ -79,7 +79,12 @@ func (s *settings) chartValues(strategies ...string) (chartutil.Values, error) {
 			map[string]any{"name": "fixture", "hostPath": map[string]any{"path": fixture, "type": "Directory"}},
 		},
 		"extraVolumeMounts": []any{
-			map[string]any{"name": "fixture", "mountPath": fixture},
+			// HostToContainer: the fixture holds mpsRoot, whose /dev/shm
+			// tmpfs the chart's Bidirectional mps volume mounts. This
+			// volume, under it, gets a copy of each such tmpfs; as a slave
+			// it loses the copy when the tmpfs is unmounted, where a
+			// private copy would stay, hidden, and keep the folder busy.
+			map[string]any{"name": "fixture", "mountPath": fixture, "mountPropagation": "HostToContainer"},
 		},
 	}
 	// GPU Feature Discovery's labels through NFD's local feature file, in
