@@ -73,8 +73,9 @@ func isMountPoint(dir string) bool {
 	return st.Dev != parent.Dev
 }
 
-// mountsAt is what /proc/self/mountinfo says is mounted on dir, for a
-// log line when it cannot be removed.
+// mountsAt is what /proc/self/mountinfo says is mounted on dir, or on
+// dir under another folder (a volume holding the host's root, say, which
+// holds a copy of the mount), for a log line when dir cannot be removed.
 func mountsAt(dir string) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -82,7 +83,7 @@ func mountsAt(dir string) []string {
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.ReplaceAll(f[4], "\\040", " ") == dir {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasSuffix(strings.ReplaceAll(f[4], "\\040", " "), dir) {
 			out = append(out, line)
 		}
 	}
