@@ -316,13 +316,27 @@ func childOf(parent int) (int, error) {
 func (p *Plugin) Exited() <-chan struct{} { return p.done }
 
 // Inject sends a fault to the mock library ("xid 3 79", "temp 2 95"; see
-// mocknvml.Control) and returns once the library has applied it.
+// mocknvml.Control) and returns once the library has applied it. An XID
+// waits (up to 10 s) for the plugin to say it watches NVML events: NVML,
+// and the mock, deliver an event only to the sets registered when it
+// happens, and the plugin may serve its devices before its set is.
 func (p *Plugin) Inject(command string) error {
 	if p.ctl == nil {
 		return errors.New("inject: the plugin runs on a node's own files, without a fault FIFO")
 	}
+	if strings.HasPrefix(command, "xid ") {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Not found: a node whose GPUs have no events; the XID is then
+		// sent anyway, for the test to see what the plugin does.
+		_, _ = p.WaitLog(ctx, "NVML events watched", func(e LogEntry) bool { return e.String("msg") == eventsWatched })
+		cancel()
+	}
 	return p.ctl.Inject(command)
 }
+
+// eventsWatched is the plugin's log message once its NVML event set is
+// registered (package nvml, Monitor.WatchEvents).
+const eventsWatched = "watching NVML events (XIDs, double-bit ECC, recovery actions)"
 
 // Log returns what the plugin wrote to stderr and stdout so far.
 func (p *Plugin) Log() string { return p.log.String() }

@@ -356,6 +356,9 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 	if registered == 0 && len(m.handles) > 0 {
 		return errors.New("no GPU could register for NVML events")
 	}
+	// From here an XID reaches the health watcher; one before is lost,
+	// as NVML keeps no event for a set made later.
+	m.log.Info("watching NVML events (XIDs, double-bit ECC, recovery actions)", "gpus", registered)
 	waitMs := uint32(m.eventWait / time.Millisecond)
 	failures := 0
 	for ctx.Err() == nil {
