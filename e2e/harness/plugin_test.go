@@ -107,3 +107,20 @@ func TestLogEntries(t *testing.T) {
 		t.Fatalf("entries after the line completed = %v", got)
 	}
 }
+
+func TestLogsAboveInfo(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"serve", "--log-level", "warn"}, true},
+		{[]string{"--log-level=error"}, true},
+		{[]string{"--log-level", "warn", "--log-level", "debug"}, false},
+		{[]string{"--log-level=info"}, false},
+	} {
+		if got := logsAboveInfo(tc.args); got != tc.want {
+			t.Errorf("logsAboveInfo(%q) = %v", tc.args, got)
+		}
+	}
+}
