@@ -48,13 +48,16 @@ var pciIDsLocations = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci
 
 // Options say what goes into the image.
 type Options struct {
-	Binary     string
-	Hook       string // the CDI hook, a static binary for the plugin's architecture
-	DRA        string // gpu-device-plugin-dra, built like Binary
-	PCIIDs     string // "" searches the build machine, "none" skips
-	Base       string
-	ExtraLibs  []string
-	HostRoot   string // where host libraries are looked up; "" is /
+	Binary    string
+	Hook      string // the CDI hook, a static binary for the plugin's architecture
+	DRA       string // gpu-device-plugin-dra, built like Binary
+	PCIIDs    string // "" searches the build machine, "none" skips
+	Base      string
+	ExtraLibs []string
+	// Sysroot is where a scratch image's glibc comes from: "" is /, the
+	// build machine's, for binaries of its own architecture; a cross
+	// libc's sysroot (/usr/aarch64-linux-gnu) for another.
+	Sysroot    string
 	Version    string
 	Commit     string
 	Source     string
@@ -82,8 +85,8 @@ func Build(o Options) (Result, error) {
 	if o.Warn == nil {
 		o.Warn = func(string, ...any) {}
 	}
-	if o.HostRoot == "" {
-		o.HostRoot = "/"
+	if o.Sysroot == "" {
+		o.Sysroot = "/"
 	}
 	if o.WorkDir == "" {
 		dir, err := os.MkdirTemp("", "imagebuild-")
@@ -136,14 +139,14 @@ func Image(o Options) (v1.Image, error) {
 	if o.Warn == nil {
 		o.Warn = func(string, ...any) {}
 	}
-	if o.HostRoot == "" {
-		o.HostRoot = "/"
+	if o.Sysroot == "" {
+		o.Sysroot = "/"
 	}
 	binary, err := os.ReadFile(o.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("reading the plugin binary (run make build first): %w", err)
 	}
-	rt, err := ResolveRuntime(o.Binary, o.HostRoot, o.ExtraLibs, o.Warn)
+	rt, err := ResolveRuntime(o.Binary, o.Sysroot, o.ExtraLibs, o.Warn)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +165,7 @@ func Image(o Options) (v1.Image, error) {
 	}
 	// It links more than the plugin (the Kubernetes client): whatever
 	// libraries it needs go into a scratch image too.
-	draRT, err := ResolveRuntime(o.DRA, o.HostRoot, nil, o.Warn)
+	draRT, err := ResolveRuntime(o.DRA, o.Sysroot, nil, o.Warn)
 	if err != nil {
 		return nil, fmt.Errorf("the DRA executable: %w", err)
 	}
@@ -183,7 +186,7 @@ func Image(o Options) (v1.Image, error) {
 		// From scratch: the dynamic loader, glibc and the libraries NVML
 		// needs, root's passwd entry and a /tmp.
 		sys := newLayer(o.Created)
-		if err := rt.addTo(sys, o.HostRoot); err != nil {
+		if err := rt.addTo(sys, o.Sysroot); err != nil {
 			return nil, fmt.Errorf("collecting glibc for the image: %w", err)
 		}
 		sys.file("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\n"))
@@ -193,8 +196,12 @@ func Image(o Options) (v1.Image, error) {
 		if err != nil {
 			return nil, err
 		}
+		from := "the build machine"
+		if filepath.Clean(o.Sysroot) != "/" {
+			from += "'s " + o.Sysroot
+		}
 		if img, err = mutate.Append(empty.Image, mutate.Addendum{Layer: l, History: v1.History{
-			Created: v1.Time{Time: o.Created}, CreatedBy: "imagebuild: glibc from the build machine", Comment: rt.Interpreter,
+			Created: v1.Time{Time: o.Created}, CreatedBy: "imagebuild: glibc from " + from, Comment: rt.Interpreter,
 		}}); err != nil {
 			return nil, err
 		}
@@ -266,9 +273,10 @@ func (o Options) pciIDs() string {
 	case "none":
 		return ""
 	case "":
+		// The same file for every architecture: the build machine's.
 		for _, p := range pciIDsLocations {
-			if _, err := os.Stat(filepath.Join(o.HostRoot, p)); err == nil {
-				return filepath.Join(o.HostRoot, p)
+			if _, err := os.Stat(p); err == nil {
+				return p
 			}
 		}
 		o.Warn("no pci.ids on this machine (%s); the image will list NICs without vendor and device names. "+

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // DefaultExtraLibs are the libraries libnvidia-ml.so.1 links against
@@ -16,12 +18,13 @@ import (
 // wants each file.
 var DefaultExtraLibs = []string{"libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"}
 
-// elfArch maps an ELF machine to the Go and OCI architecture name and the
-// Debian multiarch triplet its libraries live under.
-var elfArch = map[elf.Machine]struct{ goarch, triplet string }{
-	elf.EM_X86_64:  {"amd64", "x86_64-linux-gnu"},
-	elf.EM_AARCH64: {"arm64", "aarch64-linux-gnu"},
-	elf.EM_PPC64:   {"ppc64le", "powerpc64le-linux-gnu"},
+// elfArch maps an ELF machine to the Go and OCI architecture name, the
+// Debian multiarch triplet its libraries live under and Debian's name for
+// the architecture (its cross libc is libc6-<debian>-cross).
+var elfArch = map[elf.Machine]struct{ goarch, triplet, debian string }{
+	elf.EM_X86_64:  {"amd64", "x86_64-linux-gnu", "amd64"},
+	elf.EM_AARCH64: {"arm64", "aarch64-linux-gnu", "arm64"},
+	elf.EM_PPC64:   {"ppc64le", "powerpc64le-linux-gnu", "ppc64el"},
 }
 
 // Runtime is what a dynamically linked binary needs to start: its
@@ -30,26 +33,26 @@ var elfArch = map[elf.Machine]struct{ goarch, triplet string }{
 type Runtime struct {
 	Arch        string
 	Triplet     string
+	Debian      string            // Debian's architecture name
 	Interpreter string            // e.g. /lib64/ld-linux-x86-64.so.2
 	InterpFile  string            // the host file behind it
 	Libs        map[string]string // soname → host file
 }
 
 // libDirs are where a glibc distribution keeps its libraries, in the
-// dynamic loader's default search order.
-func libDirs(root, triplet string) []string {
-	var dirs []string
-	for _, d := range []string{"lib/" + triplet, "usr/lib/" + triplet, "lib64", "usr/lib64", "lib", "usr/lib"} {
-		dirs = append(dirs, filepath.Join(root, d))
-	}
-	return dirs
+// dynamic loader's default search order, as paths inside the sysroot. The
+// last, lib, is where a Debian cross libc (libc6-arm64-cross, its sysroot
+// /usr/aarch64-linux-gnu) keeps them all, the loader included.
+func libDirs(triplet string) []string {
+	return []string{"/lib/" + triplet, "/usr/lib/" + triplet, "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
 }
 
 // ResolveRuntime reads binary's ELF headers and finds its interpreter and
-// every library it needs, transitively, plus extra, under hostRoot (/ on a
-// real build). A missing extra library is reported to warn, not failed:
-// only NVML needs them.
-func ResolveRuntime(binary, hostRoot string, extra []string, warn func(string, ...any)) (*Runtime, error) {
+// every library it needs, transitively, plus extra, in sysroot: / for the
+// build machine's own architecture, or a cross libc's sysroot such as
+// /usr/aarch64-linux-gnu. A missing extra library is reported to warn, not
+// failed: only NVML needs them.
+func ResolveRuntime(binary, sysroot string, extra []string, warn func(string, ...any)) (*Runtime, error) {
 	f, err := elf.Open(binary)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", binary, err)
@@ -59,7 +62,7 @@ func ResolveRuntime(binary, hostRoot string, extra []string, warn func(string, .
 	if !ok {
 		return nil, fmt.Errorf("%s: unsupported machine %s", binary, f.Machine)
 	}
-	rt := &Runtime{Arch: arch.goarch, Triplet: arch.triplet, Libs: map[string]string{}}
+	rt := &Runtime{Arch: arch.goarch, Triplet: arch.triplet, Debian: arch.debian, Libs: map[string]string{}}
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_INTERP {
 			continue
@@ -73,39 +76,50 @@ func ResolveRuntime(binary, hostRoot string, extra []string, warn func(string, .
 	if rt.Interpreter == "" {
 		return rt, nil // static: nothing to add
 	}
-	rt.InterpFile, err = filepath.EvalSymlinks(filepath.Join(hostRoot, rt.Interpreter))
+	dirs := libDirs(arch.triplet)
+	// At its own path on a glibc system; in lib, beside the libraries, in
+	// a cross sysroot.
+	rt.InterpFile, err = findLib(sysroot, append([]string{path.Dir(rt.Interpreter)}, dirs...), path.Base(rt.Interpreter), f.Machine)
 	if err != nil {
-		return nil, fmt.Errorf("%s: its dynamic loader %s is not on this machine: %w", binary, rt.Interpreter, err)
+		return nil, fmt.Errorf("%s: its dynamic loader %s: %w%s", binary, rt.Interpreter, err, installHint(sysroot, arch.debian))
 	}
 
 	needed, err := f.ImportedLibraries()
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading DT_NEEDED: %w", binary, err)
 	}
-	dirs := libDirs(hostRoot, arch.triplet)
-	if err := rt.add(needed, dirs, f.Machine); err != nil {
+	if err := rt.add(sysroot, needed, dirs, f.Machine); err != nil {
 		return nil, fmt.Errorf("%s: %w", binary, err)
 	}
 	for _, lib := range extra {
 		if lib == "" {
 			continue
 		}
-		if err := rt.add([]string{lib}, dirs, f.Machine); err != nil {
+		if err := rt.add(sysroot, []string{lib}, dirs, f.Machine); err != nil {
 			warn("%v; the image will not have it", err)
 		}
 	}
 	return rt, nil
 }
 
+// installHint says which package brings a glibc for a foreign
+// architecture, when sysroot is not the build machine's own root.
+func installHint(sysroot, debian string) string {
+	if filepath.Clean(sysroot) == "/" {
+		return ""
+	}
+	return fmt.Sprintf(" (apt-get install libc6-dev-%s-cross brings a sysroot for %s)", debian, debian)
+}
+
 // add resolves sonames and what they need in turn.
-func (rt *Runtime) add(sonames, dirs []string, machine elf.Machine) error {
+func (rt *Runtime) add(sysroot string, sonames, dirs []string, machine elf.Machine) error {
 	for _, soname := range sonames {
 		if _, done := rt.Libs[soname]; done || filepath.Base(rt.Interpreter) == soname {
 			continue
 		}
-		file, err := findLib(soname, dirs, machine)
+		file, err := findLib(sysroot, dirs, soname, machine)
 		if err != nil {
-			return err
+			return fmt.Errorf("library %s: %w", soname, err)
 		}
 		rt.Libs[soname] = file
 		lf, err := elf.Open(file)
@@ -117,18 +131,19 @@ func (rt *Runtime) add(sonames, dirs []string, machine elf.Machine) error {
 		if err != nil {
 			return fmt.Errorf("reading DT_NEEDED of %s: %w", file, err)
 		}
-		if err := rt.add(more, dirs, machine); err != nil {
+		if err := rt.add(sysroot, more, dirs, machine); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// findLib finds soname in dirs, skipping files for another machine (a
-// 32-bit libc in /lib, say), and returns the real file behind any symlink.
-func findLib(soname string, dirs []string, machine elf.Machine) (string, error) {
+// findLib finds soname in dirs inside sysroot, skipping files for another
+// machine (a 32-bit libc in /lib, say), and returns the real file behind
+// any symlink.
+func findLib(sysroot string, dirs []string, soname string, machine elf.Machine) (string, error) {
 	for _, d := range dirs {
-		p, err := filepath.EvalSymlinks(filepath.Join(d, soname))
+		p, err := resolveIn(sysroot, path.Join(d, soname))
 		if err != nil {
 			continue
 		}
@@ -142,7 +157,51 @@ func findLib(soname string, dirs []string, machine elf.Machine) (string, error) 
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("library %s not found in %v", soname, dirs)
+	return "", fmt.Errorf("not found in %s under %s", strings.Join(dirs, ", "), sysroot)
+}
+
+// resolveIn returns the file that p names inside the tree at root,
+// following symlinks as a chroot into root would: an absolute target is
+// read inside root too, so a sysroot's links never lead to the build
+// machine's own libraries.
+func resolveIn(root, p string) (string, error) {
+	const maxLinks = 40
+	links := 0
+	rest := strings.Split(path.Clean("/" + p)[1:], "/")
+	cur := "/"
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = path.Dir(cur)
+			continue
+		}
+		next := path.Join(cur, c)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%s: more than %d symbolic links", p, maxLinks)
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if !path.IsAbs(target) {
+			target = path.Join(cur, target)
+		}
+		rest = append(strings.Split(path.Clean("/" + target)[1:], "/"), rest...)
+		cur = "/"
+	}
+	return filepath.Join(root, cur), nil
 }
 
 // merge adds what another binary of the image needs. Both must be for one
@@ -170,7 +229,7 @@ func (rt *Runtime) merge(other *Runtime) error {
 
 // addTo writes the loader at its own path and each library under
 // /lib/<triplet>, the first directory the loader searches.
-func (rt *Runtime) addTo(l *layerBuilder, hostRoot string) error {
+func (rt *Runtime) addTo(l *layerBuilder, sysroot string) error {
 	if rt.Interpreter == "" {
 		return nil
 	}
@@ -191,11 +250,21 @@ func (rt *Runtime) addTo(l *layerBuilder, hostRoot string) error {
 		}
 		l.file(filepath.Join("/lib", rt.Triplet, s), 0o755, b)
 	}
-	// glibc is LGPL: its copyright notice travels with its binaries.
-	if b, err := os.ReadFile(filepath.Join(hostRoot, "usr/share/doc/libc6/copyright")); err == nil {
-		l.file("/usr/share/doc/libc6/copyright", 0o644, b)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
+	// glibc is LGPL: its copyright notice travels with its binaries. A
+	// Debian cross libc (sysroot /usr/<triplet>) keeps it in
+	// /usr/share/doc/libc6-<arch>-cross.
+	for _, p := range []string{
+		filepath.Join(sysroot, "usr/share/doc/libc6/copyright"),
+		filepath.Join(sysroot, "../share/doc/libc6-"+rt.Debian+"-cross/copyright"),
+	} {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			l.file("/usr/share/doc/libc6/copyright", 0o644, b)
+			return nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

@@ -6,9 +6,11 @@
 // With -base the binaries go on top of a base image read from a local
 // docker-archive tarball, OCI layout tarball or OCI layout directory.
 // Without it the image starts from scratch plus the glibc pieces the
-// binaries and NVML load, copied from the build machine.
+// binaries and NVML load, copied from the build machine: from / for its
+// own architecture, from a cross libc's sysroot (-sysroot) for another.
 //
 //	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dra bin/gpu-device-plugin-dra -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
+//	imagebuild -sysroot /usr/aarch64-linux-gnu -binary arm64/gpu-device-plugin ...   (arm64 binaries on an amd64 machine)
 //
 // The push subcommand uploads that tarball to a registry (make push),
 // with the credentials docker login stored:
@@ -38,6 +40,7 @@ func main() {
 	flag.StringVar(&o.DRA, "dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode, to install as /usr/bin/gpu-device-plugin-dra")
 	flag.StringVar(&o.PCIIDs, "pci-ids", "", `pci.ids to install as /usr/share/misc/pci.ids; empty searches the build machine, "none" leaves it out`)
 	flag.StringVar(&o.Base, "base", "", "base image: a docker-archive or OCI layout tarball, or an OCI layout directory; empty builds from scratch with the host's glibc")
+	flag.StringVar(&o.Sysroot, "sysroot", "/", "where a scratch image's glibc is taken from: / for binaries of the build machine's architecture, a cross libc's sysroot for another (/usr/aarch64-linux-gnu, from apt-get install libc6-dev-arm64-cross)")
 	flag.StringVar(&extraLibs, "extra-libs", strings.Join(DefaultExtraLibs, ","), "libraries added to a scratch image besides the binary's own, by soname (those libnvidia-ml.so.1 needs)")
 	flag.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version and the tag: the semantic version, as make version prints it")
 	flag.StringVar(&o.Commit, "commit", "unknown", "org.opencontainers.image.revision")
