@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/version"
 )
 
 // The image's layout, shared with the Dockerfile (a test keeps them equal).
@@ -100,7 +100,7 @@ func Build(o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	tag, err := name.NewTag(o.Repository+":"+TagFor(o.Version), name.WeakValidation)
+	tag, err := name.NewTag(o.Repository+":"+version.Tag(o.Version), name.WeakValidation)
 	if err != nil {
 		return Result{}, fmt.Errorf("image tag: %w", err)
 	}
@@ -294,22 +294,6 @@ func hasEnv(env []string, key string) bool {
 		}
 	}
 	return false
-}
-
-var badTagChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
-
-// TagFor turns a version into a valid tag: a semantic version's build
-// metadata after a - (v0.1.0+4c3f594 → v0.1.0-4c3f594), as tags have no +.
-func TagFor(version string) string {
-	t := badTagChars.ReplaceAllString(version, "-")
-	t = strings.TrimLeft(t, ".-")
-	if t == "" {
-		t = "dev"
-	}
-	if len(t) > 128 {
-		t = t[:128]
-	}
-	return t
 }
 
 // loadBase reads a base image: an OCI layout directory, an OCI layout

@@ -23,27 +23,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
 )
 
-func TestTagFor(t *testing.T) {
-	for _, tc := range []struct{ name, in, want string }{
-		{"release", "v1.2.3", "v1.2.3"},
-		{"describe", "v1.2.3-4-gabc1234-dirty", "v1.2.3-4-gabc1234-dirty"},
-		{"build metadata", "1.2.3+meta", "1.2.3-meta"},
-		{"a build between releases", "v0.1.0+4c3f594.dirty", "v0.1.0-4c3f594.dirty"},
-		{"leading dot", ".x", "x"},
-		{"empty", "", "dev"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := TagFor(tc.in)
-			if got != tc.want {
-				t.Errorf("TagFor(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-			if _, err := name.NewTag("example.com/plugin:" + got); err != nil {
-				t.Errorf("TagFor(%q) = %q is not a valid tag: %v", tc.in, got, err)
-			}
-		})
-	}
-}
-
 func TestCreationTime(t *testing.T) {
 	for _, tc := range []struct {
 		name, flag, env string

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	_ "github.com/goreleaser/nfpm/v2/rpm"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/version"
 )
 
 func main() {
@@ -30,14 +30,14 @@ func main() {
 		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
 		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
 		dra     = flag.String("dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode")
-		version = flag.String("version", "dev", "the semantic version, as make version prints it (or `git describe` output); made into a package version")
+		vers    = flag.String("version", "dev", "the semantic version, as make version prints it (or `git describe` output); made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
 		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
 		out     = flag.String("o", "bin", "output directory")
 	)
 	flag.Parse()
 	files, err := Build(Options{
-		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DRA: *dra, Version: *version,
+		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DRA: *dra, Version: *vers,
 		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
 	})
 	if err != nil {
@@ -87,7 +87,7 @@ func Build(o Options) ([]string, error) {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
 	vars := map[string]string{
-		"VERSION": PackageVersion(o.Version),
+		"VERSION": version.Package(o.Version),
 		"ARCH":    arch,
 		"BINARY":  o.Binary,
 		"HOOK":    o.Hook,
@@ -162,49 +162,6 @@ func write(target string, fill func(*os.File) error) error {
 		os.Remove(target + ".tmp")
 	}
 	return err
-}
-
-var (
-	describe  = regexp.MustCompile(`^v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)([-+].*)?$`)
-	sinceTag  = regexp.MustCompile(`^[0-9]+-g[0-9a-f]+`)
-	notInVers = regexp.MustCompile(`[^A-Za-z0-9.~+]+`)
-)
-
-// PackageVersion turns the Makefile's semantic version (or `git describe
-// --tags --always --dirty` output, as an older tree's build gives) into a
-// version dpkg and rpm both accept and order: the v dropped, v1.2.3 →
-// 1.2.3; build metadata kept after a +, v1.2.3+abc1234.dirty →
-// 1.2.3+abc1234.dirty (after 1.2.3: a build between releases); a
-// pre-release after a ~, v1.3.0-rc.1 → 1.3.0~rc.1 (before 1.3.0);
-// v1.2.3-4-gabc1234-dirty → 1.2.3+4.gabc1234.dirty; and a bare commit
-// such as abc1234-dirty → 0.0.0+git.abc1234.dirty.
-func PackageVersion(v string) string {
-	m := describe.FindStringSubmatch(v)
-	if m == nil {
-		return "0.0.0+git." + clean(v)
-	}
-	base, rest := m[1], strings.TrimLeft(m[2], "-.+")
-	if rest == "" {
-		return base
-	}
-	// A describe suffix (-N-gHASH) is newer than the tag; anything else
-	// after a dash is a pre-release, older than it.
-	if sinceTag.MatchString(rest) || strings.HasPrefix(m[2], "+") {
-		return base + "+" + clean(rest)
-	}
-	if rest == "dirty" {
-		return base + "+dirty"
-	}
-	return base + "~" + clean(rest)
-}
-
-func clean(s string) string {
-	s = notInVers.ReplaceAllString(s, ".")
-	s = strings.Trim(s, ".")
-	if s == "" {
-		return "unknown"
-	}
-	return s
 }
 
 var goarchOf = map[elf.Machine]string{
