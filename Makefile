@@ -115,17 +115,20 @@ gpu-check-bundle:
 clean:
 	rm -rf $(BIN)
 
-# Shipping: the container image and the node OS packages. The build tools
-# are a module of their own (tools/), so the product's go.mod stays lean;
-# `go run` fetches their dependencies through the Go module proxy.
+# Shipping: the container image, the node OS packages and releases. The
+# build tools are a module of their own (tools/), so the product's go.mod
+# stays lean; `go run` fetches their dependencies through the Go module proxy.
 #   make image [BASE=base.tar|oci-dir] [PCI_IDS=/path/pci.ids|none]  → $(BIN)/gpu-device-plugin-image.tar
 #   make push IMAGE=registry/name:tag                                  → that tarball, pushed there
 #   make packages                                                      → $(BIN)/*.deb, $(BIN)/*.rpm
-# Both carry the plugin, its DRA-mode executable (gpu-device-plugin-dra,
+#   make release VERSION=v0.1.0   → $(BIN)/release/v0.1.0/, every part for linux/amd64 and linux/arm64
+#   make push VERSION=v0.1.0 IMAGE=registry/name [CHARTS=registry/charts]
+#                                 → that release: its image index and its chart
+# All carry the plugin, its DRA-mode executable (gpu-device-plugin-dra,
 # beside it) and its CDI hook (gpu-device-plugin-cdi-hook).
-# Both stamp VERSION and COMMIT, and take file times from the last commit
+# All stamp VERSION and COMMIT, and take file times from the last commit
 # (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
-.PHONY: image push packages tools-test deploy-test
+.PHONY: image push packages tools-test deploy-test release release-preflight release-verify
 
 LICENSE           ?= Apache-2.0
 IMAGE_REPO        ?= ghcr.io/gpu-device-plugin/gpu-device-plugin
@@ -143,14 +146,25 @@ image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-p
 		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
 		-o $(abspath $(BIN))/gpu-device-plugin-image.tar
 
-# Pushes what `make image` last wrote (it does not rebuild: what is pushed
-# is what was tested), with docker login's credentials and the proxy
-# environment, without a container engine. No image is published yet:
+# Pushes what was built before (it does not rebuild: what is pushed is
+# what was tested), with docker login's credentials and the proxy
+# environment, without a container engine. IMAGE decides what:
+#   registry/name:tag  the one-platform tarball `make image` last wrote, to that tag;
+#   registry/name      the release folder `make release` wrote for VERSION, checked
+#                      again: its image index (every platform) as registry/name:<VERSION's tag>
+#                      and its chart as $(CHARTS)/gpu-device-plugin:<chart version>, which
+#                      helm pull oci://$(CHARTS)/gpu-device-plugin --version <chart version> reads.
+# CHARTS defaults to IMAGE's parent + /charts. No image is published yet:
 # the chart and manifests need one you pushed.
-IMAGE ?=
+IMAGE  ?=
+CHARTS ?= $(patsubst %/,%,$(dir $(IMAGE)))/charts
 push:
-	@test -n '$(IMAGE)' || { echo 'make push: set IMAGE=registry/name:tag, e.g. make push IMAGE=registry.example.com/gpu-device-plugin:v0.1.0' >&2; exit 2; }
-	cd tools && $(GO) run ./imagebuild push -tarball $(abspath $(BIN))/gpu-device-plugin-image.tar -image '$(IMAGE)'
+	@test -n '$(IMAGE)' || { echo 'make push: set IMAGE=registry/name to push the release (make release VERSION=...), or IMAGE=registry/name:tag to push make image'"'"'s tarball' >&2; exit 2; }
+	$(if $(findstring :,$(notdir $(IMAGE))),$(PUSH_IMAGE),$(PUSH_RELEASE))
+
+PUSH_IMAGE   = cd tools && $(GO) run ./imagebuild push -tarball $(abspath $(BIN))/gpu-device-plugin-image.tar -image '$(IMAGE)'
+PUSH_RELEASE = cd tools && $(GO) run ./releasebuild push -version '$(VERSION)' -dir $(abspath $(RELEASE_DIR)) \
+		-platforms '$(RELEASE_PLATFORMS)' -image '$(IMAGE)' -charts '$(CHARTS)'
 
 packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \
@@ -159,6 +173,72 @@ packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-devic
 		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(abspath $(BIN))
+
+# A release, into one folder, $(BIN)/release/$(VERSION)/ (docs/development.md,
+# Releases): the image for every architecture of RELEASE_ARCHES as one OCI
+# image index (an OCI layout tarball), the chart (version and appVersion
+# set from VERSION), a .deb and an .rpm per architecture, the static CDI
+# hook per architecture, a CycloneDX SBOM of every binary, and SHA256SUMS.
+# releasebuild checks the folder at the end (make release-verify does it
+# again): every part says VERSION and every file matches its sum.
+# An architecture other than the build machine's is built with Debian's
+# C cross compiler (cgo, for NVML) and its image takes glibc from that
+# cross libc's sysroot; make refuses to start without them.
+RELEASE_ARCHES    ?= amd64 arm64
+RELEASE_DIR        = $(BIN)/release/$(VERSION)
+RELEASE_WORK       = $(BIN)/release-work/$(VERSION)
+RELEASE_TOOLS      = $(BIN)/release-work/tools
+release_comma     := ,
+release_space     := $() $()
+RELEASE_PLATFORMS  = $(subst $(release_space),$(release_comma),$(addprefix linux/,$(strip $(RELEASE_ARCHES))))
+GOHOSTARCH        ?= $(shell $(GO) env GOHOSTARCH)
+CROSS_CC_arm64      ?= aarch64-linux-gnu-gcc
+CROSS_SYSROOT_arm64 ?= /usr/aarch64-linux-gnu
+CROSS_PKGS_arm64    := gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+CROSS_CC_amd64      ?= x86_64-linux-gnu-gcc
+CROSS_SYSROOT_amd64 ?= /usr/x86_64-linux-gnu
+CROSS_PKGS_amd64    := gcc-x86-64-linux-gnu libc6-dev-amd64-cross
+release_cross       = $(filter-out $(GOHOSTARCH),$(1))
+release_cgo         = CGO_ENABLED=1 GOOS=linux GOARCH=$(1)$(if $(call release_cross,$(1)), CC=$(CROSS_CC_$(1)))
+release_sysroot     = $(if $(call release_cross,$(1)),$(CROSS_SYSROOT_$(1)),/)
+release_missing     = $(if $(and $(shell command -v $(CROSS_CC_$(1))),$(wildcard $(CROSS_SYSROOT_$(1))/lib/libc.so)),,$(1))
+
+release: release-preflight $(addprefix release-linux-,$(RELEASE_ARCHES))
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/releasebuild assemble -version '$(VERSION)' \
+		-dir $(abspath $(RELEASE_DIR)) -work $(abspath $(RELEASE_WORK)) -platforms '$(RELEASE_PLATFORMS)' \
+		-chart $(abspath deploy/helm/gpu-device-plugin) -repository '$(IMAGE_REPO)'
+
+# Says in one line what is missing before minutes of building; then
+# empties the folder and builds the tools once.
+release-preflight:
+	$(if $(filter v%,$(VERSION)),,$(error make release: VERSION=$(VERSION) is not v and a semantic version; try make release VERSION=v0.1.0))
+	$(foreach a,$(RELEASE_ARCHES),$(if $(call release_cross,$(a)),$(if $(call release_missing,$(a)),$(error make release: linux/$(a) needs the C cross compiler $(CROSS_CC_$(a)) and its libc in $(CROSS_SYSROOT_$(a)) (cgo, for NVML): apt-get install $(CROSS_PKGS_$(a))))))
+	rm -rf '$(RELEASE_DIR)' '$(RELEASE_WORK)'
+	mkdir -p '$(RELEASE_DIR)' '$(RELEASE_WORK)'
+	cd tools && $(GO) build -o $(abspath $(RELEASE_TOOLS))/ ./imagebuild ./pkgbuild ./releasebuild
+
+# One architecture: its three binaries (built as make build builds them),
+# its image (from scratch and that architecture's glibc) and its packages.
+release-linux-%: release-preflight
+	$(call release_cgo,$*) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin ./cmd/gpu-device-plugin
+	$(call release_cgo,$*) $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook ./cmd/gpu-device-plugin-cdi-hook
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/imagebuild -sysroot $(call release_sysroot,$*) \
+		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
+		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
+		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
+		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
+		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
+		-o $(RELEASE_WORK)/linux-$*/image.tar
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/pkgbuild -root . -config packaging/nfpm.yaml \
+		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
+		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
+		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
+		-version '$(VERSION)' -license '$(LICENSE)' -o $(RELEASE_DIR)
+
+release-verify:
+	cd tools && $(GO) run ./releasebuild verify -version '$(VERSION)' -dir $(abspath $(RELEASE_DIR)) -platforms '$(RELEASE_PLATFORMS)'
+	cd '$(RELEASE_DIR)' && sha256sum -c --quiet SHA256SUMS
 
 # The tools' own unit tests; the image, chart, manifests and packages are
 # tested end to end in e2e/deploy (part of conformance).
