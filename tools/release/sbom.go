@@ -50,8 +50,8 @@ func SBOM(release string, binaries []Binary, created time.Time) (*cdx.BOM, error
 			Licenses:    &cdx.Licenses{{License: &cdx.License{ID: "Apache-2.0"}}},
 		},
 		Tools: &cdx.ToolsChoice{Components: &[]cdx.Component{{
-			Type: cdx.ComponentTypeLibrary, Name: "github.com/CycloneDX/cyclonedx-go",
-			Description: "writes this document; gpu-device-plugin's tools/release reads the binaries' Go build information",
+			Type: cdx.ComponentTypeApplication, Name: "releasebuild",
+			Description: "gpu-device-plugin's tools/releasebuild: reads the binaries' Go build information, writes with github.com/CycloneDX/cyclonedx-go",
 		}}},
 	}
 	modules := map[string]cdx.Component{}

@@ -30,7 +30,20 @@ func packagePath(binary string) string {
 	return "/usr/bin/" + binary
 }
 
-var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390}
+// elfMachine is the ELF machine of a Go architecture.
+func elfMachine(goarch string) (elf.Machine, bool) {
+	switch goarch {
+	case "amd64":
+		return elf.EM_X86_64, true
+	case "arm64":
+		return elf.EM_AARCH64, true
+	case "ppc64le":
+		return elf.EM_PPC64, true
+	case "s390x":
+		return elf.EM_S390, true
+	}
+	return elf.EM_NONE, false
+}
 
 // checker gathers a release folder's problems, one line each.
 type checker struct {
@@ -204,7 +217,7 @@ func (c *checker) checkBinary(where string, content []byte, p Platform) {
 		c.fail("%s is not an ELF executable: %w", where, err)
 		return
 	}
-	if m, ok := elfMachine[p.Arch]; !ok || f.Machine != m {
+	if m, ok := elfMachine(p.Arch); !ok || f.Machine != m {
 		c.fail("%s is for %s, not %s", where, f.Machine, p)
 	}
 	switch v, err := StampedVersion(content, c.release); {
