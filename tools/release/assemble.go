@@ -39,8 +39,8 @@ func PlatformDir(work string, p Platform) string { return filepath.Join(work, p.
 // Assemble writes the image index, the hooks, the chart, the SBOM and
 // SHA256SUMS into the release folder, then checks it all (Verify).
 func Assemble(o AssembleOptions) error {
-	if !version.IsSemver(o.Version) {
-		return fmt.Errorf("version %q is not a semantic version: make release VERSION=v0.1.0", o.Version)
+	if err := version.CheckRelease(o.Version); err != nil {
+		return err
 	}
 	l := Layout{o.Version}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {

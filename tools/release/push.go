@@ -103,6 +103,9 @@ func Push(ctx context.Context, o PushOptions) (Pushed, error) {
 // pushTags checks the destinations and names the tags: the image's is its
 // version.Tag, the chart's its version with + as _ (Helm's way).
 func pushTags(o PushOptions) (image, chart name.Tag, err error) {
+	if err := version.CheckRelease(o.Version); err != nil {
+		return image, chart, err
+	}
 	for _, r := range []struct{ what, ref, example string }{
 		{"IMAGE", o.Image, "registry.example.com/team/gpu-device-plugin"},
 		{"CHARTS", o.Charts, "registry.example.com/team/charts"},

@@ -68,11 +68,11 @@ func (c *checker) fail(format string, args ...any) {
 // version.Package): the image's tag and labels, the version stamped into
 // every binary in the image, the packages and the hooks, the chart's
 // version and appVersion, the packages' headers, the SBOM's main
-// component and binaries. The image's binaries must be the packages' and
-// the SBOM's, byte for byte. The error has one line per problem.
+// component and binaries. The image's binaries must be the .debs', the
+// hooks' and the SBOM's, byte for byte. The error has one line per problem.
 func Verify(dir, release string, platforms []Platform) error {
-	if !version.IsSemver(release) {
-		return fmt.Errorf("version %q is not a semantic version (v0.1.0, v0.2.0-rc.1)", release)
+	if err := version.CheckRelease(release); err != nil {
+		return err
 	}
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("no release folder %s (make release VERSION=%s writes it): %w", dir, release, err)

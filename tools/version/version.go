@@ -19,6 +19,17 @@ var semver = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 // IsSemver says whether v is a semantic version, with or without a v.
 func IsSemver(v string) bool { return semver.MatchString(v) }
 
+// CheckRelease refuses what cannot name a release: v and a semantic
+// version (v0.1.0, v0.2.0-rc.1, v0.1.0+4c3f594), as the VERSION file and
+// make version write it. Without the v the image's tag would not be the
+// chart's default, v + appVersion.
+func CheckRelease(v string) error {
+	if !strings.HasPrefix(v, "v") || !IsSemver(v) {
+		return fmt.Errorf("version %q is not v and a semantic version (v0.1.0, v0.2.0-rc.1)", v)
+	}
+	return nil
+}
+
 var badTagChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
 // Tag turns a version into a valid image tag: a semantic version's build

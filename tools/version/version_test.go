@@ -80,3 +80,16 @@ func TestPackage(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckRelease(t *testing.T) {
+	for _, ok := range []string{"v0.1.0", "v0.2.0-rc.1", "v0.1.0+4c3f594.dirty", "v0.0.0-ci"} {
+		if err := CheckRelease(ok); err != nil {
+			t.Errorf("CheckRelease(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"0.1.0", "v0.1", "dev", "", "v0.1.0 "} {
+		if err := CheckRelease(bad); err == nil {
+			t.Errorf("CheckRelease(%q) accepted it", bad)
+		}
+	}
+}
