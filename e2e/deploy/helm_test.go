@@ -362,6 +362,9 @@ func TestHelmEveryOption(t *testing.T) {
 	check("events", hasArg(c.Args, "--events=true") && strings.Contains(notes, "reason=GPUUnhealthy"))
 	check("nodeCondition", hasArg(c.Args, "--node-condition=true") && strings.Contains(notes, `@.type=="GPUHealthy"`))
 	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{"gpu-plugin-all-health": wantHealthRules(true, true)})
+	check("health", c.LivenessProbe != nil && c.LivenessProbe.PeriodSeconds == 30 && c.LivenessProbe.TimeoutSeconds == 7 && c.LivenessProbe.FailureThreshold == 4 &&
+		c.ReadinessProbe != nil && c.ReadinessProbe.PeriodSeconds == 15 && c.ReadinessProbe.TimeoutSeconds == 6 && c.ReadinessProbe.FailureThreshold == 2 &&
+		hasArg(c.Args, "--health-socket=/run/probe/health.sock"))
 	check("NOTES.txt", strings.Contains(notes, "gpu-plugin-all-metrics"))
 	check("NOTES.txt uninstall", strings.Contains(notes, "rm -f /etc/cdi/gpu-device-plugin_*.json") &&
 		strings.Contains(notes, "/opt/gpu-device-plugin/bin/gpu-device-plugin-cdi-hook"))
