@@ -39,6 +39,7 @@ func TestGPUNode(t *testing.T) {
 	steps := []step{
 		{"install", s.install},
 		{"node advertises every GPU", s.nodeAdvertises},
+		{"readiness probe passes once registered", s.ready},
 		{"NIC pools", s.nicPools},
 		{"pod gets two GPUs", s.podGetsTwoGPUs},
 		{"ninth GPU stays pending", s.ninthGPUPending},
@@ -133,6 +134,12 @@ func (s *scenario) install(t *testing.T, ctx context.Context) {
 	s.release = r
 	t.Logf("installed %s", r)
 	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *scenario) ready(t *testing.T, ctx context.Context) {
+	if err := waitPluginReady(ctx, s.plugin); err != nil {
 		t.Fatal(err)
 	}
 }
