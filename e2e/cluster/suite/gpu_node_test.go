@@ -124,11 +124,18 @@ func (s *scenario) install(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, allPods...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := renderChart("envvar")
+	// With Helm itself, from the packaged chart, as an operator installs.
+	values, err := chartValues("envvar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.apply(ctx); err != nil {
+	operatorValues(values)
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := helmInstall(ctx, filepath.Join(root, "deploy", "helm", "gpu-device-plugin"), values)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.release = r
