@@ -693,3 +693,29 @@ func TestValidateMonitoringRefuses(t *testing.T) {
 		}
 	}
 }
+
+// install.md's table names every alert the chart has, and the docs name no
+// alert it lacks.
+func TestMonitoringDocsNameRealAlerts(t *testing.T) {
+	alertRE := regexp.MustCompile(`GPUDevicePlugin[A-Z]\w*`)
+	var alerts []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)$`).FindAllStringSubmatch(string(mustRead(t, filepath.Join(chartDir(t), "templates", "prometheusrule.yaml"))), -1) {
+		alerts = append(alerts, m[1])
+	}
+	if len(alerts) != 6 {
+		t.Fatalf("alerts %v in prometheusrule.yaml, want 6", alerts)
+	}
+	install := string(mustRead(t, repoPath(t, "docs", "install.md")))
+	for _, a := range alerts {
+		if !strings.Contains(install, "| `"+a+"` |") {
+			t.Errorf("docs/install.md's Monitoring table has no row for %s", a)
+		}
+	}
+	for _, doc := range []string{"install.md", "troubleshooting.md"} {
+		for _, a := range alertRE.FindAllString(string(mustRead(t, repoPath(t, "docs", doc))), -1) {
+			if !slices.Contains(alerts, a) {
+				t.Errorf("docs/%s names alert %s, which the chart does not have", doc, a)
+			}
+		}
+	}
+}
