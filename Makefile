@@ -101,6 +101,14 @@ demo:
 	@cd e2e && $(GO) build -o $(abspath $(BIN))/demo ./cmd/demo
 	@$(BIN)/demo
 
+# A first look in under two minutes on a fresh clone, without the kubelet's
+# code: builds only the plugin, the mock NVML library and first-look, then
+# shows list, allocate, serve's Allocate answer and an XID taking a GPU
+# out, on a mock 8-GPU node in a temporary folder (e2e/cmd/firstlook).
+.PHONY: first-look
+first-look:
+	@GO='$(GO)' BIN='$(BIN)' e2e/cmd/firstlook/run.sh
+
 # What the plugin does on one GPU node, in a few minutes, as one report
 # (docs/gpu-check.md): on this machine's GPUs when it has the NVIDIA driver,
 # else on a mock node. gpu-check-bundle builds bin/gpu-check, the folder a

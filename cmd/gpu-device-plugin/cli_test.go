@@ -28,7 +28,7 @@ func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, migrate, mps-launcher, version`},
+		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, migrate, mps-launcher, probe, version`},
 		{[]string{"--log-level=debug", "lst"}, `unknown command "lst"`},
 		{[]string{"serve", "extra-arg"}, `serve: unexpected argument "extra-arg"`},
 		{[]string{"list", "x"}, `list: unexpected argument "x"`},

@@ -67,6 +67,7 @@ var (
 	cdiKeys      = slices.Concat(nodeKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"})
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
 	launcherKeys = slices.Concat([]string{"driverRoot", "devRoot", "mpsRoot", "mpsLauncherSocket"}, loggingKeys)
+	probeKeys    = []string{"healthSocket"}
 )
 
 // outputFlag is -o of list and allocate: a table for people, JSON for
@@ -266,6 +267,7 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 				Action:          func(c *cli.Context) error { return mpsexec.Main(c.Args().First()) },
 			},
 			mpsLauncherCommand(stderr),
+			probeCommand(stdout),
 			{
 				// The plugin asks the MPS launcher for a daemon through this
 				// (see package launcher).

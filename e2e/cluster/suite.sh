@@ -9,4 +9,11 @@ set -a
 . "$envfile"
 set +a
 cd "$(dirname "$0")/.."
+# Helm's client, in a binary of its own (e2e/cmd/helminstall says why), for
+# the lanes that install the chart with Helm.
+if [ -z "${E2E_SUITE_PKG:-}" ]; then
+	E2E_HELM=$(dirname "$envfile")/helminstall
+	go build -o "$E2E_HELM" ./cmd/helminstall
+	export E2E_HELM
+fi
 exec go test -count=1 -v -timeout 20m "$@" "${E2E_SUITE_PKG:-./cluster/suite/}"

@@ -118,12 +118,28 @@ func renderAsGiven(t *testing.T, c *chart.Chart, vals chartutil.Values) (map[str
 	return renderFor(t, c, vals, kubeVersion)
 }
 
+// monitoringAPIs are the Prometheus Operator's kinds the chart renders
+// (metrics.serviceMonitor, metrics.prometheusRule), as helm install finds
+// them on a cluster with the operator's CRDs, and helm template with
+// --api-versions. The chart refuses those values without them.
+var monitoringAPIs = []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
+
 // renderFor renders the chart's templates with exactly vals over its
-// defaults, for a cluster of version kv.
+// defaults, for a cluster of version kv with the Prometheus Operator's
+// CRDs.
 func renderFor(t *testing.T, c *chart.Chart, vals chartutil.Values, kv chartutil.KubeVersion) (map[string]string, error) {
+	t.Helper()
+	return renderOn(t, c, vals, kv, monitoringAPIs)
+}
+
+// renderOn renders the chart's templates with exactly vals over its
+// defaults, for a cluster of version kv that serves Kubernetes' own APIs
+// and extra ("group/version" and "group/version/Kind").
+func renderOn(t *testing.T, c *chart.Chart, vals chartutil.Values, kv chartutil.KubeVersion, extra []string) (map[string]string, error) {
 	t.Helper()
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.KubeVersion = kv
+	caps.APIVersions = append(slices.Clone(caps.APIVersions), extra...)
 	rv, err := chartutil.ToRenderValues(c, vals,
 		chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true},
 		caps)
@@ -178,14 +194,18 @@ func TestHelmRefusesUnpublishedImage(t *testing.T) {
 }
 
 func TestHelmLint(t *testing.T) {
-	allDRA := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	// helm lint renders for a cluster with Kubernetes' own APIs only, so
+	// the ServiceMonitor and PrometheusRule of values-all.yaml would stop
+	// it (TestHelmMonitoring renders them); its dashboard stays.
+	all := withoutMonitoringCRDs(readValues(t, filepath.Join("testdata", "values-all.yaml")))
+	allDRA := withoutMonitoringCRDs(readValues(t, filepath.Join("testdata", "values-all.yaml")))
 	allDRA["kubeletAPI"] = "dra"
 	for _, tc := range []struct {
 		name string
 		vals chartutil.Values
 	}{
 		{"defaults", readValues(t, "")},
-		{"values-all.yaml", readValues(t, filepath.Join("testdata", "values-all.yaml"))},
+		{"values-all.yaml", all},
 		{"kubeletAPI=dra with NIC pools", draValues(nicPoolValues(t))},
 		{"values-all.yaml with kubeletAPI=dra", allDRA},
 		{"events", chartutil.Values{"events": map[string]any{"enabled": true}}},
@@ -362,6 +382,9 @@ func TestHelmEveryOption(t *testing.T) {
 	check("events", hasArg(c.Args, "--events=true") && strings.Contains(notes, "reason=GPUUnhealthy"))
 	check("nodeCondition", hasArg(c.Args, "--node-condition=true") && strings.Contains(notes, `@.type=="GPUHealthy"`))
 	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{"gpu-plugin-all-health": wantHealthRules(true, true)})
+	check("health", c.LivenessProbe != nil && c.LivenessProbe.PeriodSeconds == 30 && c.LivenessProbe.TimeoutSeconds == 7 && c.LivenessProbe.FailureThreshold == 4 &&
+		c.ReadinessProbe != nil && c.ReadinessProbe.PeriodSeconds == 15 && c.ReadinessProbe.TimeoutSeconds == 6 && c.ReadinessProbe.FailureThreshold == 2 &&
+		hasArg(c.Args, "--health-socket=/run/probe/health.sock"))
 	check("NOTES.txt", strings.Contains(notes, "gpu-plugin-all-metrics"))
 	check("NOTES.txt uninstall", strings.Contains(notes, "rm -f /etc/cdi/gpu-device-plugin_*.json") &&
 		strings.Contains(notes, "/opt/gpu-device-plugin/bin/gpu-device-plugin-cdi-hook"))

@@ -111,6 +111,7 @@ type wantDRA struct {
 // checkDaemonSet pins what the static manifest and the chart both promise.
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, want wantDaemonSet) {
 	t.Helper()
+	checkProbes(t, ds)
 	spec := ds.Spec.Template.Spec
 	if ds.Namespace != want.namespace {
 		t.Errorf("namespace %q, want %q", ds.Namespace, want.namespace)

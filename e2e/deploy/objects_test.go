@@ -12,11 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -58,6 +60,12 @@ type objects struct {
 	Policies            []*admissionregistrationv1.ValidatingAdmissionPolicy
 	PolicyBindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	DeviceClasses       []*resourcev1.DeviceClass
+
+	// The monitoring values' (metrics.serviceMonitor, .prometheusRule,
+	// .dashboard): Dashboards are the ConfigMaps of component dashboard.
+	ServiceMonitors []*monitoringv1.ServiceMonitor
+	PrometheusRules []*monitoringv1.PrometheusRule
+	Dashboards      []*corev1.ConfigMap
 }
 
 // decodeStrict splits a YAML stream into documents and decodes each into
@@ -78,6 +86,15 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 				}
 			}
 			out.DaemonSets = plugins
+			configs := out.ConfigMaps[:0]
+			for _, cm := range out.ConfigMaps {
+				if cm.Labels["app.kubernetes.io/component"] == dashboardComponent {
+					out.Dashboards = append(out.Dashboards, cm)
+				} else {
+					configs = append(configs, cm)
+				}
+			}
+			out.ConfigMaps = configs
 			return out, nil
 		}
 		if err != nil {
@@ -123,6 +140,12 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 		case "resource.k8s.io/v1/DeviceClass":
 			o := &resourcev1.DeviceClass{}
 			out.DeviceClasses, target = append(out.DeviceClasses, o), o
+		case "monitoring.coreos.com/v1/ServiceMonitor":
+			o := &monitoringv1.ServiceMonitor{}
+			out.ServiceMonitors, target = append(out.ServiceMonitors, o), o
+		case "monitoring.coreos.com/v1/PrometheusRule":
+			o := &monitoringv1.PrometheusRule{}
+			out.PrometheusRules, target = append(out.PrometheusRules, o), o
 		default:
 			return out, fmt.Errorf("%s: document %d: unexpected %s %s", source, i, tm.APIVersion, tm.Kind)
 		}
@@ -144,7 +167,7 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 func (o objects) validate() field.ErrorList {
 	capabilities.Setup(true, 0)
 	var errs field.ErrorList
-	for _, cm := range o.ConfigMaps {
+	for _, cm := range slices.Concat(o.ConfigMaps, o.Dashboards) {
 		var in core.ConfigMap
 		errs = append(errs, convert(cm.DeepCopy(), &in)...)
 		errs = append(errs, prefix("ConfigMap "+cm.Name, corevalidation.ValidateConfigMap(&in))...)
@@ -189,6 +212,17 @@ func (o objects) validate() field.ErrorList {
 		var in resource.DeviceClass
 		errs = append(errs, convert(dc.DeepCopy(), &in)...)
 		errs = append(errs, prefix("DeviceClass "+dc.Name, resourcevalidation.ValidateDeviceClass(&in))...)
+	}
+	// No API server code validates the Prometheus Operator's kinds: their
+	// metadata as any object's, their durations and rules as the operator
+	// reads them (monitoring_test.go).
+	for _, sm := range o.ServiceMonitors {
+		errs = append(errs, prefix("ServiceMonitor "+sm.Name, apimachineryvalidation.ValidateObjectMeta(&sm.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata")))...)
+		errs = append(errs, prefix("ServiceMonitor "+sm.Name, validateServiceMonitor(sm))...)
+	}
+	for _, pr := range o.PrometheusRules {
+		errs = append(errs, prefix("PrometheusRule "+pr.Name, apimachineryvalidation.ValidateObjectMeta(&pr.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata")))...)
+		errs = append(errs, prefix("PrometheusRule "+pr.Name, validatePrometheusRule(pr))...)
 	}
 	return errs
 }

@@ -49,6 +49,7 @@ type Config struct {
 	// the plugin starts the daemons itself.
 	MPSLauncherSocket string `json:"mpsLauncherSocket"`
 	MetricsAddress    string `json:"metricsAddress"`
+	HealthSocket      string `json:"healthSocket"`
 
 	DeviceListStrategy []string `json:"deviceListStrategy"`
 	CDISpecDir         string   `json:"cdiSpecDir"`

@@ -87,6 +87,8 @@ func Settings() []Setting {
 			set: number(func(c *Config) *int { return &c.HealthRecoveryPolls })},
 		{Key: "metricsAddress", EmptyOff: true, Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
 			set: str(func(c *Config) *string { return &c.MetricsAddress })},
+		{Key: "healthSocket", EmptyOff: true, Category: CategoryReporting, Flag: "health-socket", Default: "", Usage: "a Unix socket answering /livez and /readyz, which `gpu-device-plugin probe` asks (the chart's liveness and readiness probes); empty turns it off",
+			set: str(func(c *Config) *string { return &c.HealthSocket })},
 		{Key: "deviceListStrategy", Category: CategoryKubelet, Flag: "device-list-strategy", Default: "envvar", Usage: "comma-separated: envvar, cdi-cri, cdi-annotations",
 			set: words(func(c *Config) *[]string { return &c.DeviceListStrategy })},
 		{Key: "cdiSpecDir", Category: CategoryCDI, Flag: "cdi-spec-dir", Default: "/var/run/cdi", Usage: "where CDI specs are written when a cdi-* strategy is on",

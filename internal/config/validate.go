@@ -100,12 +100,18 @@ func (c Config) ValidateFrom(from func(key string) string) error {
 	if c.StateDir != "" {
 		absolute("stateDir", c.StateDir)
 	}
-	if c.MPSLauncherSocket != "" {
-		absolute("mpsLauncherSocket", c.MPSLauncherSocket)
-		if n := len(c.MPSLauncherSocket); n > 107 {
-			errs = append(errs, fmt.Errorf("config: %s: %q is %d bytes, %d too many for a UNIX socket's path; use at most 107 (example: %s/launcher.sock)", field("mpsLauncherSocket"), c.MPSLauncherSocket, n, n-107, DefaultMPSRoot))
+	// A Unix socket's path fits in 107 bytes (sun_path).
+	socket := func(key, path, example string) {
+		if path == "" {
+			return
+		}
+		absolute(key, path)
+		if n := len(path); n > 107 {
+			errs = append(errs, fmt.Errorf("config: %s: %q is %d bytes, %d too many for a UNIX socket's path; use at most 107 (example: %s)", field(key), path, n, n-107, example))
 		}
 	}
+	socket("mpsLauncherSocket", c.MPSLauncherSocket, DefaultMPSRoot+"/launcher.sock")
+	socket("healthSocket", c.HealthSocket, "/run/gpu-device-plugin/health.sock")
 	if c.HealthRecoveryPolls < 1 {
 		errs = append(errs, fmt.Errorf("config: %s: %d is too small; use at least 1", field("healthRecoveryPolls"), c.HealthRecoveryPolls))
 	}

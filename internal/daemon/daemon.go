@@ -28,6 +28,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
@@ -104,6 +105,25 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		wg.Wait()
 	}()
 	wg.Go(func() { specs.Run(ctx) })
+	// Liveness and readiness: shut until the GPUs (and NIC pools) are
+	// discovered, then until the front-end has told the kubelet.
+	status := probe.New(nil)
+	status.Gate(gateGPUs, "discovering GPUs")
+	if len(cfg.NICResources) > 0 {
+		status.Gate(gateNICs, "scanning NICs")
+	}
+	if cfg.HealthSocket != "" {
+		ln, err := probe.Listen(cfg.HealthSocket)
+		if err != nil {
+			return fmt.Errorf("healthSocket (--health-socket): %w", err)
+		}
+		log.Info("answering liveness and readiness probes", "socket", cfg.HealthSocket)
+		wg.Go(func() {
+			if err := probe.Serve(ctx, ln, status.Handler()); err != nil {
+				log.Error("health socket stopped", "err", err)
+			}
+		})
+	}
 	var mets *metrics.Metrics
 	var hookGauge prometheus.Gauge
 	if cfg.MetricsAddress != "" {
@@ -119,6 +139,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		if mets, err = metrics.NewMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
+		if err := metrics.RegisterProbes(reg, status); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
 		if cfg.PodResourcesSocket != "" {
 			if err := reg.Register(allocations(cfg, mets, log)); err != nil {
 				return fmt.Errorf("registering metrics: %w", err)
@@ -129,7 +152,12 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			return fmt.Errorf("metrics: listening on %s: %w", cfg.MetricsAddress, err)
 		}
 		log.Info("serving metrics", "address", ln.Addr().String())
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		// Every path but the probes' is /metrics, as before they came.
+		mux := http.NewServeMux()
+		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("GET /livez", status.Handler())
+		mux.Handle("GET /readyz", status.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "err", err)
@@ -180,6 +208,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			return err
 		}
 	}
+	if r, ok := fe.(readiness); ok {
+		r.UseReadiness(status.Gate)
+	}
 	if u, ok := fe.(podUIDs); ok && rep != nil {
 		rep.holders.useDRAPodUIDs(u.PodUID)
 	}
@@ -201,9 +232,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsAPI, log)) })
+	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsAPI, status, log)) })
 	if len(cfg.NICResources) > 0 {
-		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, log)) })
+		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, status, log)) })
 	}
 	<-ctx.Done()
 	select {
@@ -217,8 +248,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
 // watches their health until ctx ends. rep is nil without reporting;
 // labelsAPI is the API client for nodeLabels: node, nil in other modes.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsAPI nodelabels.API, log *slog.Logger) error {
-	absent := func() {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
+	absent := func(err error) {
+		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
 			// No GPUs for now, which the condition may say.
 			rep.rep.Synced(report.GPU)
@@ -277,7 +309,8 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
 	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
-	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)))
+	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)),
+		health.OnTurn(func() { status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
 	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err
@@ -309,13 +342,17 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		// The GPUs' health was first polled: the condition may be sent.
 		rep.rep.Synced(report.GPU)
 	}
+	status.Gate(gateGPUs, "")
 	return fe.ServeGPUs(ctx)
 }
 
 // serveNICs serves the NIC pools through fe, rescanning them until ctx
 // ends. rep is nil without reporting.
-func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, info *devinfo.Locked, fe FrontEnd, rep *reporting, log *slog.Logger) error {
-	o := nicscan.Options{Front: fe, Specs: specs, Metrics: mets, Info: info, Log: log}
+func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, info *devinfo.Locked, fe FrontEnd, rep *reporting, status *probe.Status, log *slog.Logger) error {
+	o := nicscan.Options{Front: fe, Specs: specs, Metrics: mets, Info: info, Log: log, Turned: func() {
+		status.Gate(gateNICs, "")
+		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)
+	}}
 	if rep != nil {
 		o.Scanned = rep.nicScan
 	}
@@ -333,7 +370,7 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets
 // the first failure clearly and later ones quietly. It returns a nil
 // library and no error when ctx ends first.
 // absent is called once, after the first failure.
-func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent func(), log *slog.Logger) (nvml.Library, error) {
+func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent func(error), log *slog.Logger) (nvml.Library, error) {
 	for attempt := 1; ; attempt++ {
 		lib, path, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
 		if err == nil {
@@ -348,7 +385,7 @@ func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent f
 				level = slog.LevelWarn
 			}
 			log.Log(ctx, level, "NVML unavailable; serving no GPUs until it loads", "err", err, "retryEvery", cfg.NVMLRetryInterval.String())
-			absent()
+			absent(err)
 		} else {
 			log.Debug("NVML still unavailable", "err", err, "attempt", attempt)
 		}
@@ -402,6 +439,22 @@ func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
 		failing = err != nil
 	}))
 	return opts
+}
+
+// The readiness gates and liveness loops the daemon keeps itself; the
+// front-ends add a gate per resource (device-plugin API) or one for the
+// ResourceSlices (DRA).
+const (
+	gateGPUs      = "GPUs"
+	gateNICs      = "NIC pools"
+	loopGPUHealth = "GPU health polls"
+	loopNICScan   = "NIC scans"
+)
+
+// readiness is a front-end that says whether the kubelet has what it
+// serves (dpnode and dra both are).
+type readiness interface {
+	UseReadiness(ready func(name, why string))
 }
 
 // ReasonCDIHookMissing is the GPUHealthy condition's reason while every GPU

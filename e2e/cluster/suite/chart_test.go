@@ -39,6 +39,9 @@ const (
 // --server-side` does, without a Helm binary or its cluster client.
 type release struct {
 	objects []*unstructured.Unstructured
+	// helm: Helm installed the release (helmInstall); uninstall is
+	// then `helm uninstall`.
+	helm bool
 }
 
 // chartValues are the values that put the plugin on the fixture: the mock
@@ -250,6 +253,11 @@ func (r *release) apply(ctx context.Context) error {
 // uninstall deletes every object of the release, DaemonSet pods first
 // gone (foreground deletion), as `helm uninstall --wait` does.
 func (r *release) uninstall(ctx context.Context) error {
+	if r.helm {
+		if err := runHelm(ctx, "uninstall", "-release", releaseName, "-namespace", releaseNamespace); err != nil {
+			return err
+		}
+	}
 	mapper := restMapper()
 	fg := metav1.DeletePropagationForeground
 	for _, u := range slices.Backward(r.objects) {

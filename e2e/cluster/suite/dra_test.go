@@ -45,6 +45,7 @@ func TestDRANode(t *testing.T) {
 	steps := []step{
 		{"install in DRA mode", s.install},
 		{"ResourceSlice lists every GPU and NIC with their attributes", s.slice},
+		{"readiness probe passes once the slices are published", s.ready},
 		{"pod with a ResourceClaimTemplate gets a GPU through CDI", s.claimPod},
 		{"pod asking nvidia.com/gpu is served through DRA", s.extendedPod},
 		{"two GPUs and an RDMA NIC on one NUMA node in one claim", s.alignedClaim},
@@ -175,6 +176,12 @@ func (s *draScenario) install(t *testing.T, ctx context.Context) {
 	s.release = installDRA(t, ctx, values, draPods...)
 	t.Logf("installed %s", s.release)
 	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *draScenario) ready(t *testing.T, ctx context.Context) {
+	if err := waitPluginReady(ctx, s.plugin); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -39,6 +39,7 @@ func TestGPUNode(t *testing.T) {
 	steps := []step{
 		{"install", s.install},
 		{"node advertises every GPU", s.nodeAdvertises},
+		{"readiness probe passes once registered", s.ready},
 		{"NIC pools", s.nicPools},
 		{"pod gets two GPUs", s.podGetsTwoGPUs},
 		{"ninth GPU stays pending", s.ninthGPUPending},
@@ -123,16 +124,29 @@ func (s *scenario) install(t *testing.T, ctx context.Context) {
 	if err := deletePods(ctx, allPods...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := renderChart("envvar")
+	// With Helm itself, from the packaged chart, as an operator installs.
+	values, err := chartValues("envvar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.apply(ctx); err != nil {
+	operatorValues(values)
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := helmInstall(ctx, filepath.Join(root, "deploy", "helm", "gpu-device-plugin"), values)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.release = r
 	t.Logf("installed %s", r)
 	if s.plugin, err = waitPluginRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *scenario) ready(t *testing.T, ctx context.Context) {
+	if err := waitPluginReady(ctx, s.plugin); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -117,6 +117,41 @@ func waitPluginRunning(ctx context.Context, old ...string) (string, error) {
 	return name, nil
 }
 
+// waitPluginReady waits for pod's Ready condition, which the chart's
+// readiness probe (gpu-device-plugin probe ready) sets once the plugin is
+// registered or its slices are published, and fails if the liveness
+// probe restarted its container on the way.
+func waitPluginReady(ctx context.Context, pod string) error {
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if p, err = k8s.kube.CoreV1().Pods(releaseNamespace).Get(ctx, pod, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		var conds []string
+		if p != nil {
+			for _, c := range p.Status.Conditions {
+				conds = append(conds, fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Message))
+			}
+		}
+		return fmt.Errorf("plugin pod %s not ready (%s): %w%s", pod, strings.Join(conds, "; "), err, pluginLogs(ctx))
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.RestartCount > 0 {
+			return fmt.Errorf("plugin pod %s: container %s restarted %d times (liveness probe?)%s", pod, cs.Name, cs.RestartCount, pluginLogs(ctx))
+		}
+	}
+	return nil
+}
+
 // pluginLogs is the tail of every plugin pod's log, for failure messages.
 func pluginLogs(ctx context.Context) string {
 	pods, _ := pluginPods(ctx)

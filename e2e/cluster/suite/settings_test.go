@@ -35,7 +35,9 @@ type settings struct {
 	DevInfoDir string
 	// PluginImage and ProbeImage are on the node already (never pulled).
 	PluginImage string
-	ProbeImage  string
+	// Helm is e2e/cmd/helminstall, which suite.sh builds.
+	Helm       string
+	ProbeImage string
 	// KubeletRestart is a shell command that restarts the node's kubelet.
 	KubeletRestart string
 	// Node is the node's name.
@@ -91,6 +93,7 @@ func loadSettings() (*settings, error) {
 		CDISpecDir:        os.Getenv("E2E_CDI_SPEC_DIR"),
 		CDIDir:            os.Getenv("E2E_CDI_DIR"),
 		PluginImage:       os.Getenv("E2E_PLUGIN_IMAGE"),
+		Helm:              os.Getenv("E2E_HELM"),
 		ProbeImage:        os.Getenv("E2E_PROBE_IMAGE"),
 		KubeletRestart:    os.Getenv("E2E_KUBELET_RESTART"),
 		Node:              os.Getenv("E2E_NODE"),

@@ -96,6 +96,7 @@ type Option func(*options)
 type options struct {
 	sticky   []StickyCondition
 	onSticky func([]StickyCondition)
+	onTurn   func()
 	parts    [][]Part
 }
 
@@ -125,6 +126,7 @@ type Watcher struct {
 	polled      bool
 	warned      map[string]warnState
 	onSticky    func([]StickyCondition)
+	onTurn      func()
 
 	// foreign are the saved sticky conditions of kinds this release does
 	// not know, exported again unchanged.
@@ -151,7 +153,7 @@ func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log
 	w := &Watcher{
 		policy: p, ids: ids, sampler: s, notify: n, rec: rec, log: log, now: time.Now,
 		gpus: make([]gpuState, len(ids)), warned: map[string]warnState{}, onSticky: o.onSticky,
-		parts: make([][]partState, len(ids)),
+		onTurn: o.onTurn, parts: make([][]partState, len(ids)),
 	}
 	for i := range w.gpus {
 		w.gpus[i].healthy = true
@@ -207,6 +209,7 @@ func (w *Watcher) Run(ctx context.Context, events <-chan nvml.Event) {
 	if !w.polled {
 		w.Poll()
 	}
+	w.turned()
 	tick := time.NewTicker(w.policy.PollInterval)
 	defer tick.Stop()
 	for {
@@ -221,7 +224,18 @@ func (w *Watcher) Run(ctx context.Context, events <-chan nvml.Event) {
 			w.Event(ev)
 		case <-tick.C:
 			w.Poll()
+			w.turned()
 		}
+	}
+}
+
+// OnTurn has Run call f after each poll: the plugin's liveness, which a
+// poll stuck in NVML stops.
+func OnTurn(f func()) Option { return func(o *options) { o.onTurn = f } }
+
+func (w *Watcher) turned() {
+	if w.onTurn != nil {
+		w.onTurn()
 	}
 }
 

@@ -81,6 +81,7 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 			cur, ok := s.currentServing()
 			if !ok {
 				// The kubelet wiped our socket: Run serves again and kicks.
+				s.ready("our socket is gone (a kubelet restart wipes it); serving and registering again")
 				break
 			}
 			kid, err := statID(s.kubelet)
@@ -96,6 +97,7 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 					after, _ := statID(s.kubelet)
 					last = announced{gen: cur.gen, kubelet: after}
 					s.log.Info("registered with kubelet", "attempts", attempt, "took", time.Since(start).String())
+					s.ready("")
 					break
 				}
 			} else {
@@ -111,6 +113,7 @@ func (s *Server) registerLoop(ctx context.Context, kick <-chan struct{}) {
 			}
 			if attempt == 1 {
 				s.log.Warn("kubelet did not accept registration; retrying in the background", "kubelet", s.kubelet, "err", err)
+				s.ready(fmt.Sprintf("the kubelet did not accept registration: %v", err))
 			}
 			select {
 			case <-ctx.Done():

@@ -52,6 +52,10 @@ type Options struct {
 	// RegisterRetryMax caps the wait between registration attempts while
 	// no kubelet answers. Zero means 5s.
 	RegisterRetryMax time.Duration
+
+	// Ready, when set, is told whether the kubelet holds this resource's
+	// registration: "" once it took it, else why not (readiness).
+	Ready func(why string)
 }
 
 // Server serves one resource to the kubelet.
@@ -63,6 +67,7 @@ type Server struct {
 	backend    Backend
 	log        *slog.Logger
 	retryMax   time.Duration
+	ready      func(why string)
 
 	mu   sync.Mutex
 	snap *snapshot
@@ -95,6 +100,10 @@ func New(o Options) (*Server, error) {
 	if o.RegisterRetryMax <= 0 {
 		o.RegisterRetryMax = 5 * time.Second
 	}
+	if o.Ready == nil {
+		o.Ready = func(string) {}
+	}
+	o.Ready("not yet registered with the kubelet")
 	return &Server{
 		resource:   o.ResourceName,
 		dir:        o.SocketDir,
@@ -103,6 +112,7 @@ func New(o Options) (*Server, error) {
 		backend:    o.Backend,
 		log:        o.Log.With("resource", o.ResourceName),
 		retryMax:   o.RegisterRetryMax,
+		ready:      o.Ready,
 		snap:       newSnapshot(nil),
 	}, nil
 }

@@ -32,13 +32,23 @@ type FrontEnd struct {
 	gpus   []*deviceplugin.Server
 	served []layout.Served
 	nics   map[*nic.Pool]*deviceplugin.Server
+	ready  func(name, why string)
 }
 
 // New is the device-plugin front-end. specs are the plugin's CDI specs on
 // disk (nil without CDI), asked before a NIC pool's CDI name is handed
 // out; info is where a NIC's Allocate writes its device information.
 func New(cfg config.Config, specs *ondisk.Store, info *devinfo.Locked, log *slog.Logger) *FrontEnd {
-	return &FrontEnd{cfg: cfg, specs: specs, info: info, log: log, nics: map[*nic.Pool]*deviceplugin.Server{}}
+	return &FrontEnd{cfg: cfg, specs: specs, info: info, log: log, nics: map[*nic.Pool]*deviceplugin.Server{}, ready: func(string, string) {}}
+}
+
+// UseReadiness has each resource say whether the kubelet holds its
+// registration (the plugin's readiness): ready(resource, "") once it does,
+// else ready(resource, why not). Call it before TakeGPUs and TakeNICPools.
+func (f *FrontEnd) UseReadiness(ready func(name, why string)) { f.ready = ready }
+
+func (f *FrontEnd) readiness(resource string) func(string) {
+	return func(why string) { f.ready(resource, why) }
 }
 
 // TakeGPUs builds one server per resource the MIG strategy and
@@ -57,6 +67,7 @@ func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Not
 			SocketDir:    f.cfg.DevicePluginDir,
 			Backend:      r.Res,
 			Log:          f.log,
+			Ready:        f.readiness(r.Name),
 		})
 		if err != nil {
 			return nil, err
@@ -107,7 +118,7 @@ func (f *FrontEnd) NoGPUs(context.Context) {}
 // TakeNICPools builds a server for each pool, on its own socket.
 func (f *FrontEnd) TakeNICPools(pools []*nic.Pool) error {
 	for _, p := range pools {
-		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: f.cfg.DevicePluginDir, Backend: nicBackend{pool: p, specs: f.specs, info: f.info}, Log: f.log})
+		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: f.cfg.DevicePluginDir, Backend: nicBackend{pool: p, specs: f.specs, info: f.info}, Log: f.log, Ready: f.readiness(p.Resource())})
 		if err != nil {
 			return err
 		}

@@ -166,6 +166,7 @@ type Driver struct {
 	pub     Publisher
 	pubCtx  context.Context
 	lastPub *resourceslice.DriverResources // as last published
+	ready   func(why string)               // readiness: "" once published
 
 	deb debounce
 
@@ -461,6 +462,27 @@ func (d *Driver) flush(gen uint64) {
 	d.publish(ctx)
 }
 
+// UseReadiness has the driver say whether its ResourceSlices were handed
+// to the publisher: ready("") once the first complete set was (every
+// source reported), else ready(why not).
+func (d *Driver) UseReadiness(ready func(why string)) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
+	d.ready = ready
+	if d.lastPub == nil {
+		ready("waiting for the GPUs and every NIC pool to be discovered before publishing ResourceSlices")
+	} else {
+		ready("")
+	}
+}
+
+// setReady tells readiness; pubMu is held.
+func (d *Driver) setReady(why string) {
+	if d.ready != nil {
+		d.ready(why)
+	}
+}
+
 // publish hands the slices to the publisher now, unless they are the
 // ones it has: the helper's controller would find nothing to write, and
 // at rest nothing is sent. It takes the place of any pending debounced
@@ -494,8 +516,10 @@ func (d *Driver) publish(ctx context.Context) {
 	}
 	if err := d.pub.PublishResources(ctx, res); err != nil {
 		d.o.Log.Error("publishing ResourceSlices", "err", err)
+		d.setReady(fmt.Sprintf("publishing ResourceSlices: %v", err))
 		return
 	}
+	d.setReady("")
 	d.lastPub = &res
 	d.deb.mu.Lock()
 	d.deb.last = d.o.Now()

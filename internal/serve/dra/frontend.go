@@ -376,5 +376,11 @@ func (f *FrontEnd) specWriter(kind string) func(devs []cdi.Device) error {
 	}
 }
 
+// UseReadiness has the front-end say whether its ResourceSlices were
+// published (the plugin's readiness), as gate "ResourceSlices".
+func (f *FrontEnd) UseReadiness(ready func(name, why string)) {
+	f.drv.UseReadiness(func(why string) { ready("ResourceSlices", why) })
+}
+
 // NoGPUs publishes none, so the NIC pools need not wait for a driver.
 func (f *FrontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }

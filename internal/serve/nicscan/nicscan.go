@@ -38,7 +38,10 @@ type Options struct {
 	// Scanned, when set, is given every successful scan's updates
 	// (health reporting to the API server).
 	Scanned func([]nic.Update)
-	Log     *slog.Logger
+	// Turned, when set, is called after every scan of Run, failed or
+	// not: the plugin's liveness, which a scan stuck in sysfs stops.
+	Turned func()
+	Log    *slog.Logger
 }
 
 // Scanner serves every configured NIC pool and rescans sysfs at
@@ -221,6 +224,7 @@ func (s *Scanner) syncDeviceInfo(scan []sysfs.NIC, first bool) {
 // cfg.NICRescanInterval until ctx ends or the front-end fails.
 func (s *Scanner) Run(ctx context.Context) error {
 	s.Rescan(true)
+	s.turned()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -245,6 +249,13 @@ func (s *Scanner) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 			s.Rescan(false)
+			s.turned()
 		}
+	}
+}
+
+func (s *Scanner) turned() {
+	if s.o.Turned != nil {
+		s.o.Turned()
 	}
 }

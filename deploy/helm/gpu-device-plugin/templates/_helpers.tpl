@@ -476,3 +476,8 @@ Called as (dict "root" $ "out" $out). */}}
 {{- $_ := set .out "labels" (concat $labels $sel | join " ") }}
 {{- end }}
 {{- end }}
+
+{{/* The probes' Unix socket, in the pod's own emptyDir (volume probe). */}}
+{{- define "gpu-device-plugin.healthSocket" -}}
+/run/probe/health.sock
+{{- end }}
