@@ -17,9 +17,9 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
 // Set at link time, as for gpu-device-plugin.

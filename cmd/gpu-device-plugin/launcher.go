@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 )
 
 // mpsLauncherCommand runs the MPS launcher: the process tree the MPS

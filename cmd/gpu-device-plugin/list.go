@@ -22,13 +22,13 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
 )
 
 // The types below are the `list -o json` interface: scripts read it, so

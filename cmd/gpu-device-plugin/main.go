@@ -22,8 +22,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 // mps-exec is the plugin's own helper: hidden from help and from the

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 func TestLoadProfileMIG(t *testing.T) {

@@ -24,15 +24,15 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
 )
 

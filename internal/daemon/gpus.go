@@ -4,11 +4,11 @@ import (
 	"strconv"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 // servedUnit is one whole GPU or MIG device as served: the resource and

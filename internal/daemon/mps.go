@@ -12,10 +12,10 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
 )
 
 // mpsDaemons runs the MPS control daemons of the units shared through MPS

@@ -22,12 +22,12 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/nicscan"
 )
 
 type apiCall struct {

@@ -50,8 +50,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 	"k8s.io/klog/v2"
 )
 

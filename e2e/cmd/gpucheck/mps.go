@@ -21,7 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // The MPS step shares one GPU as mpsReplicas replicas of mpsResource, one

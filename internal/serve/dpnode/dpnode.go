@@ -16,8 +16,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 )
 
 // FrontEnd serves the model through the device-plugin API; daemon drives

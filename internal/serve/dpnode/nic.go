@@ -9,8 +9,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 // BenchmarkPrepare is one claim's Prepare and Unprepare for 1 and 8 GPUs:

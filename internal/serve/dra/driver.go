@@ -22,8 +22,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 // CDISpecs is asked before Prepare hands out a CDI device ID: nil when the

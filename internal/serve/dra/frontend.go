@@ -25,12 +25,12 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
 )
 
 // CheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.

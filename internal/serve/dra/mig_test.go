@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 // mixedGPUs is an H100 node with every MIG state: GPU 0 split 3g.40gb +

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 )
 
 // MPSDaemons runs the MPS control daemons of the GPUs that prepared claims

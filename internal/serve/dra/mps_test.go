@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 )
 
 // fakeMPS records what the driver asks of the daemons.

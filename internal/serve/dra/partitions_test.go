@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 // h100Layout is what an H100 in MIG mode allows, with the driver's

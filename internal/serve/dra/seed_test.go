@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 func taintAt(key, value string, at time.Time) draslice.Taint {

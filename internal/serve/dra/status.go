@@ -22,8 +22,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 // The claim's status.devices entries of this driver (docs/dra.md, Device

@@ -25,7 +25,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 const (

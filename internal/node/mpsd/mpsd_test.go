@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 // fakeClock hands out timers that fire when the test says.

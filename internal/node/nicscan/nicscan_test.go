@@ -15,8 +15,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
 )
 
 // nicFixture is the DGX-H100-like tree with docs/nic-pools.md's pools, CDI specs

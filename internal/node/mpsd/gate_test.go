@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 // heard records what a gate passes on.

@@ -11,11 +11,11 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/devinfo"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/draslice"
 )
 
 // Front is the front-end the pools' devices go to.

@@ -17,8 +17,8 @@ import (
 	"testing"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 // The test binary is both helpers, as the plugin's executable is.

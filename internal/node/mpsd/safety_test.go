@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 // client is a running mps-client stand-in and the limits it got.

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpsexec"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // Options configure a Server. Every path is as the launcher sees it.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/mpsd/mpstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
 
 func TestExistsIn(t *testing.T) {
