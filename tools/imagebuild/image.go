@@ -1,10 +1,8 @@
 package main
 
 import (
-	"archive/tar"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/tools/elfcheck"
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/unpack"
 	"github.com/gpu-device-plugin/gpu-device-plugin/tools/version"
 )
 
@@ -317,7 +316,7 @@ func loadBase(p, arch, workDir string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := untar(p, dir); err != nil {
+	if err := unpack.Tarball(p, dir); err != nil {
 		return nil, fmt.Errorf("base image %s is neither a docker-archive nor an OCI layout tarball: %w", p, err)
 	}
 	return fromLayout(dir, arch)
@@ -356,44 +355,4 @@ func pickImage(idx v1.ImageIndex, arch, where string) (v1.Image, error) {
 		}
 	}
 	return nil, fmt.Errorf("base image %s: no linux/%s image in it", where, arch)
-}
-
-func untar(file, dir string) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			out, err := os.Create(target)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, tr)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		}
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/gpu-device-plugin/gpu-device-plugin/tools/unpack"
 )
 
 // Annotations of the index's entry in the layout's index.json: the tag
@@ -109,7 +110,7 @@ type IndexArchive struct {
 // ReadIndexArchive unpacks the tarball at archive into workDir, which
 // must outlive the index (its blobs are read from there), and reads it.
 func ReadIndexArchive(archive, workDir string) (IndexArchive, error) {
-	if err := untar(archive, workDir); err != nil {
+	if err := unpack.Tarball(archive, workDir); err != nil {
 		return IndexArchive{}, fmt.Errorf("unpacking %s: %w", filepath.Base(archive), err)
 	}
 	root, err := layout.ImageIndexFromPath(workDir)
@@ -184,45 +185,6 @@ func copyFile(w io.Writer, p string) error {
 	defer f.Close()
 	_, err = io.Copy(w, f)
 	return err
-}
-
-// untar unpacks a tarball of regular files and directories into dir,
-// refusing names that would land outside it.
-func untar(file, dir string) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !filepath.IsLocal(h.Name) {
-			return fmt.Errorf("entry %q is outside the archive", h.Name)
-		}
-		target := filepath.Join(dir, h.Name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			if err := writeFile(target, func(w io.Writer) error { _, err := io.Copy(w, tr); return err }); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("entry %q is neither a file nor a directory", h.Name)
-		}
-	}
 }
 
 // writeFile writes target through a temporary file beside it, so a failed
