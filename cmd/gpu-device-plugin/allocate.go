@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // allocateCommand is `allocate`: the devices the plugin would prefer for a
@@ -30,7 +31,7 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 			"<gpu>:<mig> MIG indices. In --available a shared GPU's UUID or index offers all its replicas.",
 		Flags: append(settingFlags(allocateKeys...),
 			&cli.IntFlag{Name: "size", Aliases: []string{"n"}, Usage: "how many devices the container asks for (required)"},
-			&cli.StringFlag{Name: "resource", Value: gpu.ResourceName, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
+			&cli.StringFlag{Name: "resource", Value: resname.GPU, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
 			&cli.StringSliceFlag{Name: "available", Usage: "the devices the kubelet offers, comma-separated IDs (default: every device of the resource)"},
 			&cli.StringSliceFlag{Name: "must-include", Usage: "devices the answer must contain, comma-separated IDs"},
 			outputFlag(),

@@ -468,7 +468,7 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 		}
 	}
 	poll := func(parts [][]health.Part, log *slog.Logger) (*health.Watcher, error) {
-		w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log, health.WithParts(parts))
+		w, err := health.NewWatcher(daemon.HealthPolicy(cfg), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log, health.WithParts(parts))
 		if err != nil {
 			return nil, err
 		}

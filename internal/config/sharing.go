@@ -9,9 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 	"sigs.k8s.io/yaml"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
 // MIG strategies, the values of migStrategy. They shape the device-plugin
@@ -220,8 +219,6 @@ func servedName(r SharedResource, renameByDefault bool) string {
 	}
 	return r.Name
 }
-
-const gpuResource = device.GPUResource
 
 // migResource is a MIG profile as mixed serves it: [<c>c.]<g>g.<mem>gb
 // and suffixes such as .me, .gfx, -me, .me.all ("+" written as ".").
@@ -449,12 +446,12 @@ func (v sharingCheck) section(sec section) selected {
 		case r.Name == "":
 			nameOK = false
 			bad("%s.name: missing; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at)
-		case r.Name == gpuResource:
-		case sec.mps && strings.HasPrefix(r.Name, "nvidia.com/mig-"):
+		case r.Name == resname.GPU:
+		case sec.mps && strings.HasPrefix(r.Name, resname.MIGPrefix):
 			nameOK = false
 			bad("%s.name: %q is a MIG resource, and the plugin runs MPS on whole GPUs only; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing", at, r.Name)
 		case migResource.MatchString(r.Name):
-		case strings.HasPrefix(r.Name, "nvidia.com/mig-") && strings.Contains(r.Name, "+"):
+		case strings.HasPrefix(r.Name, resname.MIGPrefix) && strings.Contains(r.Name, "+"):
 			nameOK = false
 			bad("%s.name: %q is not served: MIG resource names write a profile's \"+\" as \".\"; use %q", at, r.Name, strings.ReplaceAll(r.Name, "+", "."))
 		case sec.mps:
@@ -478,7 +475,7 @@ func (v sharingCheck) section(sec section) selected {
 			switch err := checkResourceName(r.Rename); {
 			case r.Rename == r.Name:
 				bad("%s.rename: %q is the entry's own name; leave rename out to serve the replicas under it, or pick another name (example: %s.shared)", at, r.Rename, r.Name)
-			case r.Rename == gpuResource || strings.HasPrefix(r.Rename, "nvidia.com/mig-"):
+			case r.Rename == resname.GPU || strings.HasPrefix(r.Rename, resname.MIGPrefix):
 				bad("%s.rename: %q is a name the plugin serves devices under; pick another (example: %s.shared)", at, r.Rename, r.Name)
 			case err != nil:
 				bad("%s.rename: %q %v (example: nvidia.com/gpu.shared)", at, r.Rename, err)
@@ -537,13 +534,13 @@ func (v sharingCheck) section(sec section) selected {
 		}
 		switch {
 		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategySingle:
-			bad("%s.name: %q is never served with migStrategy %s, which serves MIG devices as %s; use name %s, or migStrategy %s", at, r.Name, MIGStrategySingle, gpuResource, gpuResource, MIGStrategyMixed)
+			bad("%s.name: %q is never served with migStrategy %s, which serves MIG devices as %s; use name %s, or migStrategy %s", at, r.Name, MIGStrategySingle, resname.GPU, resname.GPU, MIGStrategyMixed)
 		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategyNone:
 			bad("%s.name: %q is never served with migStrategy %s, which serves no MIG device; set migStrategy %s", at, r.Name, MIGStrategyNone, MIGStrategyMixed)
-		case r.Name == gpuResource && c.MIGStrategy != MIGStrategySingle:
+		case r.Name == resname.GPU && c.MIGStrategy != MIGStrategySingle:
 			for k, d := range r.Devices {
 				if strings.HasPrefix(strings.ToUpper(d), "MIG-") {
-					bad("%s.devices[%d]: %q is a MIG device, which migStrategy %s never serves as %s; name it under nvidia.com/mig-<profile> with migStrategy %s", at, k, d, c.MIGStrategy, gpuResource, MIGStrategyMixed)
+					bad("%s.devices[%d]: %q is a MIG device, which migStrategy %s never serves as %s; name it under nvidia.com/mig-<profile> with migStrategy %s", at, k, d, c.MIGStrategy, resname.GPU, MIGStrategyMixed)
 				}
 			}
 		}

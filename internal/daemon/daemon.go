@@ -311,7 +311,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
 	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)),
 		health.OnTurn(func() { status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, opts...)
+	watcher, err := health.NewWatcher(HealthPolicy(cfg), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // MIG strategies: how MIG devices are served through the device-plugin
@@ -60,13 +60,6 @@ func (u Unit) Describe() string {
 	return s
 }
 
-// MIGResourceName is the resource a MIG profile is served as under the
-// mixed strategy. Extended resource names allow no "+", so "1g.10gb+me"
-// becomes nvidia.com/mig-1g.10gb.me, as NVIDIA's plugin names it.
-func MIGResourceName(profile string) string {
-	return "nvidia.com/mig-" + strings.ReplaceAll(profile, "+", ".")
-}
-
 // Sharing decides one way of sharing: how many replicas a unit of
 // resource gets and the resource name they are served under.
 // config.TimeSlicing and config.MPS are such.
@@ -112,7 +105,7 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 				log.Warn("MIG is enabled on this GPU but migStrategy is none: it is served whole and Unhealthy; set migStrategy single or mixed to serve its MIG devices, or disable MIG",
 					"device", g.UUID, "index", g.Index, "migDevices", len(g.MIG))
 			}
-			add(Unit{GPU: g, Pos: i}, ResourceName)
+			add(Unit{GPU: g, Pos: i}, resname.GPU)
 		}
 	case MIGSingle:
 		profile := commonProfile(gpus)
@@ -130,18 +123,18 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 						"device", m.UUID, "parent", g.UUID, "profile", m.Profile, "served", profile)
 					continue
 				}
-				add(Unit{GPU: g, Pos: i, MIG: m}, ResourceName)
+				add(Unit{GPU: g, Pos: i, MIG: m}, resname.GPU)
 			}
 		}
 	case MIGMixed:
 		for i, g := range gpus {
 			if !g.MIGEnabled {
-				add(Unit{GPU: g, Pos: i}, ResourceName)
+				add(Unit{GPU: g, Pos: i}, resname.GPU)
 				continue
 			}
 			noteEmpty(g, log)
 			for j := range g.MIG {
-				add(Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, MIGResourceName(g.MIG[j].Profile))
+				add(Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, resname.MIG(g.MIG[j].Profile))
 			}
 		}
 	default:

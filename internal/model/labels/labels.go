@@ -11,8 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // Prefix is the label domain GFD uses, which the labels keep.
@@ -102,7 +101,7 @@ func Compute(f Facts) Labels {
 	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
 	// As GFD has it: true when a GPU of the node is shared through MPS.
 	l.set("mps.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool {
-		n, _ := f.MPS.Replicas(device.GPUResource, g.UUID, g.Name)
+		n, _ := f.MPS.Replicas(resname.GPU, g.UUID, g.Name)
 		return !g.MIGEnabled && n > 1
 	})))
 
@@ -152,10 +151,10 @@ func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing, mps config.
 	replicas, strategy, renamed := 1, SharingNone, false
 	if g.MIGEnabled {
 		replicas = 0
-	} else if r, name := mps.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
-		replicas, strategy, renamed = r, SharingMPS, name != device.GPUResource
-	} else if r, name := ts.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
-		replicas, strategy, renamed = r, SharingTimeSlicing, name != device.GPUResource
+	} else if r, name := mps.Replicas(resname.GPU, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingMPS, name != resname.GPU
+	} else if r, name := ts.Replicas(resname.GPU, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingTimeSlicing, name != resname.GPU
 	}
 	l.addResource("gpu", count, replicas, strategy, renamed, g.Name)
 	if g.MemoryBytes > 0 {
@@ -240,7 +239,7 @@ func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicin
 		return
 	}
 	devs := byProfile[profiles[0]]
-	l.addMIGResource("gpu", profiles[0], devs, ts, device.GPUResource)
+	l.addMIGResource("gpu", profiles[0], devs, ts, resname.GPU)
 }
 
 // addMIGMixed sets nvidia.com/mig-<profile>.* for each profile.
@@ -248,7 +247,7 @@ func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
 	profiles, byProfile := migDevices(gpus)
 	for _, p := range profiles {
 		// The resource's name: "+" is no more allowed in a label key.
-		resource := gpu.MIGResourceName(p)
+		resource := resname.MIG(p)
 		l.addMIGResource(strings.TrimPrefix(resource, Prefix), p, byProfile[p], ts, resource)
 	}
 }
