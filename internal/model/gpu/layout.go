@@ -74,8 +74,9 @@ type Sharings struct {
 	TimeSlicing, MPS Sharing
 }
 
-// Served is one resource to serve and its units, in inventory order.
-type Served struct {
+// ResourceUnits is one resource to serve and its units, in inventory
+// order: what Layout computes per resource name.
+type ResourceUnits struct {
 	Name  string
 	Units []Unit
 }
@@ -87,7 +88,7 @@ type Served struct {
 // safely can: under single, only MIG devices of the most common profile,
 // since one resource name must mean one size of device. The result is
 // sorted by resource name.
-func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger) ([]Served, error) {
+func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger) ([]ResourceUnits, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -141,7 +142,7 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 		return nil, fmt.Errorf("MIG strategy %q: want %s, %s or %s", strategy, MIGNone, MIGSingle, MIGMixed)
 	}
 	byName := map[string]int{}
-	var out []Served
+	var out []ResourceUnits
 	for k, u := range units {
 		name := names[k]
 		if sharing.MPS != nil && u.MIG == nil {
@@ -160,11 +161,11 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 		if !ok {
 			i = len(out)
 			byName[name] = i
-			out = append(out, Served{Name: name})
+			out = append(out, ResourceUnits{Name: name})
 		}
 		out[i].Units = append(out[i].Units, u)
 	}
-	slices.SortFunc(out, func(a, b Served) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b ResourceUnits) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
