@@ -98,7 +98,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 	defer n.lib.Shutdown()
 	cfg, log, inv := n.cfg, n.log, n.inv
 	output, _ := outputFormat(c)
-	node, err := layout.GPUs(cfg, inv, nil, log)
+	node, err := layout.GPUs(daemon.LayoutOptions(cfg), inv, nil, log)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 			// MPS has no placement setting: a container's shares are of one
 			// GPU, the one with the most free.
 			placement = gpu.PlacementDistributed
-			if most := cfg.Sharing.MPS.SharesPerContainer(); size > most {
+			if most := daemon.MPS(cfg).SharesPerContainer(); size > most {
 				log.Warn("more MPS shares than sharing.mps.maxSharesPerContainer: the kubelet's Allocate of them would be refused", "size", size, "maxSharesPerContainer", most, "resource", name)
 			}
 		case shared && cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne && size > 1:

@@ -141,10 +141,6 @@ type MPS struct {
 	Resources             []SharedResource `json:"resources,omitempty"`
 }
 
-// SharesPerContainer is MaxSharesPerContainer, 1 when unset: the most
-// shares a container may hold, and each client's limit at the daemon.
-func (m MPS) SharesPerContainer() int { return max(m.MaxSharesPerContainer, 1) }
-
 // MaxMPSReplicas bounds MPS replicas. MPS counts client processes (CUDA
 // contexts), not containers: a server takes at most 48 per GPU on Volta
 // and later. A replica runs at least one and may run several, so 48
@@ -157,65 +153,14 @@ func (t TimeSlicing) Enabled() bool { return len(t.Resources) > 0 }
 // Enabled says whether any GPU is shared through MPS.
 func (m MPS) Enabled() bool { return len(m.Resources) > 0 }
 
-// Replicas is TimeSlicing.Replicas for MPS.
-func (m MPS) Replicas(resource, uuid, model string) (replicas int, name string) {
-	return replicasOf(m.Resources, m.RenameByDefault, resource, uuid, model)
-}
-
-// Replicas returns how many replicas a device gets and the resource name
-// to serve them under, for a device of resource `resource` with UUID uuid
-// and model name model. Precedence: an entry naming the UUID, then one
-// naming the model, then one with no devices; no entry: (1, resource).
-// Name when replicated: Rename if set, else resource+".shared" when
-// RenameByDefault, else resource. UUIDs and models match in any case.
-func (t TimeSlicing) Replicas(resource, uuid, model string) (replicas int, name string) {
-	return replicasOf(t.Resources, t.RenameByDefault, resource, uuid, model)
-}
-
-// replicasOf is Replicas for either section.
-func replicasOf(resources []SharedResource, renameByDefault bool, resource, uuid, model string) (replicas int, name string) {
-	var byUUID, byModel, catchAll *SharedResource
-	for i := range resources {
-		r := &resources[i]
-		if r.Name != resource {
-			continue
-		}
-		if len(r.Devices) == 0 {
-			catchAll = firstOf(catchAll, r)
-			continue
-		}
-		for _, d := range r.Devices {
-			switch {
-			case uuid != "" && strings.EqualFold(d, uuid):
-				byUUID = firstOf(byUUID, r)
-			case model != "" && strings.EqualFold(d, model):
-				byModel = firstOf(byModel, r)
-			}
-		}
-	}
-	r := firstOf(firstOf(byUUID, byModel), catchAll)
-	if r == nil {
-		return 1, resource
-	}
-	return r.Replicas, servedName(*r, renameByDefault)
-}
-
-// firstOf is a if set, else b: the first match in file order wins
-// (validation refuses the overlaps that would make order matter).
-func firstOf(a, b *SharedResource) *SharedResource {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// servedName is the resource an entry's replicas are served under.
+// servedName is the resource an entry's replicas are served under, as
+// sharing.ServedName decides it; validation checks those names.
 func servedName(r SharedResource, renameByDefault bool) string {
 	switch {
 	case r.Rename != "":
 		return r.Rename
 	case renameByDefault:
-		return r.Name + ".shared"
+		return r.Name + resname.SharedSuffix
 	}
 	return r.Name
 }

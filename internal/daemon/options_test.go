@@ -39,3 +39,24 @@ func TestHealthPolicy(t *testing.T) {
 		t.Fatalf("health refuses the policy config accepted: %v", err)
 	}
 }
+
+// The sharing sections reach the model entry by entry; NVIDIA's
+// failRequestsGreaterThanOne under mps means the default, one share per
+// container.
+func TestSharingOptions(t *testing.T) {
+	c := config.Default()
+	c.Sharing.TimeSlicing = config.TimeSlicing{RenameByDefault: true, Placement: config.PlacementPacked, FailRequestsGreaterThanOne: true,
+		Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "example.com/ts", Devices: []string{"GPU-1"}}}}
+	c.Sharing.MPS = config.MPS{FailRequestsGreaterThanOne: true, Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 2}}}
+	ts, mps := TimeSlicing(c), MPS(c)
+	if n, name := ts.Replicas("nvidia.com/gpu", "GPU-1", ""); n != 4 || name != "example.com/ts" || !ts.RenameByDefault || ts.Placement != config.PlacementPacked || !ts.FailRequestsGreaterThanOne {
+		t.Errorf("time-slicing = %+v", ts)
+	}
+	if n, name := mps.Replicas("nvidia.com/gpu", "GPU-1", ""); n != 2 || name != "nvidia.com/gpu" || mps.SharesPerContainer() != 1 {
+		t.Errorf("mps = %+v", mps)
+	}
+	c.Sharing.MPS.FailRequestsGreaterThanOne, c.Sharing.MPS.MaxSharesPerContainer = false, 2
+	if got := MPS(c).SharesPerContainer(); got != 2 {
+		t.Errorf("SharesPerContainer() = %d, want 2", got)
+	}
+}

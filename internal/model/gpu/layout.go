@@ -62,7 +62,7 @@ func (u Unit) Describe() string {
 
 // Sharing decides one way of sharing: how many replicas a unit of
 // resource gets and the resource name they are served under.
-// config.TimeSlicing and config.MPS are such.
+// sharing.Rules (time-slicing's or MPS's) is one.
 type Sharing interface {
 	Replicas(resource, uuid, model string) (replicas int, name string)
 }

@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
@@ -34,8 +35,8 @@ const (
 type Facts struct {
 	Inventory   *nvml.Inventory
 	MIGStrategy string
-	TimeSlicing config.TimeSlicing
-	MPS         config.MPS
+	TimeSlicing sharing.TimeSlicing
+	MPS         sharing.MPS
 	// Machine is the DMI product name; empty when unknown.
 	Machine string
 	// PCIClass is each GPU's PCI class code by bus ID; a GPU missing
@@ -116,10 +117,10 @@ func Compute(f Facts) Labels {
 	l.addGPU(first, count, f.TimeSlicing, f.MPS)
 
 	switch f.MIGStrategy {
-	case config.MIGStrategySingle:
+	case gpu.MIGSingle:
 		l.set("mig.strategy", f.MIGStrategy)
 		l.addMIGSingle(gpus, model, f.TimeSlicing)
-	case config.MIGStrategyMixed:
+	case gpu.MIGMixed:
 		l.set("mig.strategy", f.MIGStrategy)
 		l.addMIGMixed(gpus, f.TimeSlicing)
 	}
@@ -147,7 +148,7 @@ func majorityModel(gpus []nvml.GPU) (string, int) {
 // addGPU sets the whole-GPU labels for model g, count of them. A GPU in
 // MIG mode is not shared, as GFD has it: replicas 0 (only when every GPU of
 // the model is in MIG mode, Compute picking a whole one where there is one).
-func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing, mps config.MPS) {
+func (l Labels) addGPU(g nvml.GPU, count int, ts sharing.TimeSlicing, mps sharing.MPS) {
 	replicas, strategy, renamed := 1, SharingNone, false
 	if g.MIGEnabled {
 		replicas = 0
@@ -217,7 +218,7 @@ func migDevices(gpus []nvml.GPU) (profiles []string, byProfile map[string][]migD
 // addMIGSingle overrides the gpu.* labels with the MIG devices', as the
 // single strategy serves them as nvidia.com/gpu; a node the strategy does
 // not fit is labelled <model>-MIG-INVALID with no count.
-func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicing) {
+func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts sharing.TimeSlicing) {
 	var on []nvml.GPU
 	for _, g := range gpus {
 		if g.MIGEnabled {
@@ -243,7 +244,7 @@ func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicin
 }
 
 // addMIGMixed sets nvidia.com/mig-<profile>.* for each profile.
-func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
+func (l Labels) addMIGMixed(gpus []nvml.GPU, ts sharing.TimeSlicing) {
 	profiles, byProfile := migDevices(gpus)
 	for _, p := range profiles {
 		// The resource's name: "+" is no more allowed in a label key.
@@ -252,7 +253,7 @@ func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
 	}
 }
 
-func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts config.TimeSlicing, resource string) {
+func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts sharing.TimeSlicing, resource string) {
 	first := devs[0]
 	replicas, strategy, renamed := 1, SharingNone, false
 	if r, name := ts.Replicas(resource, first.UUID, first.model); r > 1 {
