@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // allocateCommand is `allocate`: the devices the plugin would prefer for a
@@ -30,7 +31,7 @@ func allocateCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Comman
 			"<gpu>:<mig> MIG indices. In --available a shared GPU's UUID or index offers all its replicas.",
 		Flags: append(settingFlags(allocateKeys...),
 			&cli.IntFlag{Name: "size", Aliases: []string{"n"}, Usage: "how many devices the container asks for (required)"},
-			&cli.StringFlag{Name: "resource", Value: gpu.ResourceName, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
+			&cli.StringFlag{Name: "resource", Value: resname.GPU, Usage: "the resource asked for, as list shows it (nvidia.com/mig-<profile>, a shared resource's name)"},
 			&cli.StringSliceFlag{Name: "available", Usage: "the devices the kubelet offers, comma-separated IDs (default: every device of the resource)"},
 			&cli.StringSliceFlag{Name: "must-include", Usage: "devices the answer must contain, comma-separated IDs"},
 			outputFlag(),
@@ -97,7 +98,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 	defer n.lib.Shutdown()
 	cfg, log, inv := n.cfg, n.log, n.inv
 	output, _ := outputFormat(c)
-	node, err := layout.GPUs(cfg, inv, nil, log)
+	node, err := layout.GPUs(daemon.LayoutOptions(cfg), inv, nil, log)
 	if err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 			// MPS has no placement setting: a container's shares are of one
 			// GPU, the one with the most free.
 			placement = gpu.PlacementDistributed
-			if most := cfg.Sharing.MPS.SharesPerContainer(); size > most {
+			if most := daemon.MPS(cfg).SharesPerContainer(); size > most {
 				log.Warn("more MPS shares than sharing.mps.maxSharesPerContainer: the kubelet's Allocate of them would be refused", "size", size, "maxSharesPerContainer", most, "resource", name)
 			}
 		case shared && cfg.Sharing.TimeSlicing.FailRequestsGreaterThanOne && size > 1:

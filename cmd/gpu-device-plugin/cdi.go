@@ -10,7 +10,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
@@ -39,7 +39,7 @@ func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer)
 	cfg, log, inv := n.cfg, n.log, n.inv
 	gpuSpec, err := ondisk.GPUSpec(cfg, inv.GPUs, log)
 	if err != nil {
-		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
+		return fmt.Errorf("building the %s CDI spec: %w", resname.GPU, err)
 	}
 	all := []*specs.Spec{gpuSpec}
 	if len(cfg.NICResources) > 0 {

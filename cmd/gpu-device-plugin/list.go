@@ -331,7 +331,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	served, err := layout.GPUs(cfg, inv, nil, log)
+	served, err := layout.GPUs(daemon.LayoutOptions(cfg), inv, nil, log)
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func list(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error 
 	out := listing{DriverVersion: inv.DriverVersion, NVMLVersion: inv.NVMLVersion, GPUs: make([]listedGPU, 0, len(inv.GPUs)), NICs: []listedNIC{},
 		CDIHook: newListedHook(cfg), RuntimeDoor: newListedDoor(cfg), Labels: map[string]string{},
 		UnmatchedGPUEntries: append([]config.UnmatchedGPU{}, n.unmatched...)}
-	maps.Copy(out.Labels, nodelabels.Of(cfg, inv))
+	maps.Copy(out.Labels, nodelabels.Of(daemon.LabelFacts(cfg), inv))
 	// What DRA mode would publish: the same devices, with taints for
 	// the unhealthy (without times: when a condition began is the
 	// running plugin's to say). DRA publishes a MIG GPU's MIG devices,
@@ -468,7 +468,7 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 		}
 	}
 	poll := func(parts [][]health.Part, log *slog.Logger) (*health.Watcher, error) {
-		w, err := health.NewWatcher(cfg.HealthPolicy(), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log, health.WithParts(parts))
+		w, err := health.NewWatcher(daemon.HealthPolicy(cfg), ids, nvml.NewMonitor(lib, inv, log), discard{}, nil, log, health.WithParts(parts))
 		if err != nil {
 			return nil, err
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
@@ -434,7 +433,7 @@ func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks .
 	if err != nil {
 		return nodeLook{}, err
 	}
-	excluded, unmatched := layout.Select(cfg, inv, log)
+	excluded, unmatched := daemon.SelectGPUs(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv, excluded: excluded, unmatched: unmatched}, nil
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 
 	"fmt"
 	"log/slog"
@@ -51,7 +52,7 @@ type devNum struct {
 func TestCDIRoundTrip(t *testing.T) {
 	nicRoot := sysfstest.Load(t, "dgx-h100")
 	driverRoot, chars := cditest.Tree(t, cditest.Manifest(t)+rdmaNodes())
-	dir := shortPluginDir(t, gpu.ResourceName, rdmaNUMA0, rdmaNUMA1)
+	dir := shortPluginDir(t, resname.GPU, rdmaNUMA0, rdmaNUMA1)
 	k, _ := startKubelet(t, dir)
 
 	cfg := config.Default()
@@ -82,9 +83,9 @@ func TestCDIRoundTrip(t *testing.T) {
 	gpus := []nvml.GPU{inv.GPUs[5], inv.GPUs[2]}
 	const nicAddr = "0000:4f:00.0" // rdma_numa0, uverbs2
 
-	gpuEP := k.waitConnected(t, gpu.ResourceName)
+	gpuEP := k.waitConnected(t, resname.GPU)
 	nicEP := k.waitConnected(t, rdmaNUMA0)
-	k.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+	k.waitDevices(t, resname.GPU, "8 devices", all8)
 	k.waitDevices(t, rdmaNUMA0, nicAddr, func(d map[string]*api.Device) bool { return d[nicAddr] != nil })
 
 	gresp, err := allocateOne(gpuEP, gpus[0].UUID, gpus[1].UUID)

@@ -15,6 +15,7 @@ import (
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
@@ -30,8 +31,8 @@ func connected(t *testing.T) (*kubelet, *node, endpoint) {
 	dir := pluginDir(t)
 	k, _ := startKubelet(t, dir)
 	n := startNode(t, dir)
-	e := k.waitConnected(t, gpu.ResourceName)
-	k.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+	e := k.waitConnected(t, resname.GPU)
+	k.waitDevices(t, resname.GPU, "8 devices", all8)
 	return k, n, e
 }
 
@@ -44,10 +45,10 @@ func healthOf(id, health string) func(map[string]*api.Device) bool {
 func TestRegister(t *testing.T) {
 	k, n, e := connected(t)
 
-	if want := filepath.Join(filepath.Dir(k.srv.SocketPath()), deviceplugin.SocketName(gpu.ResourceName)); e.plugin.SocketPath() != want {
+	if want := filepath.Join(filepath.Dir(k.srv.SocketPath()), deviceplugin.SocketName(resname.GPU)); e.plugin.SocketPath() != want {
 		t.Errorf("kubelet dialled %s, want %s", e.plugin.SocketPath(), want)
 	}
-	got := k.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+	got := k.waitDevices(t, resname.GPU, "8 devices", all8)
 	for i := range 8 {
 		id := n.uuid(i)
 		d, ok := got[id]
@@ -125,7 +126,7 @@ func TestAllocate(t *testing.T) {
 		if !n.plugin.SetHealth(sick, false, "xid=79") {
 			t.Fatal("SetHealth reported no change")
 		}
-		got := k.waitDevices(t, gpu.ResourceName, sick+" unhealthy", healthOf(sick, api.Unhealthy))
+		got := k.waitDevices(t, resname.GPU, sick+" unhealthy", healthOf(sick, api.Unhealthy))
 		for id, d := range got {
 			if id != sick && d.Health != api.Healthy {
 				t.Errorf("%s health = %s; only %s was marked", id, d.Health, sick)
@@ -228,7 +229,7 @@ func restartKubelet(t *testing.T, k *kubelet) (*kubelet, time.Time) {
 		t.Error("the stopped kubelet never saw the plugin disconnect")
 	}
 	next, started := startKubelet(t, filepath.Dir(k.srv.SocketPath()))
-	if sock := deviceplugin.SocketName(gpu.ResourceName); !slices.Contains(next.removedSockets(), sock) {
+	if sock := deviceplugin.SocketName(resname.GPU); !slices.Contains(next.removedSockets(), sock) {
 		t.Fatalf("the new kubelet found no %s to remove (removed %v): not a realistic restart", sock, next.removedSockets())
 	}
 	return next, started
@@ -243,16 +244,16 @@ func TestKubeletRestart(t *testing.T) {
 	k, n, _ := connected(t)
 	sick := n.uuid(6)
 	n.plugin.SetHealth(sick, false, "xid=79")
-	k.waitDevices(t, gpu.ResourceName, sick+" unhealthy", healthOf(sick, api.Unhealthy))
+	k.waitDevices(t, resname.GPU, sick+" unhealthy", healthOf(sick, api.Unhealthy))
 
 	var took []time.Duration
 	kubelets := []*kubelet{k}
 	for round := range 3 {
 		next, started := restartKubelet(t, k)
-		e := next.waitConnected(t, gpu.ResourceName)
+		e := next.waitConnected(t, resname.GPU)
 		took = append(took, e.connectedAt.Sub(started))
 
-		got := next.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+		got := next.waitDevices(t, resname.GPU, "8 devices", all8)
 		for id, d := range got {
 			want := api.Healthy
 			if id == sick {
@@ -268,7 +269,7 @@ func TestKubeletRestart(t *testing.T) {
 	// The last kubelet's stream is live: a change after the restarts
 	// reaches it.
 	n.plugin.SetHealth(sick, true, "")
-	k.waitDevices(t, gpu.ResourceName, sick+" healthy again", healthOf(sick, api.Healthy))
+	k.waitDevices(t, resname.GPU, sick+" healthy again", healthOf(sick, api.Healthy))
 
 	// Pinned by TestOneRegistrationPerKubeletStart; logged here because a
 	// refused duplicate explains a slow round.
@@ -308,15 +309,15 @@ func TestOneRegistrationPerKubeletStart(t *testing.T) {
 			break
 		}
 		k, _ = restartKubelet(t, k)
-		k.waitConnected(t, gpu.ResourceName)
-		k.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+		k.waitConnected(t, resname.GPU)
+		k.waitDevices(t, resname.GPU, "8 devices", all8)
 		kubelets = append(kubelets, k)
 	}
 	// A duplicate follows the first registration within milliseconds. A
 	// round trip through the plugin gives one aimed at the last kubelet
 	// a moment to land; it is best effort, the loop is what finds them.
 	n.plugin.SetHealth(n.uuid(0), false, "xid=79")
-	k.waitDevices(t, gpu.ResourceName, "GPU 0 unhealthy", healthOf(n.uuid(0), api.Unhealthy))
+	k.waitDevices(t, resname.GPU, "GPU 0 unhealthy", healthOf(n.uuid(0), api.Unhealthy))
 
 	for i, k := range kubelets {
 		if k.registeredTwice() {

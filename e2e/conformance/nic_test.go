@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // poolNICs are the dgx-h100 fixture's ConnectX-7s by the example pool
@@ -71,7 +72,7 @@ const (
 // client, on the dgx-h100 fixture tree, then changes the tree under it.
 func TestNICPools(t *testing.T) {
 	root := sysfstest.Load(t, "dgx-h100")
-	dir := shortPluginDir(t, gpu.ResourceName, rdmaNUMA0, rdmaNUMA1)
+	dir := shortPluginDir(t, resname.GPU, rdmaNUMA0, rdmaNUMA1)
 	k, _ := startKubelet(t, dir)
 
 	cfg := config.Default()
@@ -83,8 +84,8 @@ func TestNICPools(t *testing.T) {
 	cfg.NICRescanInterval = config.Duration{Duration: 50 * time.Millisecond}
 	startDaemon(t, cfg, nvmltest.NewDGXA100())
 
-	k.waitConnected(t, gpu.ResourceName)
-	k.waitDevices(t, gpu.ResourceName, "8 devices", all8)
+	k.waitConnected(t, resname.GPU)
+	k.waitDevices(t, resname.GPU, "8 devices", all8)
 	pools := map[string]endpoint{}
 	for _, res := range []string{rdmaNUMA0, rdmaNUMA1} {
 		pools[res] = k.waitConnected(t, res)

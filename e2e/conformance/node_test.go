@@ -12,6 +12,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
@@ -32,7 +33,7 @@ type node struct {
 func pluginDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if len(filepath.Join(dir, deviceplugin.SocketName(gpu.ResourceName))) >= maxSocketPath {
+	if len(filepath.Join(dir, deviceplugin.SocketName(resname.GPU))) >= maxSocketPath {
 		t.Fatalf("plugin directory %s is too long for a unix socket; shorten the test name or TMPDIR", dir)
 	}
 	return dir
@@ -56,7 +57,7 @@ func startNode(t *testing.T, dir string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.plugin, err = deviceplugin.New(deviceplugin.Options{ResourceName: gpu.ResourceName, SocketDir: dir, Backend: res, Log: log})
+	n.plugin, err = deviceplugin.New(deviceplugin.Options{ResourceName: resname.GPU, SocketDir: dir, Backend: res, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // migNode is a DGX A100 (40GB GPUs) laid out as operators do: GPU 0
@@ -154,7 +155,7 @@ func devicePaths(r *api.ContainerAllocateResponse) []string {
 // one naming none every MIG device of the GPU.
 func TestMIGMixed(t *testing.T) {
 	n := newMIGNode(t)
-	resources := []string{gpu.ResourceName, "nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb"}
+	resources := []string{resname.GPU, "nvidia.com/mig-3g.20gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-1g.5gb"}
 	dir := shortPluginDir(t, resources...)
 	k, _ := startKubelet(t, dir)
 	cfg := n.config(dir)
@@ -165,7 +166,7 @@ func TestMIGMixed(t *testing.T) {
 	for _, g := range n.inv.GPUs[3:] {
 		whole = append(whole, g.UUID)
 	}
-	k.waitDevices(t, gpu.ResourceName, "GPUs 3-7", exactly(whole...))
+	k.waitDevices(t, resname.GPU, "GPUs 3-7", exactly(whole...))
 	k.waitDevices(t, "nvidia.com/mig-3g.20gb", "the 3g.20gb", exactly(mig3g))
 	k.waitDevices(t, "nvidia.com/mig-2g.10gb", "two 2g.10gb", exactly(mig2g...))
 	got := k.waitDevices(t, "nvidia.com/mig-1g.5gb", "seven 1g.5gb", exactly(all1g()...))
@@ -199,7 +200,7 @@ func TestMIGMixed(t *testing.T) {
 		return d[mig2g[0]].Health == api.Unhealthy && d[mig2g[1]].Health == api.Unhealthy
 	})
 	k.waitDevices(t, "nvidia.com/mig-3g.20gb", "GPU 0's MIG devices Unhealthy", healthOf(mig3g, api.Unhealthy))
-	if d := k.waitDevices(t, gpu.ResourceName, "whole GPUs", exactly(whole...)); d[whole[0]].Health != api.Healthy {
+	if d := k.waitDevices(t, resname.GPU, "whole GPUs", exactly(whole...)); d[whole[0]].Health != api.Healthy {
 		t.Errorf("GPU 3 turned %s by GPU 0's XID", d[whole[0]].Health)
 	}
 }
@@ -208,13 +209,13 @@ func TestMIGMixed(t *testing.T) {
 // common; the GPUs with MIG off and other sizes are left out.
 func TestMIGSingle(t *testing.T) {
 	n := newMIGNode(t)
-	dir := shortPluginDir(t, gpu.ResourceName)
+	dir := shortPluginDir(t, resname.GPU)
 	k, _ := startKubelet(t, dir)
 	cfg := n.config(dir)
 	cfg.MIGStrategy = config.MIGStrategySingle
 	startDaemon(t, cfg, n.lib)
-	k.waitDevices(t, gpu.ResourceName, "the seven 1g.5gb", exactly(all1g()...))
-	e := k.waitConnected(t, gpu.ResourceName)
+	k.waitDevices(t, resname.GPU, "the seven 1g.5gb", exactly(all1g()...))
+	e := k.waitConnected(t, resname.GPU)
 	r := mustAllocate(t, e, mig1g(6), mig1g(0))
 	if v := r.Envs[gpu.VisibleDevicesEnv]; v != mig1g(0)+","+mig1g(6) {
 		t.Errorf("%s = %q", gpu.VisibleDevicesEnv, v)
@@ -237,13 +238,13 @@ func TestTimeSlicing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := shortPluginDir(t, gpu.ResourceName+".shared")
+	dir := shortPluginDir(t, resname.GPU+".shared")
 	k, _ := startKubelet(t, dir)
 	cfg := n.config(dir)
-	cfg.Sharing.TimeSlicing = config.TimeSlicing{RenameByDefault: true, Resources: []config.SharedResource{{Name: gpu.ResourceName, Replicas: 4}}}
+	cfg.Sharing.TimeSlicing = config.TimeSlicing{RenameByDefault: true, Resources: []config.SharedResource{{Name: resname.GPU, Replicas: 4}}}
 	startDaemon(t, cfg, n.lib)
 
-	const shared = gpu.ResourceName + ".shared"
+	const shared = resname.GPU + ".shared"
 	var all []string
 	for _, g := range inv.GPUs {
 		for r := range 4 {

@@ -28,6 +28,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // rdmaAny is one NIC pool of all eight ConnectX-7s of the dgx-h100 tree,
@@ -90,7 +91,7 @@ func TestTopologyAlignment(t *testing.T) {
 		}
 	}
 	startDaemon(t, cfg, lib)
-	k.waitCapacity(t, map[string]int64{gpu.ResourceName: 8, rdmaAny: 8})
+	k.waitCapacity(t, map[string]int64{resname.GPU: 8, rdmaAny: 8})
 	t.Logf("kubelet and plugin ready in %v", time.Since(started))
 
 	t.Run("2 GPUs and a NIC: four pods, each on one NUMA node, two per node", func(t *testing.T) {
@@ -204,8 +205,8 @@ const alignedContainer = "train"
 // the rdmaAny pool.
 func newPod(name string, gpus, nics int64) *v1.Pod {
 	res := v1.ResourceList{
-		v1.ResourceName(gpu.ResourceName): *resource.NewQuantity(gpus, resource.DecimalSI),
-		v1.ResourceName(rdmaAny):          *resource.NewQuantity(nics, resource.DecimalSI),
+		v1.ResourceName(resname.GPU): *resource.NewQuantity(gpus, resource.DecimalSI),
+		v1.ResourceName(rdmaAny):     *resource.NewQuantity(nics, resource.DecimalSI),
 	}
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name + "-uid")},
@@ -284,7 +285,7 @@ func (k *aligningKubelet) deviceIDs(p *v1.Pod) map[string][]string {
 func (k *aligningKubelet) checkAligned(t *testing.T, p *v1.Pod, numa map[string]int, gpus, nics int) int {
 	t.Helper()
 	devs := k.deviceIDs(p)
-	gotGPUs, gotNICs := devs[gpu.ResourceName], devs[rdmaAny]
+	gotGPUs, gotNICs := devs[resname.GPU], devs[rdmaAny]
 	if len(gotGPUs) != gpus || len(gotNICs) != nics {
 		t.Fatalf("%s got GPUs %v and NICs %v, want %d and %d", p.Name, gotGPUs, gotNICs, gpus, nics)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 const (
@@ -50,7 +51,7 @@ const (
 	hotC          = 95 // at or above nvmltest.SlowdownC
 )
 
-var gpuResource = v1.ResourceName(gpu.ResourceName)
+var gpuResource = v1.ResourceName(resname.GPU)
 
 // TestAllocatedResourcesStatus: a GPU the plugin finds unhealthy shows as
 // Unhealthy in the allocatedResourcesStatus of the pod it is allocated to,
@@ -167,7 +168,7 @@ func (k *kubelet) waitCapacity(t *testing.T, capacity, allocatable int64) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("device manager has %s %s capacity, %s allocatable after %s; want %d, %d",
-				gotC.String(), gpu.ResourceName, gotA.String(), waitTimeout, capacity, allocatable)
+				gotC.String(), resname.GPU, gotA.String(), waitTimeout, capacity, allocatable)
 		}
 		<-tick.C
 	}
@@ -196,9 +197,9 @@ func (k *kubelet) admit(t *testing.T, n *node, name string) *pod {
 	if err := k.m.Allocate(k.ctx, v, c, lifecycle.AddOperation); err != nil {
 		t.Fatalf("allocating %s: %v", name, err)
 	}
-	devs := k.m.GetDevices(string(v.UID), containerName)[gpu.ResourceName]
+	devs := k.m.GetDevices(string(v.UID), containerName)[resname.GPU]
 	if len(devs) != 1 {
-		t.Fatalf("%s got %d %s devices, want 1", name, len(devs), gpu.ResourceName)
+		t.Fatalf("%s got %d %s devices, want 1", name, len(devs), resname.GPU)
 	}
 	p := &pod{Pod: v, status: v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{{Name: containerName}}}, index: -1}
 	for id := range devs {

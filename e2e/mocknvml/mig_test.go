@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 func TestLoadProfileMIG(t *testing.T) {
@@ -479,7 +480,7 @@ func TestChildMIGNames(t *testing.T) {
 		counts[sv.Name] = len(sv.Units)
 	}
 	wantCounts := map[string]int{
-		gpu.ResourceName:            4,
+		resname.GPU:                 4,
 		"nvidia.com/mig-3g.40gb":    1,
 		"nvidia.com/mig-2g.20gb":    2,
 		"nvidia.com/mig-1g.10gb":    7,

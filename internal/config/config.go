@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // Config is every setting of the plugin. The YAML keys are the JSON tags.
@@ -33,7 +31,7 @@ type Config struct {
 	XIDRecoveryPeriod   Duration `json:"xidRecoveryPeriod"`
 	ThermalMarginC      int      `json:"thermalMarginC"`
 	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`
-	// HealthSlowdownSamples and HealthNVMLFailurePolls: see policy.Policy.
+	// HealthSlowdownSamples and HealthNVMLFailurePolls: see health.go.
 	HealthSlowdownSamples  int      `json:"healthSlowdownSamples"`
 	HealthNVMLFailurePolls int      `json:"healthNVMLFailurePolls"`
 	HealthChecksDisabled   []string `json:"healthChecksDisabled"`
@@ -96,22 +94,6 @@ type Config struct {
 	NICResources []NICResource `json:"nicResources,omitempty"`
 	// Sharing is device sharing (time-slicing), file-only: see sharing.go.
 	Sharing Sharing `json:"sharing,omitempty"`
-}
-
-// HealthPolicy is the health part of the configuration.
-func (c Config) HealthPolicy() policy.Policy {
-	return policy.Policy{
-		IgnoredXIDs:    c.XIDIgnore,
-		FatalXIDs:      c.XIDFatal,
-		XIDRecovery:    c.XIDRecoveryPeriod.Duration,
-		PollInterval:   c.HealthPollInterval.Duration,
-		ThermalMarginC: c.ThermalMarginC,
-		RecoveryPolls:  c.HealthRecoveryPolls,
-
-		SlowdownSamples:  c.HealthSlowdownSamples,
-		NVMLFailurePolls: c.HealthNVMLFailurePolls,
-		Disabled:         c.HealthChecksDisabled,
-	}
 }
 
 // Duration is a time.Duration written as "30s" in YAML.

@@ -69,26 +69,6 @@ func TestLoadExampleMPS(t *testing.T) {
 	}
 }
 
-func TestMPSReplicas(t *testing.T) {
-	m := MPS{RenameByDefault: true, Resources: []SharedResource{
-		{Name: "nvidia.com/gpu", Replicas: 8, Devices: []string{"NVIDIA H100 80GB HBM3"}},
-		{Name: "nvidia.com/gpu", Replicas: 2, Rename: "example.com/half", Devices: []string{h100UUID}},
-	}}
-	for _, tt := range []struct {
-		uuid, model string
-		n           int
-		name        string
-	}{
-		{"GPU-other", "NVIDIA H100 80GB HBM3", 8, "nvidia.com/gpu.shared"},
-		{strings.ToLower(h100UUID), "NVIDIA H100 80GB HBM3", 2, "example.com/half"},
-		{"GPU-other", "NVIDIA A100-SXM4-40GB", 1, "nvidia.com/gpu"},
-	} {
-		if n, name := m.Replicas("nvidia.com/gpu", tt.uuid, tt.model); n != tt.n || name != tt.name {
-			t.Errorf("Replicas(%s, %s) = %d, %s; want %d, %s", tt.uuid, tt.model, n, name, tt.n, tt.name)
-		}
-	}
-}
-
 func TestMPSErrors(t *testing.T) {
 	const res = "sharing:\n  mps:\n    resources:\n"
 	const ts = "  timeSlicing:\n    resources:\n"
@@ -137,30 +117,15 @@ func TestMPSErrors(t *testing.T) {
 	}
 }
 
-// One share per container unless maxSharesPerContainer says more, up to
-// the fewest replicas; failRequestsGreaterThanOne: true is the default.
+// maxSharesPerContainer may be as many as the fewest replicas (package
+// sharing's TestSharesPerContainer: what a container may hold).
 func TestMPSSharesPerContainer(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		m    MPS
-		want int
-	}{
-		{"default", MPS{}, 1},
-		{"failRequestsGreaterThanOne", MPS{FailRequestsGreaterThanOne: true}, 1},
-		{"several", MPS{MaxSharesPerContainer: 4}, 4},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.m.SharesPerContainer(); got != tt.want {
-				t.Errorf("SharesPerContainer() = %d, want %d", got, tt.want)
-			}
-		})
-	}
 	c, err := Load(writeFile(t, "sharing:\n  mps:\n    maxSharesPerContainer: 2\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Validate(); err != nil || c.Sharing.MPS.SharesPerContainer() != 2 {
-		t.Errorf("as many shares as replicas: %v, %d", err, c.Sharing.MPS.SharesPerContainer())
+	if err := c.Validate(); err != nil || c.Sharing.MPS.MaxSharesPerContainer != 2 {
+		t.Errorf("as many shares as replicas: %v, %d", err, c.Sharing.MPS.MaxSharesPerContainer)
 	}
 }
 

@@ -15,8 +15,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // NICResource is one pool of PCI NICs served as an extended resource.
@@ -243,7 +242,7 @@ var (
 )
 
 // reservedResources are served by the plugin itself.
-var reservedResources = []string{device.GPUResource}
+var reservedResources = []string{resname.GPU}
 
 // validateNICResources checks every pool and names each problem by index
 // and field.

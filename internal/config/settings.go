@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // Setting is one config key: its flag and environment twins, its help,
@@ -41,7 +39,6 @@ const EnvPrefix = "GPU_DEVICE_PLUGIN_"
 
 // Settings lists every key with its flag and environment variable.
 func Settings() []Setting {
-	p := policy.Default()
 	s := []Setting{
 		{Key: "devicePluginDir", Category: CategoryKubelet, Flag: "device-plugin-dir", Default: "/var/lib/kubelet/device-plugins", Usage: "the kubelet's device-plugin directory (sockets)",
 			set: str(func(c *Config) *string { return &c.DevicePluginDir })},
@@ -73,17 +70,17 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.LogLevel })},
 		{Key: "logFormat", Category: CategoryLogging, Flag: "log-format", Default: "text", Usage: "text or json",
 			set: str(func(c *Config) *string { return &c.LogFormat })},
-		{Key: "healthPollInterval", Category: CategoryHealth, Flag: "health-poll-interval", Default: p.PollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read",
+		{Key: "healthPollInterval", Category: CategoryHealth, Flag: "health-poll-interval", Default: DefaultHealthPollInterval.String(), Usage: "how often GPU temperature and clock-event reasons are read",
 			set: duration(func(c *Config) *Duration { return &c.HealthPollInterval }, "5s")},
-		{Key: "xidIgnore", Category: CategoryHealth, Flag: "xid-ignore", Default: formatList(p.IgnoredXIDs), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy",
+		{Key: "xidIgnore", Category: CategoryHealth, Flag: "xid-ignore", Default: formatList(DefaultXIDIgnore()), Usage: "comma-separated XIDs caused by applications, which leave the GPU healthy",
 			set: xids(func(c *Config) *[]uint64 { return &c.XIDIgnore })},
-		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(p.FatalXIDs), Usage: "comma-separated XIDs that keep a GPU unhealthy until the driver says it was reset (its recovery action, R550 and later; on older drivers until the GPU is reset and health.json in --state-dir removed); wins over --xid-ignore",
+		{Key: "xidFatal", Category: CategoryHealth, Flag: "xid-fatal", Default: formatList(DefaultXIDFatal()), Usage: "comma-separated XIDs that keep a GPU unhealthy until the driver says it was reset (its recovery action, R550 and later; on older drivers until the GPU is reset and health.json in --state-dir removed); wins over --xid-ignore",
 			set: xids(func(c *Config) *[]uint64 { return &c.XIDFatal })},
-		{Key: "xidRecoveryPeriod", Category: CategoryHealth, Flag: "xid-recovery-period", Default: p.XIDRecovery.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy",
+		{Key: "xidRecoveryPeriod", Category: CategoryHealth, Flag: "xid-recovery-period", Default: DefaultXIDRecoveryPeriod.String(), Usage: "how long a GPU stays unhealthy after any other XID; 0s keeps it unhealthy",
 			set: duration(func(c *Config) *Duration { return &c.XIDRecoveryPeriod }, "5s")},
-		{Key: "thermalMarginC", Category: CategoryHealth, Flag: "thermal-margin", Default: strconv.Itoa(p.ThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again",
+		{Key: "thermalMarginC", Category: CategoryHealth, Flag: "thermal-margin", Default: strconv.Itoa(DefaultThermalMarginC), Usage: "degrees C below the slowdown threshold a GPU must cool to before it is healthy again",
 			set: number(func(c *Config) *int { return &c.ThermalMarginC })},
-		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(p.RecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition",
+		{Key: "healthRecoveryPolls", Category: CategoryHealth, Flag: "health-recovery-polls", Default: strconv.Itoa(DefaultHealthRecoveryPolls), Usage: "consecutive good polls that clear a thermal, power-brake or lost-GPU condition",
 			set: number(func(c *Config) *int { return &c.HealthRecoveryPolls })},
 		{Key: "metricsAddress", EmptyOff: true, Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
 			set: str(func(c *Config) *string { return &c.MetricsAddress })},
@@ -97,11 +94,11 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.HostDriverRoot })},
 		{Key: "cdiHookPath", EmptyOff: true, Category: CategoryCDI, Flag: "cdi-hook-path", Default: DefaultCDIHookPath, Usage: "where the container runtime finds gpu-device-plugin-cdi-hook on the host (the GPU CDI spec's createContainer hook: libcuda.so link, ld cache); empty leaves the hook out",
 			set: str(func(c *Config) *string { return &c.CDIHookPath })},
-		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(p.SlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)",
+		{Key: "healthSlowdownSamples", Category: CategoryHealth, Flag: "health-slowdown-samples", Default: strconv.Itoa(DefaultHealthSlowdownSamples), Usage: "consecutive polls showing hardware slowdown or power brake before a GPU is unhealthy (they flicker under load on some SKUs)",
 			set: number(func(c *Config) *int { return &c.HealthSlowdownSamples })},
-		{Key: "healthNVMLFailurePolls", Category: CategoryHealth, Flag: "health-nvml-failure-polls", Default: strconv.Itoa(p.NVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy",
+		{Key: "healthNVMLFailurePolls", Category: CategoryHealth, Flag: "health-nvml-failure-polls", Default: strconv.Itoa(DefaultHealthNVMLFailurePolls), Usage: "consecutive polls in which no GPU can be read before every GPU is unhealthy",
 			set: number(func(c *Config) *int { return &c.HealthNVMLFailurePolls })},
-		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: "", Usage: "comma-separated checks to turn off: " + strings.Join(policy.Checks(), ", "),
+		{Key: "healthChecksDisabled", Category: CategoryHealth, Flag: "health-checks-disabled", Default: "", Usage: "comma-separated checks to turn off: " + strings.Join(HealthChecks(), ", "),
 			set: words(func(c *Config) *[]string { return &c.HealthChecksDisabled })},
 		{Key: "stateDir", EmptyOff: true, Category: CategoryHealth, Flag: "state-dir", Default: DefaultStateDir, Usage: "where conditions that must survive a plugin restart (fatal XID, reset required) are kept for this boot; empty keeps none",
 			set: str(func(c *Config) *string { return &c.StateDir })},

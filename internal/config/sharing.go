@@ -9,9 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 	"sigs.k8s.io/yaml"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
 // MIG strategies, the values of migStrategy. They shape the device-plugin
@@ -142,10 +141,6 @@ type MPS struct {
 	Resources             []SharedResource `json:"resources,omitempty"`
 }
 
-// SharesPerContainer is MaxSharesPerContainer, 1 when unset: the most
-// shares a container may hold, and each client's limit at the daemon.
-func (m MPS) SharesPerContainer() int { return max(m.MaxSharesPerContainer, 1) }
-
 // MaxMPSReplicas bounds MPS replicas. MPS counts client processes (CUDA
 // contexts), not containers: a server takes at most 48 per GPU on Volta
 // and later. A replica runs at least one and may run several, so 48
@@ -158,70 +153,17 @@ func (t TimeSlicing) Enabled() bool { return len(t.Resources) > 0 }
 // Enabled says whether any GPU is shared through MPS.
 func (m MPS) Enabled() bool { return len(m.Resources) > 0 }
 
-// Replicas is TimeSlicing.Replicas for MPS.
-func (m MPS) Replicas(resource, uuid, model string) (replicas int, name string) {
-	return replicasOf(m.Resources, m.RenameByDefault, resource, uuid, model)
-}
-
-// Replicas returns how many replicas a device gets and the resource name
-// to serve them under, for a device of resource `resource` with UUID uuid
-// and model name model. Precedence: an entry naming the UUID, then one
-// naming the model, then one with no devices; no entry: (1, resource).
-// Name when replicated: Rename if set, else resource+".shared" when
-// RenameByDefault, else resource. UUIDs and models match in any case.
-func (t TimeSlicing) Replicas(resource, uuid, model string) (replicas int, name string) {
-	return replicasOf(t.Resources, t.RenameByDefault, resource, uuid, model)
-}
-
-// replicasOf is Replicas for either section.
-func replicasOf(resources []SharedResource, renameByDefault bool, resource, uuid, model string) (replicas int, name string) {
-	var byUUID, byModel, catchAll *SharedResource
-	for i := range resources {
-		r := &resources[i]
-		if r.Name != resource {
-			continue
-		}
-		if len(r.Devices) == 0 {
-			catchAll = firstOf(catchAll, r)
-			continue
-		}
-		for _, d := range r.Devices {
-			switch {
-			case uuid != "" && strings.EqualFold(d, uuid):
-				byUUID = firstOf(byUUID, r)
-			case model != "" && strings.EqualFold(d, model):
-				byModel = firstOf(byModel, r)
-			}
-		}
-	}
-	r := firstOf(firstOf(byUUID, byModel), catchAll)
-	if r == nil {
-		return 1, resource
-	}
-	return r.Replicas, servedName(*r, renameByDefault)
-}
-
-// firstOf is a if set, else b: the first match in file order wins
-// (validation refuses the overlaps that would make order matter).
-func firstOf(a, b *SharedResource) *SharedResource {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// servedName is the resource an entry's replicas are served under.
+// servedName is the resource an entry's replicas are served under, as
+// sharing.ServedName decides it; validation checks those names.
 func servedName(r SharedResource, renameByDefault bool) string {
 	switch {
 	case r.Rename != "":
 		return r.Rename
 	case renameByDefault:
-		return r.Name + ".shared"
+		return r.Name + resname.SharedSuffix
 	}
 	return r.Name
 }
-
-const gpuResource = device.GPUResource
 
 // migResource is a MIG profile as mixed serves it: [<c>c.]<g>g.<mem>gb
 // and suffixes such as .me, .gfx, -me, .me.all ("+" written as ".").
@@ -449,12 +391,12 @@ func (v sharingCheck) section(sec section) selected {
 		case r.Name == "":
 			nameOK = false
 			bad("%s.name: missing; use nvidia.com/gpu or nvidia.com/mig-<profile> as served (example: nvidia.com/mig-1g.10gb)", at)
-		case r.Name == gpuResource:
-		case sec.mps && strings.HasPrefix(r.Name, "nvidia.com/mig-"):
+		case r.Name == resname.GPU:
+		case sec.mps && strings.HasPrefix(r.Name, resname.MIGPrefix):
 			nameOK = false
 			bad("%s.name: %q is a MIG resource, and the plugin runs MPS on whole GPUs only; use nvidia.com/gpu, or share MIG devices with sharing.timeSlicing", at, r.Name)
 		case migResource.MatchString(r.Name):
-		case strings.HasPrefix(r.Name, "nvidia.com/mig-") && strings.Contains(r.Name, "+"):
+		case strings.HasPrefix(r.Name, resname.MIGPrefix) && strings.Contains(r.Name, "+"):
 			nameOK = false
 			bad("%s.name: %q is not served: MIG resource names write a profile's \"+\" as \".\"; use %q", at, r.Name, strings.ReplaceAll(r.Name, "+", "."))
 		case sec.mps:
@@ -478,7 +420,7 @@ func (v sharingCheck) section(sec section) selected {
 			switch err := checkResourceName(r.Rename); {
 			case r.Rename == r.Name:
 				bad("%s.rename: %q is the entry's own name; leave rename out to serve the replicas under it, or pick another name (example: %s.shared)", at, r.Rename, r.Name)
-			case r.Rename == gpuResource || strings.HasPrefix(r.Rename, "nvidia.com/mig-"):
+			case r.Rename == resname.GPU || strings.HasPrefix(r.Rename, resname.MIGPrefix):
 				bad("%s.rename: %q is a name the plugin serves devices under; pick another (example: %s.shared)", at, r.Rename, r.Name)
 			case err != nil:
 				bad("%s.rename: %q %v (example: nvidia.com/gpu.shared)", at, r.Rename, err)
@@ -537,13 +479,13 @@ func (v sharingCheck) section(sec section) selected {
 		}
 		switch {
 		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategySingle:
-			bad("%s.name: %q is never served with migStrategy %s, which serves MIG devices as %s; use name %s, or migStrategy %s", at, r.Name, MIGStrategySingle, gpuResource, gpuResource, MIGStrategyMixed)
+			bad("%s.name: %q is never served with migStrategy %s, which serves MIG devices as %s; use name %s, or migStrategy %s", at, r.Name, MIGStrategySingle, resname.GPU, resname.GPU, MIGStrategyMixed)
 		case migResource.MatchString(r.Name) && c.MIGStrategy == MIGStrategyNone:
 			bad("%s.name: %q is never served with migStrategy %s, which serves no MIG device; set migStrategy %s", at, r.Name, MIGStrategyNone, MIGStrategyMixed)
-		case r.Name == gpuResource && c.MIGStrategy != MIGStrategySingle:
+		case r.Name == resname.GPU && c.MIGStrategy != MIGStrategySingle:
 			for k, d := range r.Devices {
 				if strings.HasPrefix(strings.ToUpper(d), "MIG-") {
-					bad("%s.devices[%d]: %q is a MIG device, which migStrategy %s never serves as %s; name it under nvidia.com/mig-<profile> with migStrategy %s", at, k, d, c.MIGStrategy, gpuResource, MIGStrategyMixed)
+					bad("%s.devices[%d]: %q is a MIG device, which migStrategy %s never serves as %s; name it under nvidia.com/mig-<profile> with migStrategy %s", at, k, d, c.MIGStrategy, resname.GPU, MIGStrategyMixed)
 				}
 			}
 		}

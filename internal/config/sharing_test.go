@@ -134,45 +134,6 @@ func TestSharingRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReplicas(t *testing.T) {
-	const (
-		h100  = "NVIDIA H100 80GB HBM3"
-		a100  = "NVIDIA A100-SXM4-40GB"
-		other = "GPU-00000000-0000-0000-0000-000000000000"
-		mig   = "MIG-8b2f3c4d-0000-5555-aaaa-123456789abc"
-	)
-	ts := exampleSharing.TimeSlicing
-	tests := []struct {
-		name                string
-		ts                  TimeSlicing
-		resource, uuid, mdl string
-		replicas            int
-		as                  string
-	}{
-		{"UUID wins over model", ts, "nvidia.com/gpu", h100UUID, h100, 2, "nvidia.com/gpu.shared"},
-		{"UUID in another case", ts, "nvidia.com/gpu", strings.ToLower(h100UUID), h100, 2, "nvidia.com/gpu.shared"},
-		{"model wins over catch-all, renamed", ts, "nvidia.com/gpu", other, h100, 8, "nvidia.com/h100.shared"},
-		{"catch-all, renamed by default", ts, "nvidia.com/gpu", other, a100, 4, "nvidia.com/gpu.shared"},
-		{"MIG profile entry", ts, "nvidia.com/mig-1g.10gb", mig, h100, 7, "nvidia.com/mig-1g.10gb.shared"},
-		{"no entry for the resource", ts, "nvidia.com/mig-3g.40gb", mig, h100, 1, "nvidia.com/mig-3g.40gb"},
-		{"no sharing", TimeSlicing{}, "nvidia.com/gpu", other, h100, 1, "nvidia.com/gpu"},
-		{"no rename, not by default", TimeSlicing{Resources: []SharedResource{{Name: "nvidia.com/gpu", Replicas: 3}}}, "nvidia.com/gpu", other, a100, 3, "nvidia.com/gpu"},
-		{"only devices entries, device not named", TimeSlicing{Resources: []SharedResource{{Name: "nvidia.com/gpu", Replicas: 3, Devices: []string{h100}}}}, "nvidia.com/gpu", other, a100, 1, "nvidia.com/gpu"},
-		{"UUID entry after model entry still wins", TimeSlicing{RenameByDefault: true, Resources: []SharedResource{
-			{Name: "nvidia.com/gpu", Replicas: 3, Devices: []string{a100}},
-			{Name: "nvidia.com/gpu", Replicas: 5, Rename: "example.com/special", Devices: []string{"gpu-0000", other}},
-		}}, "nvidia.com/gpu", other, a100, 5, "example.com/special"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			n, as := tt.ts.Replicas(tt.resource, tt.uuid, tt.mdl)
-			if n != tt.replicas || as != tt.as {
-				t.Errorf("Replicas(%q, %q, %q) = %d, %q; want %d, %q", tt.resource, tt.uuid, tt.mdl, n, as, tt.replicas, tt.as)
-			}
-		})
-	}
-}
-
 func TestSharingErrors(t *testing.T) {
 	const ts = "sharing:\n  timeSlicing:\n"
 	const res = ts + "    resources:\n"

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // deviceListStrategies are the values deviceListStrategy takes.
@@ -83,8 +81,8 @@ func (c Config) ValidateFrom(from func(key string) string) error {
 		}
 	}
 	for i, check := range c.HealthChecksDisabled {
-		if !slices.Contains(policy.Checks(), check) {
-			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(policy.Checks(), ", ")))
+		if !slices.Contains(HealthChecks(), check) {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %q is not a check; use any of %s", field("healthChecksDisabled"), i, check, strings.Join(HealthChecks(), ", ")))
 		}
 	}
 	if c.Sharing.MPS.Enabled() || c.Sharing.MemoryShares.Enabled {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -55,7 +55,7 @@ func TestAllocateRefusedWhileSpecUnwritable(t *testing.T) {
 	client := dialPlugin(t, filepath.Join(cfg.DevicePluginDir, r.Endpoint))
 	ids := []string{inv.GPUs[0].UUID}
 	_, err = client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "CDI spec of "+gpu.ResourceName) {
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "CDI spec of "+resname.GPU) {
 		t.Fatalf("Allocate with an unwritable spec dir: %v, want Unavailable naming the spec", err)
 	}
 	cancel()

@@ -23,7 +23,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
@@ -200,7 +199,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	var fe FrontEnd
 	switch {
 	case cfg.KubeletAPI != config.KubeletAPIDRA:
-		fe = dpnode.New(cfg, specs, info, log)
+		fe = dpnode.New(dpnode.Options{Layout: LayoutOptions(cfg), DevicePluginDir: cfg.DevicePluginDir}, specs, info, log)
 	case o.dra == nil:
 		return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
 	default:
@@ -267,7 +266,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
-	_, _ = layout.Select(cfg, inv, log)
+	_, _ = SelectGPUs(cfg, inv, log)
 	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
@@ -288,7 +287,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if err != nil {
 		return err
 	}
-	nodeLabels := nodelabels.Of(cfg, inv)
+	nodeLabels := nodelabels.Of(LabelFacts(cfg), inv)
 	units := servedUnits(fe, inv.GPUs)
 	if rep != nil {
 		notify = rep.takeGPUs(units, notify)
@@ -311,7 +310,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
 	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)),
 		health.OnTurn(func() { status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
-	watcher, err := health.NewWatcher(cfg.HealthPolicy(), ids, mon, notify, rec, log, opts...)
+	watcher, err := health.NewWatcher(HealthPolicy(cfg), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // servedUnit is one whole GPU or MIG device as served: the resource and
@@ -22,7 +23,7 @@ type servedUnit struct {
 }
 
 // servedUnits are the units health is watched for: those fe lays out, or
-// else DRA's (layout.DRAUnits), each under gpu.ResourceName.
+// else DRA's (layout.DRAUnits), each under resname.GPU.
 func servedUnits(fe FrontEnd, gpus []nvml.GPU) []servedUnit {
 	var out []servedUnit
 	if l, ok := fe.(laidOut); ok {
@@ -32,7 +33,7 @@ func servedUnits(fe FrontEnd, gpus []nvml.GPU) []servedUnit {
 		return out
 	}
 	for _, u := range layout.DRAUnits(gpus) {
-		out = append(out, servedUnit{unit: u, resource: gpu.ResourceName, draName: draName(u)})
+		out = append(out, servedUnit{unit: u, resource: resname.GPU, draName: draName(u)})
 	}
 	return out
 }

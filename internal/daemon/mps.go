@@ -55,7 +55,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		}
 		// The daemon holds every client to the most shares a container
 		// may hold (one by default), whatever its environment says.
-		g := mpsd.GPU{UUID: u.UUID(), Replicas: u.Replicas, MaxShares: cfg.Sharing.MPS.SharesPerContainer(), Memory: u.GPU.MemoryBytes}
+		g := mpsd.GPU{UUID: u.UUID(), Replicas: u.Replicas, MaxShares: MPS(cfg).SharesPerContainer(), Memory: u.GPU.MemoryBytes}
 		gpus, uuids = append(gpus, g), append(uuids, g.UUID)
 	}
 	m, err := mpsManager(cfg, lib, log)

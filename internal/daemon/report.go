@@ -10,12 +10,12 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // reporting carries device health to the API server (cfg.Events,
@@ -75,7 +75,7 @@ func (r *reporting) takeGPUs(units []servedUnit, next health.Notifier) health.No
 			labels[id] = fmt.Sprintf("%s (%s)", id, u.Describe())
 		}
 		r.holders.setUnit(id, su.draName, su.resource, su.ids)
-		r.rep.Transition(gpu.ResourceName, id, labels[id], true, "")
+		r.rep.Transition(resname.GPU, id, labels[id], true, "")
 	}
 	return reportingNotifier{next, labels, r.rep}
 }
@@ -90,7 +90,7 @@ type reportingNotifier struct {
 
 func (n reportingNotifier) SetHealth(id string, healthy bool, reason string) bool {
 	changed := n.next.SetHealth(id, healthy, reason)
-	n.rep.Transition(gpu.ResourceName, id, n.labels[id], healthy, reason)
+	n.rep.Transition(resname.GPU, id, n.labels[id], healthy, reason)
 	return changed
 }
 
@@ -153,7 +153,7 @@ const holdersFresh = time.Second
 func (h *podHolders) setUnit(uuid, draName, resource string, ids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.dra[gpu.ResourceName+"/"+uuid] = draName
+	h.dra[resname.GPU+"/"+uuid] = draName
 	if h.served == nil {
 		h.served = map[string]layout.Served{}
 	}
@@ -167,7 +167,7 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	draName, ok := h.dra[resource+"/"+id]
 	as, isUnit := h.served[id]
 	h.mu.Unlock()
-	if !ok && resource != gpu.ResourceName {
+	if !ok && resource != resname.GPU {
 		draName = draslice.NICDeviceName(id)
 	}
 	h.mu.Lock()
@@ -185,7 +185,7 @@ func (h *podHolders) HoldersOf(ctx context.Context, resource, id string) ([]repo
 	}
 	names := podresources.Names{Resource: resource, IDs: []string{id}, Driver: config.DRADriverName, Pool: h.pool, DRADevice: draName}
 	list := all.Of(names)
-	if isUnit && resource == gpu.ResourceName {
+	if isUnit && resource == resname.GPU {
 		// A GPU unit is also known by its replicas' IDs under the resource it is served as.
 		list = podresources.Merge(list, all.Of(podresources.Names{Resource: as.Resource, IDs: as.IDs}))
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
@@ -28,6 +27,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 type apiCall struct {
@@ -113,9 +113,6 @@ func condition(c apiCall) map[string]any {
 // holding the GPU, and as the GPUHealthy condition, which was set True at
 // start; /metrics counts those requests.
 func TestHealthReachesTheAPIServer(t *testing.T) {
-	if report.GPUResource != gpu.ResourceName {
-		t.Fatalf("report.GPUResource %q is not gpu.ResourceName %q", report.GPUResource, gpu.ResourceName)
-	}
 	kubeconfig, calls := fakeAPIServer(t)
 	kubelet := podresourcestest.Start(t)
 	cfg := testConfig(t)
@@ -130,9 +127,9 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 	if ret != gonvml.SUCCESS {
 		t.Fatal(ret)
 	}
-	kubelet.Set(podresourcestest.Pod("ml", "trainer", podresourcestest.Container("main", podresourcestest.Devices(gpu.ResourceName, uuid))))
+	kubelet.Set(podresourcestest.Pod("ml", "trainer", podresourcestest.Container("main", podresourcestest.Devices(resname.GPU, uuid))))
 	// The pod's UID comes from the kubelet's device checkpoint, not the API server.
-	checkpoint := `{"Data":{"PodDeviceEntries":[{"PodUID":"pod-uid","ContainerName":"main","ResourceName":"` + gpu.ResourceName +
+	checkpoint := `{"Data":{"PodDeviceEntries":[{"PodUID":"pod-uid","ContainerName":"main","ResourceName":"` + resname.GPU +
 		`","DeviceIDs":{"0":["` + uuid + `"]},"AllocResp":"CgA="}],"RegisteredDevices":{}},"Checksum":1}`
 	if err := os.WriteFile(filepath.Join(cfg.DevicePluginDir, podresources.CheckpointFile), []byte(checkpoint), 0o600); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,6 @@ package device
 
 import "errors"
 
-// GPUResource is the extended resource whole GPUs are served as, the one
-// place the name is written; MIG devices and shared GPUs get names of
-// their own (package gpu).
-const GPUResource = "nvidia.com/gpu"
-
 // NoNUMANode marks a device whose NUMA node is unknown. A front-end
 // advertises such a device without topology: the kubelet's topology
 // manager never matches a negative node.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkAllocate(b *testing.B) {
 // kubelet dials it.
 func serveOnSocket(b *testing.B, r *Resource) (*deviceplugin.Server, pluginapi.DevicePluginClient) {
 	b.Helper()
-	s, err := deviceplugin.New(deviceplugin.Options{ResourceName: ResourceName, SocketDir: b.TempDir(), Backend: r})
+	s, err := deviceplugin.New(deviceplugin.Options{ResourceName: resname.GPU, SocketDir: b.TempDir(), Backend: r})
 	if err != nil {
 		b.Fatal(err)
 	}

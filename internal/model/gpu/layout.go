@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // MIG strategies: how MIG devices are served through the device-plugin
@@ -60,16 +60,9 @@ func (u Unit) Describe() string {
 	return s
 }
 
-// MIGResourceName is the resource a MIG profile is served as under the
-// mixed strategy. Extended resource names allow no "+", so "1g.10gb+me"
-// becomes nvidia.com/mig-1g.10gb.me, as NVIDIA's plugin names it.
-func MIGResourceName(profile string) string {
-	return "nvidia.com/mig-" + strings.ReplaceAll(profile, "+", ".")
-}
-
 // Sharing decides one way of sharing: how many replicas a unit of
 // resource gets and the resource name they are served under.
-// config.TimeSlicing and config.MPS are such.
+// sharing.Rules (time-slicing's or MPS's) is one.
 type Sharing interface {
 	Replicas(resource, uuid, model string) (replicas int, name string)
 }
@@ -81,8 +74,9 @@ type Sharings struct {
 	TimeSlicing, MPS Sharing
 }
 
-// Served is one resource to serve and its units, in inventory order.
-type Served struct {
+// ResourceUnits is one resource to serve and its units, in inventory
+// order: what Layout computes per resource name.
+type ResourceUnits struct {
 	Name  string
 	Units []Unit
 }
@@ -94,7 +88,7 @@ type Served struct {
 // safely can: under single, only MIG devices of the most common profile,
 // since one resource name must mean one size of device. The result is
 // sorted by resource name.
-func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger) ([]Served, error) {
+func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger) ([]ResourceUnits, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -112,7 +106,7 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 				log.Warn("MIG is enabled on this GPU but migStrategy is none: it is served whole and Unhealthy; set migStrategy single or mixed to serve its MIG devices, or disable MIG",
 					"device", g.UUID, "index", g.Index, "migDevices", len(g.MIG))
 			}
-			add(Unit{GPU: g, Pos: i}, ResourceName)
+			add(Unit{GPU: g, Pos: i}, resname.GPU)
 		}
 	case MIGSingle:
 		profile := commonProfile(gpus)
@@ -130,25 +124,25 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 						"device", m.UUID, "parent", g.UUID, "profile", m.Profile, "served", profile)
 					continue
 				}
-				add(Unit{GPU: g, Pos: i, MIG: m}, ResourceName)
+				add(Unit{GPU: g, Pos: i, MIG: m}, resname.GPU)
 			}
 		}
 	case MIGMixed:
 		for i, g := range gpus {
 			if !g.MIGEnabled {
-				add(Unit{GPU: g, Pos: i}, ResourceName)
+				add(Unit{GPU: g, Pos: i}, resname.GPU)
 				continue
 			}
 			noteEmpty(g, log)
 			for j := range g.MIG {
-				add(Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, MIGResourceName(g.MIG[j].Profile))
+				add(Unit{GPU: g, Pos: i, MIG: &g.MIG[j]}, resname.MIG(g.MIG[j].Profile))
 			}
 		}
 	default:
 		return nil, fmt.Errorf("MIG strategy %q: want %s, %s or %s", strategy, MIGNone, MIGSingle, MIGMixed)
 	}
 	byName := map[string]int{}
-	var out []Served
+	var out []ResourceUnits
 	for k, u := range units {
 		name := names[k]
 		if sharing.MPS != nil && u.MIG == nil {
@@ -167,11 +161,11 @@ func Layout(gpus []nvml.GPU, strategy string, sharing Sharings, log *slog.Logger
 		if !ok {
 			i = len(out)
 			byName[name] = i
-			out = append(out, Served{Name: name})
+			out = append(out, ResourceUnits{Name: name})
 		}
 		out[i].Units = append(out[i].Units, u)
 	}
-	slices.SortFunc(out, func(a, b Served) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b ResourceUnits) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

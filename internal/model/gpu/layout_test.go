@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 func mig(parent, idx, gi, ci int, profile string) nvml.MIGDevice {
@@ -65,17 +66,17 @@ func TestLayoutStrategies(t *testing.T) {
 		want     map[string][]string
 		logs     []string
 	}{
-		{MIGNone, map[string][]string{ResourceName: {"GPU-00000000", "GPU-00000001", "GPU-00000002", "GPU-00000003"}},
+		{MIGNone, map[string][]string{resname.GPU: {"GPU-00000000", "GPU-00000001", "GPU-00000002", "GPU-00000003"}},
 			[]string{"migStrategy is none"}},
 		{MIGMixed, map[string][]string{
-			ResourceName:             {"GPU-00000003"},
+			resname.GPU:              {"GPU-00000003"},
 			"nvidia.com/mig-3g.40gb": {"MIG-0-0"},
 			"nvidia.com/mig-2g.20gb": {"MIG-0-1", "MIG-0-2"},
 			"nvidia.com/mig-1g.10gb": ones,
 		}, []string{"no MIG devices: nothing of it is served"}},
 		// single: one size only, the most common; the MIG-off GPU and the
 		// other sizes are left out, each with its reason.
-		{MIGSingle, map[string][]string{ResourceName: ones},
+		{MIGSingle, map[string][]string{resname.GPU: ones},
 			[]string{"has MIG disabled and is not served", "profile differs from the node's most common one", "no MIG devices"}},
 	}
 	for _, tt := range tests {
@@ -93,16 +94,6 @@ func TestLayoutStrategies(t *testing.T) {
 	}
 	if _, err := Layout(gpus, "half", Sharings{}, nil); err == nil || !strings.Contains(err.Error(), "none, single or mixed") {
 		t.Errorf("bad strategy: %v", err)
-	}
-}
-
-func TestMIGResourceName(t *testing.T) {
-	for profile, want := range map[string]string{
-		"1g.10gb": "nvidia.com/mig-1g.10gb", "1g.10gb+me": "nvidia.com/mig-1g.10gb.me", "1c.3g.40gb": "nvidia.com/mig-1c.3g.40gb",
-	} {
-		if got := MIGResourceName(profile); got != want {
-			t.Errorf("MIGResourceName(%q) = %q, want %q", profile, got, want)
-		}
 	}
 }
 

@@ -14,9 +14,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 )
 
-// ResourceName is the extended resource GPUs are served as.
-const ResourceName = device.GPUResource
-
 // VisibleDevicesEnv is read by the NVIDIA container runtime and CUDA.
 const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 

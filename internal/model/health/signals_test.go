@@ -29,7 +29,7 @@ type mockNode struct {
 	ids []string
 }
 
-func newMockNode(t *testing.T, p Policy, edit func(*dgxa100Server)) *mockNode {
+func newMockNode(t *testing.T, p policy.Policy, edit func(*dgxa100Server)) *mockNode {
 	t.Helper()
 	s := nvmltest.NewDGXA100()
 	if edit != nil {

@@ -111,7 +111,7 @@ type warnState struct {
 
 // Watcher owns the health state of a set of GPUs.
 type Watcher struct {
-	policy  Policy
+	policy  policy.Policy
 	ids     []string
 	sampler Sampler
 	notify  Notifier
@@ -139,7 +139,7 @@ type Watcher struct {
 // NewWatcher watches the GPUs whose device IDs are ids, in the order the
 // Sampler and events index them. Every GPU starts healthy, except those
 // with a sticky condition given by WithSticky, which are reported at once.
-func NewWatcher(p Policy, ids []string, s Sampler, n Notifier, rec Recorder, log *slog.Logger, opts ...Option) (*Watcher, error) {
+func NewWatcher(p policy.Policy, ids []string, s Sampler, n Notifier, rec Recorder, log *slog.Logger, opts ...Option) (*Watcher, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("health policy: %w", err)
 	}

@@ -75,7 +75,7 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func newWatcher(t *testing.T, n int, p Policy) (*Watcher, *fakeSampler, *recorder, *clock) {
+func newWatcher(t *testing.T, n int, p policy.Policy) (*Watcher, *fakeSampler, *recorder, *clock) {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
@@ -295,16 +295,16 @@ func TestRunReportsEventsAtOnceAndStops(t *testing.T) {
 func TestPolicyValidate(t *testing.T) {
 	tests := []struct {
 		name  string
-		edit  func(*Policy)
+		edit  func(*policy.Policy)
 		valid bool
 	}{
-		{name: "default", edit: func(*Policy) {}, valid: true},
-		{name: "zero counts mean the defaults", edit: func(p *Policy) { p.SlowdownSamples, p.NVMLFailurePolls = 0, 0 }, valid: true},
-		{name: "every check disabled", edit: func(p *Policy) { p.Disabled = policy.Checks() }, valid: true},
-		{name: "zero recovery polls", edit: func(p *Policy) { p.RecoveryPolls = 0 }},
-		{name: "negative slowdown samples", edit: func(p *Policy) { p.SlowdownSamples = -1 }},
-		{name: "negative NVML failure polls", edit: func(p *Policy) { p.NVMLFailurePolls = -1 }},
-		{name: "unknown check", edit: func(p *Policy) { p.Disabled = []string{"thermal", "hw_slowdown"} }},
+		{name: "default", edit: func(*policy.Policy) {}, valid: true},
+		{name: "zero counts mean the defaults", edit: func(p *policy.Policy) { p.SlowdownSamples, p.NVMLFailurePolls = 0, 0 }, valid: true},
+		{name: "every check disabled", edit: func(p *policy.Policy) { p.Disabled = policy.Checks() }, valid: true},
+		{name: "zero recovery polls", edit: func(p *policy.Policy) { p.RecoveryPolls = 0 }},
+		{name: "negative slowdown samples", edit: func(p *policy.Policy) { p.SlowdownSamples = -1 }},
+		{name: "negative NVML failure polls", edit: func(p *policy.Policy) { p.NVMLFailurePolls = -1 }},
+		{name: "unknown check", edit: func(p *policy.Policy) { p.Disabled = []string{"thermal", "hw_slowdown"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

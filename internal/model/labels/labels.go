@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // Prefix is the label domain GFD uses, which the labels keep.
@@ -35,8 +35,8 @@ const (
 type Facts struct {
 	Inventory   *nvml.Inventory
 	MIGStrategy string
-	TimeSlicing config.TimeSlicing
-	MPS         config.MPS
+	TimeSlicing sharing.TimeSlicing
+	MPS         sharing.MPS
 	// Machine is the DMI product name; empty when unknown.
 	Machine string
 	// PCIClass is each GPU's PCI class code by bus ID; a GPU missing
@@ -102,7 +102,7 @@ func Compute(f Facts) Labels {
 	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
 	// As GFD has it: true when a GPU of the node is shared through MPS.
 	l.set("mps.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool {
-		n, _ := f.MPS.Replicas(device.GPUResource, g.UUID, g.Name)
+		n, _ := f.MPS.Replicas(resname.GPU, g.UUID, g.Name)
 		return !g.MIGEnabled && n > 1
 	})))
 
@@ -117,10 +117,10 @@ func Compute(f Facts) Labels {
 	l.addGPU(first, count, f.TimeSlicing, f.MPS)
 
 	switch f.MIGStrategy {
-	case config.MIGStrategySingle:
+	case gpu.MIGSingle:
 		l.set("mig.strategy", f.MIGStrategy)
 		l.addMIGSingle(gpus, model, f.TimeSlicing)
-	case config.MIGStrategyMixed:
+	case gpu.MIGMixed:
 		l.set("mig.strategy", f.MIGStrategy)
 		l.addMIGMixed(gpus, f.TimeSlicing)
 	}
@@ -148,14 +148,14 @@ func majorityModel(gpus []nvml.GPU) (string, int) {
 // addGPU sets the whole-GPU labels for model g, count of them. A GPU in
 // MIG mode is not shared, as GFD has it: replicas 0 (only when every GPU of
 // the model is in MIG mode, Compute picking a whole one where there is one).
-func (l Labels) addGPU(g nvml.GPU, count int, ts config.TimeSlicing, mps config.MPS) {
+func (l Labels) addGPU(g nvml.GPU, count int, ts sharing.TimeSlicing, mps sharing.MPS) {
 	replicas, strategy, renamed := 1, SharingNone, false
 	if g.MIGEnabled {
 		replicas = 0
-	} else if r, name := mps.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
-		replicas, strategy, renamed = r, SharingMPS, name != device.GPUResource
-	} else if r, name := ts.Replicas(device.GPUResource, g.UUID, g.Name); r > 1 {
-		replicas, strategy, renamed = r, SharingTimeSlicing, name != device.GPUResource
+	} else if r, name := mps.Replicas(resname.GPU, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingMPS, name != resname.GPU
+	} else if r, name := ts.Replicas(resname.GPU, g.UUID, g.Name); r > 1 {
+		replicas, strategy, renamed = r, SharingTimeSlicing, name != resname.GPU
 	}
 	l.addResource("gpu", count, replicas, strategy, renamed, g.Name)
 	if g.MemoryBytes > 0 {
@@ -218,7 +218,7 @@ func migDevices(gpus []nvml.GPU) (profiles []string, byProfile map[string][]migD
 // addMIGSingle overrides the gpu.* labels with the MIG devices', as the
 // single strategy serves them as nvidia.com/gpu; a node the strategy does
 // not fit is labelled <model>-MIG-INVALID with no count.
-func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicing) {
+func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts sharing.TimeSlicing) {
 	var on []nvml.GPU
 	for _, g := range gpus {
 		if g.MIGEnabled {
@@ -240,20 +240,20 @@ func (l Labels) addMIGSingle(gpus []nvml.GPU, model string, ts config.TimeSlicin
 		return
 	}
 	devs := byProfile[profiles[0]]
-	l.addMIGResource("gpu", profiles[0], devs, ts, device.GPUResource)
+	l.addMIGResource("gpu", profiles[0], devs, ts, resname.GPU)
 }
 
 // addMIGMixed sets nvidia.com/mig-<profile>.* for each profile.
-func (l Labels) addMIGMixed(gpus []nvml.GPU, ts config.TimeSlicing) {
+func (l Labels) addMIGMixed(gpus []nvml.GPU, ts sharing.TimeSlicing) {
 	profiles, byProfile := migDevices(gpus)
 	for _, p := range profiles {
 		// The resource's name: "+" is no more allowed in a label key.
-		resource := gpu.MIGResourceName(p)
+		resource := resname.MIG(p)
 		l.addMIGResource(strings.TrimPrefix(resource, Prefix), p, byProfile[p], ts, resource)
 	}
 }
 
-func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts config.TimeSlicing, resource string) {
+func (l Labels) addMIGResource(prefix, profile string, devs []migDevice, ts sharing.TimeSlicing, resource string) {
 	first := devs[0]
 	replicas, strategy, renamed := 1, SharingNone, false
 	if r, name := ts.Replicas(resource, first.UUID, first.model); r > 1 {

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 const h100Bytes = 85520809984 // 81559 MiB
@@ -34,7 +35,7 @@ func compute3D(gpus []nvml.GPU) map[string]uint32 {
 func facts(gpus []nvml.GPU) Facts {
 	return Facts{
 		Inventory:   &nvml.Inventory{GPUs: gpus, DriverVersion: "550.54.15", CUDADriverVersion: 12040},
-		MIGStrategy: config.MIGStrategyNone,
+		MIGStrategy: gpu.MIGNone,
 		Machine:     "DGX H100",
 		PCIClass:    compute3D(gpus),
 	}
@@ -141,18 +142,18 @@ func TestMixedModels(t *testing.T) {
 func TestTimeSlicing(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
-		ts       config.TimeSlicing
+		ts       sharing.TimeSlicing
 		product  string
 		replicas string
 		strategy string
 	}{
-		{"shared, not renamed", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}},
+		{"shared, not renamed", sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4}}}},
 			"NVIDIA-H100-80GB-HBM3-SHARED", "4", "time-slicing"},
-		{"renamed", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.small"}}},
+		{"renamed", sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "nvidia.com/gpu.small"}}}},
 			"NVIDIA-H100-80GB-HBM3", "4", "time-slicing"},
-		{"renamed by default", config.TimeSlicing{RenameByDefault: true, Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 2}}},
+		{"renamed by default", sharing.TimeSlicing{Rules: sharing.Rules{RenameByDefault: true, Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 2}}}},
 			"NVIDIA-H100-80GB-HBM3", "2", "time-slicing"},
-		{"another model shared", config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}},
+		{"another model shared", sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}}},
 			"NVIDIA-H100-80GB-HBM3", "1", "none"},
 	} {
 		f := facts(h100s(2))
@@ -167,19 +168,19 @@ func TestTimeSlicing(t *testing.T) {
 func TestMPS(t *testing.T) {
 	for _, tt := range []struct {
 		name                        string
-		mps                         config.MPS
-		ts                          config.TimeSlicing
+		mps                         sharing.MPS
+		ts                          sharing.TimeSlicing
 		product, replicas, strategy string
 		capable                     string
 	}{
-		{name: "shared, not renamed", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 8}}},
+		{name: "shared, not renamed", mps: sharing.MPS{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 8}}}},
 			product: "NVIDIA-H100-80GB-HBM3-SHARED", replicas: "8", strategy: "mps", capable: "true"},
-		{name: "renamed by default", mps: config.MPS{RenameByDefault: true, Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}},
+		{name: "renamed by default", mps: sharing.MPS{Rules: sharing.Rules{RenameByDefault: true, Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4}}}},
 			product: "NVIDIA-H100-80GB-HBM3", replicas: "4", strategy: "mps", capable: "true"},
-		{name: "another model", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}},
+		{name: "another model", mps: sharing.MPS{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4, Devices: []string{"NVIDIA A10"}}}}},
 			product: "NVIDIA-H100-80GB-HBM3", replicas: "1", strategy: "none", capable: "false"},
-		{name: "one GPU each way", mps: config.MPS{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "example.com/mps", Devices: []string{"GPU-1"}}}},
-			ts:      config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 2, Devices: []string{"GPU-0"}}}},
+		{name: "one GPU each way", mps: sharing.MPS{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: "example.com/mps", Devices: []string{"GPU-1"}}}}},
+			ts:      sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 2, Devices: []string{"GPU-0"}}}}},
 			product: "NVIDIA-H100-80GB-HBM3-SHARED", replicas: "2", strategy: "time-slicing", capable: "true"},
 	} {
 		gpus := h100s(2)
@@ -213,7 +214,7 @@ func TestMIGMixed(t *testing.T) {
 	gpus[0] = migGPU(gpus[0], "1g.10gb", "1g.10gb", "3g.40gb", "1g.10gb+me")
 	gpus[1] = migGPU(gpus[1], "1g.10gb")
 	f := facts(gpus)
-	f.MIGStrategy = config.MIGStrategyMixed
+	f.MIGStrategy = gpu.MIGMixed
 	l := Compute(f)
 	want := map[string]string{
 		"nvidia.com/mig.strategy":                 "mixed",
@@ -252,16 +253,16 @@ func TestMIGMixed(t *testing.T) {
 // GFD labels a model whose GPUs are all in MIG mode unshared (replicas 0),
 // time-slicing or not, and one with a whole GPU as that GPU is shared.
 func TestMIGModeReplicas(t *testing.T) {
-	ts := config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}}
+	ts := sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4}}}}
 	for _, tt := range []struct {
 		name               string
 		migOn              []bool
-		ts                 config.TimeSlicing
+		ts                 sharing.TimeSlicing
 		replicas, strategy string
 	}{
-		{"all in MIG mode", []bool{true, true}, config.TimeSlicing{}, "0", "none"},
+		{"all in MIG mode", []bool{true, true}, sharing.TimeSlicing{}, "0", "none"},
 		{"all in MIG mode, time-slicing", []bool{true, true}, ts, "0", "none"},
-		{"first in MIG mode", []bool{true, false}, config.TimeSlicing{}, "1", "none"},
+		{"first in MIG mode", []bool{true, false}, sharing.TimeSlicing{}, "1", "none"},
 		{"first in MIG mode, time-slicing", []bool{true, false}, ts, "4", "time-slicing"},
 	} {
 		gpus := h100s(len(tt.migOn))
@@ -271,7 +272,7 @@ func TestMIGModeReplicas(t *testing.T) {
 			}
 		}
 		f := facts(gpus)
-		f.MIGStrategy = config.MIGStrategyMixed
+		f.MIGStrategy = gpu.MIGMixed
 		f.TimeSlicing = tt.ts
 		l := Compute(f)
 		if l["nvidia.com/gpu.replicas"] != tt.replicas || l["nvidia.com/gpu.sharing-strategy"] != tt.strategy {
@@ -289,7 +290,7 @@ func TestMIGSingle(t *testing.T) {
 			}
 		}
 		f := facts(gpus)
-		f.MIGStrategy = config.MIGStrategySingle
+		f.MIGStrategy = gpu.MIGSingle
 		return f
 	}
 	l := Compute(all([]string{"1g.10gb", "1g.10gb"}, []string{"1g.10gb"}))
@@ -363,15 +364,15 @@ func TestFamily(t *testing.T) {
 func TestKeyPattern(t *testing.T) {
 	plain := facts(h100s(2))
 	shared := facts(h100s(2))
-	shared.TimeSlicing = config.TimeSlicing{Resources: []config.SharedResource{{Name: "nvidia.com/gpu", Replicas: 4}}}
+	shared.TimeSlicing = sharing.TimeSlicing{Rules: sharing.Rules{Resources: []sharing.Resource{{Name: "nvidia.com/gpu", Replicas: 4}}}}
 	mixedGPUs := h100s(2)
 	mixedGPUs[0] = migGPU(mixedGPUs[0], "1g.10gb", "1g.10gb+me", "1c.3g.40gb")
 	mixed := facts(mixedGPUs)
-	mixed.MIGStrategy = config.MIGStrategyMixed
+	mixed.MIGStrategy = gpu.MIGMixed
 	single := facts([]nvml.GPU{migGPU(h100s(1)[0], "1g.10gb")})
-	single.MIGStrategy = config.MIGStrategySingle
+	single.MIGStrategy = gpu.MIGSingle
 	invalid := facts([]nvml.GPU{migGPU(h100s(2)[0], "1g.10gb"), h100s(2)[1]})
-	invalid.MIGStrategy = config.MIGStrategySingle
+	invalid.MIGStrategy = gpu.MIGSingle
 	seen := map[string]bool{}
 	for name, f := range map[string]Facts{"plain": plain, "shared": shared, "mixed": mixed, "single": single, "single, invalid": invalid} {
 		for _, k := range Compute(f).Keys() {
@@ -415,12 +416,12 @@ func TestMaxKeys(t *testing.T) {
 		gpus     func() []nvml.GPU
 		want     int
 	}{
-		{"no MIG", config.MIGStrategyNone, func() []nvml.GPU { return h100s(2) }, nodeWideKeys - 1},
-		{"single, one profile", config.MIGStrategySingle, func() []nvml.GPU {
+		{"no MIG", gpu.MIGNone, func() []nvml.GPU { return h100s(2) }, nodeWideKeys - 1},
+		{"single, one profile", gpu.MIGSingle, func() []nvml.GPU {
 			g := h100s(2)
 			return []nvml.GPU{migGPU(g[0], "1g.10gb"), migGPU(g[1], "1g.10gb")}
 		}, nodeWideKeys + 8},
-		{"mixed, two models with every profile", config.MIGStrategyMixed, func() []nvml.GPU {
+		{"mixed, two models with every profile", gpu.MIGMixed, func() []nvml.GPU {
 			g := h100s(3)
 			g[1].Name = "NVIDIA H200"
 			return []nvml.GPU{migGPU(g[0], profiles(10)...), migGPU(g[1], profiles(100)...), g[2]}

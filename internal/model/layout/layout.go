@@ -1,4 +1,4 @@
-// Package layout turns a node's GPU inventory and the configuration into
+// Package layout turns a node's GPU inventory and its options into
 // what is served, once, for every caller: serve builds its device-plugin
 // servers from it, list and allocate show it, reporting and metrics name
 // each unit by it, and DRA takes its units.
@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // Resource is one extended resource of the device-plugin API: nvidia.com/gpu,
@@ -37,26 +37,43 @@ type Node struct {
 	byUUID    map[string]int
 }
 
-// GPUs lays the GPUs out as the MIG strategy and time-slicing say, with the
-// answers' options from cfg. specs, when not nil, is asked before a CDI
+// Options are the settings the layout depends on; the daemon builds them
+// once from the configuration (daemon.LayoutOptions).
+type Options struct {
+	// MIGStrategy is one of gpu's MIG* strategies.
+	MIGStrategy string
+	// IDStrategy, Strategies and DevRoot shape the Allocate answers, as
+	// gpu.Options says.
+	IDStrategy string
+	Strategies []string
+	DevRoot    string
+	// MPSRoot holds the MPS control daemons' directories.
+	MPSRoot string
+	// TimeSlicing and MPS are the two ways of sharing (replicas).
+	TimeSlicing sharing.TimeSlicing
+	MPS         sharing.MPS
+}
+
+// GPUs lays the GPUs out as the MIG strategy and sharing say, with the
+// answers' options from o. specs, when not nil, is asked before a CDI
 // name is handed out.
-func GPUs(cfg config.Config, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.Logger) (*Node, error) {
-	ts, mps := cfg.Sharing.TimeSlicing, cfg.Sharing.MPS
-	var sharing gpu.Sharings
+func GPUs(o Options, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.Logger) (*Node, error) {
+	ts, mps := o.TimeSlicing, o.MPS
+	var sharings gpu.Sharings
 	if ts.Enabled() {
-		sharing.TimeSlicing = ts
+		sharings.TimeSlicing = ts
 	}
 	if mps.Enabled() {
-		sharing.MPS = mps
+		sharings.MPS = mps
 	}
-	resources, err := gpu.Layout(inv.GPUs, cfg.MIGStrategy, sharing, log)
+	resources, err := gpu.Layout(inv.GPUs, o.MIGStrategy, sharings, log)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{byUUID: map[string]int{}}
 	for _, r := range resources {
 		opts := gpu.Options{
-			IDStrategy: cfg.DeviceIDStrategy, Strategies: cfg.DeviceListStrategy, DevRoot: cfg.DevRoot,
+			IDStrategy: o.IDStrategy, Strategies: o.Strategies, DevRoot: o.DevRoot,
 			Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
 			Specs: specs,
 		}
@@ -66,7 +83,7 @@ func GPUs(cfg config.Config, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.
 			// go to the GPU with the most free, and maxSharesPerContainer
 			// bounds a container's.
 			opts.FailRequestsGreaterThanOne, opts.MaxMPSShares = false, mps.SharesPerContainer()
-			opts.MPSRoot, opts.Placement = cfg.MPSRoot, ""
+			opts.MPSRoot, opts.Placement = o.MPSRoot, ""
 		}
 		res, err := gpu.NewUnits(r.Units, inv.Topology, opts)
 		if err != nil {
@@ -108,24 +125,4 @@ func DRAUnits(gpus []nvml.GPU) []gpu.Unit {
 		}
 	}
 	return out
-}
-
-// Select takes the GPUs that excludeGPUs and includeGPUs leave out of inv
-// (they get no resource, CDI device, label or health check) and returns
-// them, for list to show, with the entries that name no GPU, each warned
-// about: includeGPUs: [H100] would otherwise serve nothing in silence.
-func Select(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvml.GPU, []config.UnmatchedGPU) {
-	names := make([]config.GPUName, len(inv.GPUs))
-	for i, g := range inv.GPUs {
-		names[i] = config.GPUName{Index: g.Index, UUID: g.UUID, PCIBusID: g.PCIBusID, Model: g.Name}
-	}
-	unmatched := cfg.UnmatchedGPUs(names)
-	for _, u := range unmatched {
-		log.Warn(u.String(), "setting", u.Key, "entry", u.Entry)
-	}
-	left := inv.Select(func(g nvml.GPU) bool { return cfg.GPUSelected(g.Index, g.UUID, g.PCIBusID, g.Name) })
-	for _, g := range left {
-		log.Info("GPU excluded (excludeGPUs, includeGPUs)", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID)
-	}
-	return left, unmatched
 }

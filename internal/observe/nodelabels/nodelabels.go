@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
@@ -22,19 +23,29 @@ import (
 // running one rewrites its file about twice in that time.
 const Expiry = time.Hour
 
+// Facts are the settings the labels depend on.
+type Facts struct {
+	MIGStrategy string
+	TimeSlicing sharing.TimeSlicing
+	MPS         sharing.MPS
+	// SysfsRoot is where the machine's DMI name and the GPUs' PCI class
+	// are read.
+	SysfsRoot string
+}
+
 // Of computes the node's labels from the discovered GPUs, the settings
 // and what sysfs says of the machine (its DMI name, the GPUs' PCI class).
-func Of(cfg config.Config, inv *nvml.Inventory) labels.Labels {
+func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 	f := labels.Facts{
 		Inventory:   inv,
-		MIGStrategy: cfg.MIGStrategy,
-		TimeSlicing: cfg.Sharing.TimeSlicing,
-		MPS:         cfg.Sharing.MPS,
+		MIGStrategy: o.MIGStrategy,
+		TimeSlicing: o.TimeSlicing,
+		MPS:         o.MPS,
 		PCIClass:    map[string]uint32{},
 	}
-	f.Machine, _ = sysfs.ReadMachineType(cfg.SysfsRoot) // unknown is a value
+	f.Machine, _ = sysfs.ReadMachineType(o.SysfsRoot) // unknown is a value
 	for _, g := range inv.GPUs {
-		if c, err := sysfs.ReadPCIClass(cfg.SysfsRoot, g.PCIBusID); err == nil {
+		if c, err := sysfs.ReadPCIClass(o.SysfsRoot, g.PCIBusID); err == nil {
 			f.PCIClass[g.PCIBusID] = c
 		}
 	}

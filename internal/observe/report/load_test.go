@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // floors is the backoff policy with its jitter at the bottom: each wait is
@@ -28,8 +29,8 @@ func TestThrottleHoldsEveryWrite(t *testing.T) {
 	r.pump(ctx)
 	api.take() // the start-up condition
 	api.failNext("create", &kubeapi.StatusError{Code: 429, RetryAfter: 10 * time.Second})
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
-	r.Transition(GPUResource, "GPU-2", "GPU-2 (index 4)", false, "xid=48")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-2", "GPU-2 (index 4)", false, "xid=48")
 	next := r.pump(ctx)
 	if c := api.take(); len(c) != 1 || c[0].op != "create" {
 		t.Fatalf("after a 429, calls %+v; want the one create", c)
@@ -39,8 +40,8 @@ func TestThrottleHoldsEveryWrite(t *testing.T) {
 	}
 	for range 9 {
 		clk.advance(time.Second)
-		r.Transition(GPUResource, "GPU-3", "", false, "xid=79")
-		r.Transition(GPUResource, "GPU-3", "", true, "")
+		r.Transition(resname.GPU, "GPU-3", "", false, "xid=79")
+		r.Transition(resname.GPU, "GPU-3", "", true, "")
 		r.pump(ctx)
 		if c := api.take(); len(c) != 0 {
 			t.Fatalf("at %v, while the server said wait: %+v", clk.now().Sub(t0), c)
@@ -69,7 +70,7 @@ func TestThrottledConditionHoldsEvents(t *testing.T) {
 		t.Fatalf("next %v", next)
 	}
 	api.take()
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	clk.advance(4 * time.Second)
 	r.pump(ctx)
 	if c := api.take(); len(c) != 0 {
@@ -94,7 +95,7 @@ func TestPersistentEventErrorBacksOff(t *testing.T) {
 	// A GPU flapping every 5 s for an hour: 720 transitions.
 	for i := range 720 {
 		api.failNext("create", refused)
-		r.Transition(GPUResource, "GPU-1", label1, i%2 == 1, "xid=79")
+		r.Transition(resname.GPU, "GPU-1", label1, i%2 == 1, "xid=79")
 		r.pump(ctx)
 		clk.advance(5 * time.Second)
 	}
@@ -114,14 +115,14 @@ func TestPersistentEventErrorBacksOff(t *testing.T) {
 	api.errs["create"] = []error{nil, nil, nil, errors.New("connection reset")}
 	api.mu.Unlock()
 	clk.advance(5 * time.Minute)
-	r.Transition(GPUResource, "GPU-2", "", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-2", "", false, "xid=79")
 	r.pump(ctx)
 	if c := ops(api.take(), "create"); len(c) != 3 {
 		t.Fatalf("after the pause, creates %d; want GPU-1's last two and GPU-2's", len(c))
 	}
-	r.Transition(GPUResource, "GPU-3", "", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-3", "", false, "xid=79")
 	r.pump(ctx)
-	r.Transition(GPUResource, "GPU-4", "", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-4", "", false, "xid=79")
 	r.pump(ctx)
 	if c := ops(api.take(), "create"); len(c) != 1 {
 		t.Fatalf("creates %d; want GPU-3's, failed, and none while paused", len(c))
@@ -141,7 +142,7 @@ func TestNoWritesAtRest(t *testing.T) {
 	r, clk := newReporter(t, api, Options{Events: true, NodeCondition: true, NICs: true})
 	ctx := context.Background()
 	for i := range 8 {
-		r.Transition(GPUResource, fmt.Sprintf("GPU-%d", i), "", i != 3, "xid=79")
+		r.Transition(resname.GPU, fmt.Sprintf("GPU-%d", i), "", i != 3, "xid=79")
 	}
 	r.Transition("example.com/rdma", "0000:3b:00.0", "", true, "")
 	r.Synced(GPU)
@@ -154,7 +155,7 @@ func TestNoWritesAtRest(t *testing.T) {
 	for range 24 * 60 {
 		clk.advance(time.Minute)
 		for i := range 8 {
-			r.Transition(GPUResource, fmt.Sprintf("GPU-%d", i), "", i != 3, "xid=79")
+			r.Transition(resname.GPU, fmt.Sprintf("GPU-%d", i), "", i != 3, "xid=79")
 		}
 		r.Transition("example.com/rdma", "0000:3b:00.0", "", true, "")
 		if next := r.pump(ctx); !next.IsZero() && next.Sub(clk.now()) < time.Minute {
@@ -166,8 +167,8 @@ func TestNoWritesAtRest(t *testing.T) {
 	}
 	// GPU-0 fails and recovers between two sends: its two Events go out,
 	// the condition it ends up in is the one the Node has.
-	r.Transition(GPUResource, "GPU-0", "", false, "xid=79")
-	r.Transition(GPUResource, "GPU-0", "", true, "")
+	r.Transition(resname.GPU, "GPU-0", "", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-0", "", true, "")
 	r.pump(ctx)
 	c = api.take()
 	if len(ops(c, "patchCondition")) != 0 || len(ops(c, "create")) != 2 {
@@ -187,7 +188,7 @@ func TestConditionAtMostOnceASecond(t *testing.T) {
 	clk.advance(time.Minute)
 	var patches []call
 	for i := range 50 { // every 100 ms for 5 s
-		r.Transition(GPUResource, "GPU-1", label1, i%2 == 1, "xid=79")
+		r.Transition(resname.GPU, "GPU-1", label1, i%2 == 1, "xid=79")
 		next := r.pump(ctx)
 		if !next.IsZero() && next.Sub(clk.now()) > time.Second {
 			t.Fatalf("change %d waits %v", i, next.Sub(clk.now()))

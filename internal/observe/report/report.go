@@ -9,13 +9,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
-
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
-
-// GPUResource is the resource whose devices are GPUs; every other
-// resource is a NIC pool.
-const GPUResource = device.GPUResource
 
 // DefaultComponent is the Events' source and reporting component.
 const DefaultComponent = "gpu-device-plugin"
@@ -33,7 +28,7 @@ const (
 
 // ClassOf is the class of a resource's devices.
 func ClassOf(resource string) Class {
-	if resource == GPUResource {
+	if resource == resname.GPU {
 		return GPU
 	}
 	return NIC

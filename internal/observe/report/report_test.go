@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // call is one API call the fake saw.
@@ -134,7 +135,7 @@ func newReporter(t *testing.T, api *fakeAPI, o Options) (*Reporter, *clock) {
 
 func holders(pods ...Pod) Holders {
 	return HoldersFunc(func(_ context.Context, resource, id string) ([]Pod, error) {
-		if resource == GPUResource && id == "GPU-1" {
+		if resource == resname.GPU && id == "GPU-1" {
 			return pods, nil
 		}
 		return nil, nil
@@ -150,15 +151,15 @@ func TestEventsOnNodeAndHoldingPods(t *testing.T) {
 	r, clk := newReporter(t, api, Options{Events: true, Holders: holders(Pod{"ml", "trainer-0", "uid-t0"}, Pod{"ml", "trainer-0", "uid-t0"}, Pod{"ml", "trainer-1", "uid-t1"})})
 	ctx := context.Background()
 
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
-	r.Transition(GPUResource, "GPU-2", "GPU-2 (index 4)", true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-2", "GPU-2 (index 4)", true, "")
 	r.pump(ctx)
 	if c := api.take(); len(c) != 0 {
 		t.Fatalf("devices first seen healthy made calls: %+v", c)
 	}
 
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79") // no change
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79") // no change
 	r.pump(ctx)
 	creates := ops(api.take(), "create")
 	if len(creates) != 3 {
@@ -189,14 +190,14 @@ func TestEventsOnNodeAndHoldingPods(t *testing.T) {
 
 	// A new reason while still unhealthy is no transition.
 	clk.advance(time.Second)
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79, thermal=91C>=slowdown 90C")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79, thermal=91C>=slowdown 90C")
 	r.pump(ctx)
 	if c := ops(api.take(), "create"); len(c) != 0 {
 		t.Fatalf("a reason change made Events: %+v", c)
 	}
 
 	clk.advance(time.Second)
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	r.pump(ctx)
 	creates = ops(api.take(), "create")
 	if len(creates) != 3 {
@@ -234,8 +235,8 @@ func TestAggregation(t *testing.T) {
 	r, clk := newReporter(t, api, Options{Events: true})
 	ctx := context.Background()
 	flap := func() {
-		r.Transition(GPUResource, "GPU-1", label1, false, "xid=62")
-		r.Transition(GPUResource, "GPU-1", label1, true, "")
+		r.Transition(resname.GPU, "GPU-1", label1, false, "xid=62")
+		r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	}
 	flap()
 	r.pump(ctx)
@@ -286,12 +287,12 @@ func TestCountUpdateOfExpiredEventCreates(t *testing.T) {
 	api := newFakeAPI()
 	r, clk := newReporter(t, api, Options{Events: true})
 	ctx := context.Background()
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=62")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=62")
 	r.pump(ctx)
 	api.take()
 	clk.advance(time.Minute)
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=62")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=62")
 	api.failNext("patchEvent", &kubeapi.StatusError{Code: 404, Reason: "NotFound"})
 	r.pump(ctx)
 	c := api.take()
@@ -324,7 +325,7 @@ func TestTokenBucket(t *testing.T) {
 			r, clk := newReporter(t, api, Options{Events: true})
 			ctx := context.Background()
 			for i := range 25 {
-				r.Transition(GPUResource, fmt.Sprintf("GPU-%d", i), "", false, "xid=79")
+				r.Transition(resname.GPU, fmt.Sprintf("GPU-%d", i), "", false, "xid=79")
 			}
 			next := r.pump(ctx)
 			if n := len(ops(api.take(), "create")); n != eventBurst {
@@ -360,10 +361,10 @@ func TestTransitionNeverBlocks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	r.Transition(GPUResource, "GPU-0", "", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-0", "", false, "xid=79")
 	<-api.entered // Run is stuck in the API
 	for i := range queueSize + 10 {
-		r.Transition(GPUResource, fmt.Sprintf("GPU-%d", i+1), "", false, "xid=79")
+		r.Transition(resname.GPU, fmt.Sprintf("GPU-%d", i+1), "", false, "xid=79")
 	}
 	if d := r.Dropped(); d != 10 {
 		t.Fatalf("dropped %d, want 10", d)
@@ -389,7 +390,7 @@ func TestRunSendsAsTransitionsHappen(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
-	r.Transition(GPUResource, "GPU-1", label1, false, "ecc=double-bit")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "ecc=double-bit")
 	select {
 	case e := <-api.created:
 		if e.Message != "GPU-1 (index 3): ecc=double-bit" {
@@ -415,13 +416,13 @@ func TestHolderProblems(t *testing.T) {
 	var logs strings.Builder
 	r, _ := newReporter(t, api, Options{Events: true, Holders: h, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	r.pump(ctx)
 	if c := ops(api.take(), "create"); len(c) != 1 || c[0].event.InvolvedObject.Kind != "Node" {
 		t.Fatalf("without holders: %+v", c)
 	}
 	failing = false
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	r.pump(ctx)
 	var got []string
 	for _, c := range api.take() {
@@ -443,7 +444,7 @@ func TestNodeUIDFallsBackToName(t *testing.T) {
 	api := newFakeAPI()
 	api.failNext("getNode", &kubeapi.StatusError{Code: 403})
 	r, _ := newReporter(t, api, Options{Events: true})
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	r.pump(context.Background())
 	if c := ops(api.take(), "create"); len(c) != 1 || c[0].event.InvolvedObject.UID != "n1" {
 		t.Fatalf("Events %+v", c)
@@ -465,8 +466,8 @@ func TestConditionFlipsAndRecovers(t *testing.T) {
 	api.node.Status.Conditions = []kubeapi.NodeCondition{{Type: ConditionGPUHealthy, Status: "False", LastTransitionTime: kubeapi.NewTime(t0.Add(-time.Hour))}}
 	r, clk := newReporter(t, api, Options{NodeCondition: true})
 	ctx := context.Background()
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
-	r.Transition(GPUResource, "GPU-2", "GPU-2 (index 4)", true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-2", "GPU-2 (index 4)", true, "")
 	r.pump(ctx)
 	if c := api.take(); len(c) != 0 {
 		t.Fatalf("calls before the GPUs synced: %+v", c)
@@ -484,8 +485,8 @@ func TestConditionFlipsAndRecovers(t *testing.T) {
 	}
 
 	clk.advance(time.Minute)
-	r.Transition(GPUResource, "GPU-2", "GPU-2 (index 4)", false, "xid=79")
-	r.Transition(GPUResource, "GPU-1", label1, false, "thermal=91C>=slowdown 90C")
+	r.Transition(resname.GPU, "GPU-2", "GPU-2 (index 4)", false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "thermal=91C>=slowdown 90C")
 	r.pump(ctx)
 	c = lastCondition(t, api)
 	flipped := t0.Add(time.Minute)
@@ -497,7 +498,7 @@ func TestConditionFlipsAndRecovers(t *testing.T) {
 	}
 
 	clk.advance(time.Minute)
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	r.pump(ctx)
 	c = lastCondition(t, api)
 	if c.Status != "False" || c.Message != "GPU-2 (index 4): xid=79: fallen off the bus" || !c.LastTransitionTime.Equal(flipped) || !c.LastHeartbeatTime.Equal(t0.Add(2*time.Minute)) {
@@ -505,7 +506,7 @@ func TestConditionFlipsAndRecovers(t *testing.T) {
 	}
 
 	clk.advance(time.Minute)
-	r.Transition(GPUResource, "GPU-2", "GPU-2 (index 4)", true, "")
+	r.Transition(resname.GPU, "GPU-2", "GPU-2 (index 4)", true, "")
 	r.pump(ctx)
 	c = lastCondition(t, api)
 	if c.Status != "True" || c.Reason != "AllGPUsHealthy" || !c.LastTransitionTime.Equal(t0.Add(3*time.Minute)) {
@@ -522,7 +523,7 @@ func TestConditionKeepsTransitionTimeAcrossRestart(t *testing.T) {
 	since := t0.Add(-time.Hour)
 	api.node.Status.Conditions = []kubeapi.NodeCondition{{Type: ConditionGPUHealthy, Status: "False", LastTransitionTime: kubeapi.NewTime(since)}}
 	r, _ := newReporter(t, api, Options{NodeCondition: true})
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	r.Synced(GPU)
 	r.pump(context.Background())
 	c := ops(api.take(), "patchCondition")
@@ -571,7 +572,7 @@ func TestConditionRetriesWithBackoff(t *testing.T) {
 	}
 	// The backoff starts over after a success.
 	clk.advance(time.Second)
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	api.failNext("patchCondition", errors.New("refused"))
 	if next := r.pump(ctx); !next.Equal(clk.now().Add(2 * time.Second)) {
 		t.Fatalf("retry at %v", next)
@@ -615,7 +616,7 @@ func TestConditionMessageIsBounded(t *testing.T) {
 	r, _ := newReporter(t, api, Options{NodeCondition: true})
 	for i := range 64 {
 		id := fmt.Sprintf("GPU-%02d-%s", i, strings.Repeat("f", 30))
-		r.Transition(GPUResource, id, fmt.Sprintf("%s (index %d)", id, i), false, "xid=79")
+		r.Transition(resname.GPU, id, fmt.Sprintf("%s (index %d)", id, i), false, "xid=79")
 	}
 	r.Synced(GPU)
 	r.pump(context.Background())
@@ -650,7 +651,7 @@ func TestEventsOffSendsNoEvents(t *testing.T) {
 	api := newFakeAPI()
 	r, _ := newReporter(t, api, Options{NodeCondition: true})
 	r.Synced(GPU)
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	r.pump(context.Background())
 	if c := api.take(); len(ops(c, "create")) != 0 || len(ops(c, "patchCondition")) != 1 {
 		t.Fatalf("calls %+v", c)
@@ -666,7 +667,7 @@ func TestConditionNotice(t *testing.T) {
 	api := newFakeAPI()
 	r, clk := newReporter(t, api, Options{NodeCondition: true})
 	ctx := context.Background()
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	r.Synced(GPU)
 	r.SetNotice(GPU, "CDIHookMissing", "CDI hook missing at /x")
 	r.pump(ctx)
@@ -675,13 +676,13 @@ func TestConditionNotice(t *testing.T) {
 		t.Fatalf("with the notice: %+v", c)
 	}
 	clk.advance(time.Second)
-	r.Transition(GPUResource, "GPU-1", label1, false, "xid=79")
+	r.Transition(resname.GPU, "GPU-1", label1, false, "xid=79")
 	r.pump(ctx)
 	if c = lastCondition(t, api); c.Status != "False" || c.Reason != "GPUUnhealthy" || !strings.HasSuffix(c.Message, "; CDI hook missing at /x") {
 		t.Fatalf("unhealthy with the notice: %+v", c)
 	}
 	clk.advance(time.Second)
-	r.Transition(GPUResource, "GPU-1", label1, true, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
 	r.SetNotice(GPU, "", "")
 	r.pump(ctx)
 	if c = lastCondition(t, api); c.Reason != "AllGPUsHealthy" || c.Message != "all 1 GPUs are healthy" {
@@ -717,7 +718,7 @@ func TestConditionRemark(t *testing.T) {
 			if !tt.healthy {
 				reason = "xid=79"
 			}
-			r.Transition(GPUResource, "GPU-1", label1, tt.healthy, reason)
+			r.Transition(resname.GPU, "GPU-1", label1, tt.healthy, reason)
 			r.Synced(GPU)
 			if tt.notice != "" {
 				r.SetNotice(GPU, "CDIHookMissing", tt.notice)

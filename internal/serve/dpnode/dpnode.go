@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
@@ -24,7 +23,7 @@ import (
 // it. The GPU methods run on one goroutine and the NIC methods on another;
 // they share nothing mutable.
 type FrontEnd struct {
-	cfg   config.Config
+	o     Options
 	specs *ondisk.Store
 	info  *devinfo.Locked
 	log   *slog.Logger
@@ -35,11 +34,19 @@ type FrontEnd struct {
 	ready  func(name, why string)
 }
 
+// Options are the settings the device-plugin front-end takes.
+type Options struct {
+	// Layout lays the GPUs out into resources.
+	Layout layout.Options
+	// DevicePluginDir is the kubelet's device-plugin directory (sockets).
+	DevicePluginDir string
+}
+
 // New is the device-plugin front-end. specs are the plugin's CDI specs on
 // disk (nil without CDI), asked before a NIC pool's CDI name is handed
 // out; info is where a NIC's Allocate writes its device information.
-func New(cfg config.Config, specs *ondisk.Store, info *devinfo.Locked, log *slog.Logger) *FrontEnd {
-	return &FrontEnd{cfg: cfg, specs: specs, info: info, log: log, nics: map[*nic.Pool]*deviceplugin.Server{}, ready: func(string, string) {}}
+func New(o Options, specs *ondisk.Store, info *devinfo.Locked, log *slog.Logger) *FrontEnd {
+	return &FrontEnd{o: o, specs: specs, info: info, log: log, nics: map[*nic.Pool]*deviceplugin.Server{}, ready: func(string, string) {}}
 }
 
 // UseReadiness has each resource say whether the kubelet holds its
@@ -55,7 +62,7 @@ func (f *FrontEnd) readiness(resource string) func(string) {
 // time-slicing lay out (nvidia.com/gpu, nvidia.com/mig-<profile>, renamed
 // shared resources). specs is nil without CDI.
 func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Notifier, error) {
-	node, err := layout.GPUs(f.cfg, inv, specs, f.log)
+	node, err := layout.GPUs(f.o.Layout, inv, specs, f.log)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +71,7 @@ func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Not
 	for _, r := range node.Resources {
 		srv, err := deviceplugin.New(deviceplugin.Options{
 			ResourceName: r.Name,
-			SocketDir:    f.cfg.DevicePluginDir,
+			SocketDir:    f.o.DevicePluginDir,
 			Backend:      r.Res,
 			Log:          f.log,
 			Ready:        f.readiness(r.Name),
@@ -118,7 +125,7 @@ func (f *FrontEnd) NoGPUs(context.Context) {}
 // TakeNICPools builds a server for each pool, on its own socket.
 func (f *FrontEnd) TakeNICPools(pools []*nic.Pool) error {
 	for _, p := range pools {
-		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: f.cfg.DevicePluginDir, Backend: nicBackend{pool: p, specs: f.specs, info: f.info}, Log: f.log, Ready: f.readiness(p.Resource())})
+		srv, err := deviceplugin.New(deviceplugin.Options{ResourceName: p.Resource(), SocketDir: f.o.DevicePluginDir, Backend: nicBackend{pool: p, specs: f.specs, info: f.info}, Log: f.log, Ready: f.readiness(p.Resource())})
 		if err != nil {
 			return err
 		}

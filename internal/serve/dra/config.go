@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -26,13 +27,6 @@ const (
 	StrategyMPS         = "MPS"
 	StrategyTimeSlicing = "TimeSlicing"
 )
-
-// TimeSliceIntervals are the time-slice intervals a GPUConfig may ask
-// for, and nvidia-smi compute-policy's levels for them.
-var timeSliceIntervals = map[string]int{"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
-
-// timeSliceNames lists the intervals, shortest last as the docs do.
-const timeSliceNames = "Default, Short, Medium or Long"
 
 // GPUConfig is this driver's opaque configuration of a request's GPUs.
 //
@@ -156,8 +150,8 @@ func decodeGPUConfig(raw []byte) (*GPUConfig, error) {
 			return nil, errors.New("sharing.mps is set with strategy TimeSlicing; remove it, or set strategy MPS")
 		}
 		if t := s.TimeSlicing; t != nil && t.Interval != "" {
-			if _, ok := timeSliceIntervals[t.Interval]; !ok {
-				return nil, fmt.Errorf("sharing.timeSlicing.interval: %q is not an interval; use %s (as written)", t.Interval, timeSliceNames)
+			if _, ok := sharing.IntervalLevel(t.Interval); !ok {
+				return nil, fmt.Errorf("sharing.timeSlicing.interval: %q is not an interval; use %s (as written)", t.Interval, sharing.IntervalNames)
 			}
 		}
 	case "":
@@ -180,7 +174,14 @@ func (g *GPUConfig) timeSlice() (string, int) {
 		return "", 0
 	}
 	i := g.Sharing.TimeSlicing.Interval
-	return i, timeSliceIntervals[i]
+	level, _ := sharing.IntervalLevel(i)
+	return i, level
+}
+
+// level is nvidia-smi's level for a time-slice interval Decode accepted.
+func level(interval string) int {
+	l, _ := sharing.IntervalLevel(interval)
+	return l
 }
 
 // TimeSlicer sets the compute time-slice of the GPU with uuid to an
@@ -199,10 +200,10 @@ func (d *Driver) setTimeSlicesLocked(ctx context.Context, p preparedClaim) error
 		if d.timeSlice == nil {
 			return fmt.Errorf("device %s: its time-slice interval cannot be set yet (the GPUs are not discovered yet); the kubelet retries", dv.Device)
 		}
-		said, err := d.timeSlice(ctx, dv.gpu, timeSliceIntervals[dv.TimeSlice])
+		said, err := d.timeSlice(ctx, dv.gpu, level(dv.TimeSlice))
 		if err != nil {
 			for _, u := range done {
-				_, _ = d.timeSlice(ctx, u.gpu, timeSliceIntervals["Default"])
+				_, _ = d.timeSlice(ctx, u.gpu, level(sharing.IntervalDefault))
 			}
 			return fmt.Errorf("device %s: setting time-slice interval %s: %w", dv.Device, dv.TimeSlice, err)
 		}
@@ -216,14 +217,14 @@ func (d *Driver) setTimeSlicesLocked(ctx context.Context, p preparedClaim) error
 // back to Default, as it goes.
 func (d *Driver) resetTimeSlicesLocked(ctx context.Context, p preparedClaim) {
 	for _, dv := range p.Devices {
-		if dv.TimeSlice == "" || dv.TimeSlice == "Default" || d.timeSlice == nil {
+		if dv.TimeSlice == "" || dv.TimeSlice == sharing.IntervalDefault || d.timeSlice == nil {
 			continue
 		}
 		e, ok := d.byName[dv.Device]
 		if !ok {
 			continue
 		}
-		said, err := d.timeSlice(ctx, e.ID, timeSliceIntervals["Default"])
+		said, err := d.timeSlice(ctx, e.ID, level(sharing.IntervalDefault))
 		if err != nil {
 			d.o.Log.Warn("putting the GPU's time-slice interval back to Default", "device", dv.Device, "err", err)
 			continue

@@ -20,7 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 // Retry bounds of a spec write that failed (read-only, full or missing
@@ -301,10 +301,10 @@ func (g *GPU) refresh(force, checkHook bool) error {
 	}
 	spec, err := cdi.GPUSpec(g.gpus, g.driver, o)
 	if err != nil {
-		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
+		return fmt.Errorf("building the %s CDI spec: %w", resname.GPU, err)
 	}
 	g.controls = present
-	g.store.Publish(gpu.ResourceName, spec)
+	g.store.Publish(resname.GPU, spec)
 	if hookChanged {
 		switch {
 		case g.opts.HookPath == "":
@@ -329,7 +329,7 @@ func (g *GPU) Ensure() error {
 	if err := g.refresh(false, false); err != nil {
 		return err
 	}
-	return g.store.Ready(gpu.ResourceName)
+	return g.store.Ready(resname.GPU)
 }
 
 // Watch rechecks the control nodes every controlNodeCheck until ctx ends.

@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
+)
+
+// The translations from the settings to the option values each part of
+// the model and the front-ends takes: plain field copies, made once here,
+// so that no part below reads the whole configuration.
+
+// HealthPolicy is the health part of the configuration.
+func HealthPolicy(c config.Config) policy.Policy {
+	return policy.Policy{
+		IgnoredXIDs:    c.XIDIgnore,
+		FatalXIDs:      c.XIDFatal,
+		XIDRecovery:    c.XIDRecoveryPeriod.Duration,
+		PollInterval:   c.HealthPollInterval.Duration,
+		ThermalMarginC: c.ThermalMarginC,
+		RecoveryPolls:  c.HealthRecoveryPolls,
+
+		SlowdownSamples:  c.HealthSlowdownSamples,
+		NVMLFailurePolls: c.HealthNVMLFailurePolls,
+		Disabled:         c.HealthChecksDisabled,
+	}
+}
+
+// TimeSlicing is the time-slicing section's replicas.
+func TimeSlicing(c config.Config) sharing.TimeSlicing {
+	t := c.Sharing.TimeSlicing
+	return sharing.TimeSlicing{
+		Rules:                      rules(t.RenameByDefault, t.Resources),
+		Placement:                  t.Placement,
+		FailRequestsGreaterThanOne: t.FailRequestsGreaterThanOne,
+	}
+}
+
+// MPS is the MPS section's replicas and shares. Its
+// failRequestsGreaterThanOne is NVIDIA's, and means the default: one share
+// per container.
+func MPS(c config.Config) sharing.MPS {
+	m := c.Sharing.MPS
+	return sharing.MPS{Rules: rules(m.RenameByDefault, m.Resources), MaxSharesPerContainer: m.MaxSharesPerContainer}
+}
+
+func rules(renameByDefault bool, rs []config.SharedResource) sharing.Rules {
+	out := sharing.Rules{RenameByDefault: renameByDefault}
+	for _, r := range rs {
+		out.Resources = append(out.Resources, sharing.Resource{Name: r.Name, Rename: r.Rename, Replicas: r.Replicas, Devices: r.Devices})
+	}
+	return out
+}
+
+// LayoutOptions are the settings the device-plugin layout takes.
+func LayoutOptions(c config.Config) layout.Options {
+	return layout.Options{
+		MIGStrategy: c.MIGStrategy,
+		IDStrategy:  c.DeviceIDStrategy,
+		Strategies:  c.DeviceListStrategy,
+		DevRoot:     c.DevRoot,
+		MPSRoot:     c.MPSRoot,
+		TimeSlicing: TimeSlicing(c),
+		MPS:         MPS(c),
+	}
+}
+
+// LabelFacts are the settings the node labels take.
+func LabelFacts(c config.Config) nodelabels.Facts {
+	return nodelabels.Facts{MIGStrategy: c.MIGStrategy, TimeSlicing: TimeSlicing(c), MPS: MPS(c), SysfsRoot: c.SysfsRoot}
+}
