@@ -267,8 +267,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
-	_, _ = layout.Select(cfg, inv, log)
-	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	_, _ = selectGPUs(cfg, inv, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
 	}
@@ -299,10 +298,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 
 	// Health reaches the front-end, which tells the kubelet at once.
-	ids := make([]string, len(inv.GPUs))
-	for i, g := range inv.GPUs {
-		ids[i] = g.UUID
-	}
+	ids := gpuUUIDs(inv.GPUs)
 	var rec health.Recorder
 	if mets != nil {
 		rec = recorder(units, mets)
@@ -344,6 +340,25 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 	status.Gate(gateGPUs, "")
 	return fe.ServeGPUs(ctx)
+}
+
+// selectGPUs takes the GPUs excludeGPUs and includeGPUs leave out from
+// inv and returns them, with the entries that name no GPU; it reads each
+// MIG device's capability minors from procfs, leaving out one without
+// them.
+func selectGPUs(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvml.GPU, []config.UnmatchedGPU) {
+	excluded, unmatched := layout.Select(cfg, inv, log)
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	return excluded, unmatched
+}
+
+// gpuUUIDs are the GPUs' UUIDs, the IDs health is watched by.
+func gpuUUIDs(gpus []nvml.GPU) []string {
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = g.UUID
+	}
+	return ids
 }
 
 // serveNICs serves the NIC pools through fe, rescanning them until ctx
