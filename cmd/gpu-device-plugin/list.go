@@ -20,9 +20,10 @@ import (
 
 // The types below are the `list -o json` interface: scripts read it, so
 // every key is lowerCamelCase, always present (empty rather than left
-// out), listed in docs/cli.md and pinned by testdata/list.golden.json. They
-// are mapped from nvml.GPU and sysfs.NIC field by field, so a field added
-// there does not change the output by accident.
+// out), listed in docs/cli.md and pinned by testdata/list.golden.json.
+// newListing maps them from the node's snapshot (its nvml.GPU and sysfs.NIC
+// values) field by field, so a field added there does not change the
+// output by accident.
 
 // listing is the whole output of `list`.
 type listing struct {
