@@ -16,7 +16,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
@@ -91,32 +90,32 @@ func checkSize(c *cli.Context) error {
 }
 
 func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
-	n, err := lookAtNode(c, open, stderr, checkOutput, checkSize)
+	cfg, log, err := setUp(c, stderr, checkOutput, checkSize)
 	if err != nil {
 		return err
 	}
-	defer n.lib.Shutdown()
-	cfg, log, inv := n.cfg, n.log, n.inv
 	output, _ := outputFormat(c)
-	node, err := layout.GPUs(daemon.LayoutOptions(cfg), inv, nil, log)
+	node, err := daemon.Snapshot(c.Context, cfg, open, log, daemon.SnapshotOptions{Layout: true})
 	if err != nil {
 		return err
 	}
-	served := node.Resources
+	topo := node.Inventory.Topology
 	name := c.String("resource")
-	k := slices.IndexFunc(served, func(r layout.Resource) bool { return r.Name == name })
-	if k < 0 {
-		names := make([]string, len(served))
-		for i, r := range served {
-			names[i] = r.Name
+	var res *gpu.Resource
+	names := make([]string, 0, len(node.Layout.Resources))
+	for _, r := range node.Layout.Resources {
+		names = append(names, r.Name)
+		if r.Name == name && res == nil {
+			res = r.Res
 		}
+	}
+	if res == nil {
 		have := strings.Join(names, ", ")
 		if have == "" {
 			have = "none"
 		}
 		return fmt.Errorf("--resource: %q is not served on this node with migStrategy %s and this sharing configuration; served: %s", name, cfg.MIGStrategy, have)
 	}
-	res := served[k].Res
 	units := res.Units()
 
 	available, err := deviceIDs(res, name, "available", c.StringSlice("available"), true)
@@ -135,11 +134,11 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 	size := c.Int("size")
 	shared := slices.ContainsFunc(units, func(u gpu.Unit) bool { return u.Replicas > 1 })
 	mig := slices.ContainsFunc(units, func(u gpu.Unit) bool { return u.MIG != nil })
-	g := gpu.UnitGraph(units, inv.Topology)
+	g := gpu.UnitGraph(units, topo)
 
 	var out allocation
 	if shared || mig {
-		out, err = explain(res, g, units, inv.Topology, available, must, size)
+		out, err = explain(res, g, units, topo, available, must, size)
 		if err != nil {
 			return fmt.Errorf("choosing %d of %d devices of %s: %w", size, len(available), name, err)
 		}
@@ -165,7 +164,7 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 			return fmt.Errorf("choosing %d of %d GPUs: %w", size, len(available), err)
 		}
 		out = allocation{Size: size, Available: len(available), Exact: choice.Exact, Score: choice.Score}
-		out.GPUs, out.Pairs = chosenUnits(units, inv.Topology, choice.IDs)
+		out.GPUs, out.Pairs = chosenUnits(units, topo, choice.IDs)
 	}
 	if output == "json" {
 		enc := json.NewEncoder(stdout)

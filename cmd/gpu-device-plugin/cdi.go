@@ -5,12 +5,9 @@ import (
 	"io"
 
 	"github.com/urfave/cli/v2"
-	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
 func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
@@ -31,31 +28,17 @@ func cdiCommand(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.Command {
 }
 
 func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) error {
-	n, err := lookAtNode(c, open, stderr)
+	cfg, log, err := setUp(c, stderr)
 	if err != nil {
 		return err
 	}
-	defer n.lib.Shutdown()
-	cfg, log, inv := n.cfg, n.log, n.inv
-	gpuSpec, err := ondisk.GPUSpec(cfg, inv.GPUs, log)
+	node, err := daemon.Snapshot(c.Context, cfg, open, log, daemon.SnapshotOptions{})
 	if err != nil {
-		return fmt.Errorf("building the %s CDI spec: %w", resname.GPU, err)
+		return err
 	}
-	all := []*specs.Spec{gpuSpec}
-	if len(cfg.NICResources) > 0 {
-		_, updates, err := scanPools(cfg, log)
-		if err != nil {
-			return err
-		}
-		for _, u := range updates {
-			spec, err := u.Pool.CDISpec()
-			if err != nil {
-				return fmt.Errorf("building the %s CDI spec: %w", u.Pool.Resource(), err)
-			}
-			if spec != nil {
-				all = append(all, spec)
-			}
-		}
+	all, err := daemon.CDISpecs(cfg, node, log)
+	if err != nil {
+		return err
 	}
 	out := c.String("output")
 	if out == "-" {

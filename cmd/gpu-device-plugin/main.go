@@ -17,10 +17,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
@@ -58,7 +55,7 @@ var (
 	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
 		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}
 
-	// lookAtNode reads these for list, allocate and cdi generate.
+	// setUp reads these for list, allocate and cdi generate.
 	nodeKeys = slices.Concat(driverKeys, []string{"excludeGPUs", "includeGPUs"}, loggingKeys)
 
 	listKeys     = slices.Concat(nodeKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"})
@@ -373,67 +370,18 @@ func commandLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return log
 }
 
-// discover loads NVML and walks the GPUs, for the commands that look at
-// the node once. The caller shuts the library down.
-func discover(cfg config.Config, open daemon.OpenFunc, log *slog.Logger) (nvml.Library, *nvml.Inventory, error) {
-	lib, _, err := nvml.Load(open, cfg.DriverRoot, cfg.NVMLLibrary)
-	if err != nil {
-		return nil, nil, err
-	}
-	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
-	if err != nil {
-		lib.Shutdown()
-		return nil, nil, fmt.Errorf("discovering GPUs: %w", err)
-	}
-	return lib, inv, nil
-}
-
-// scanPools scans the NICs once and folds them into cfg's pools, for the
-// commands that look at the node once.
-func scanPools(cfg config.Config, log *slog.Logger) ([]sysfs.NIC, []nic.Update, error) {
-	scan, err := sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}).Scan()
-	if err != nil {
-		return nil, nil, fmt.Errorf("scanning NICs: %w", err)
-	}
-	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Log: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	return scan, pools.Rescan(scan), nil
-}
-
-// nodeLook is the node as list, allocate and cdi generate look at it once.
-type nodeLook struct {
-	cfg config.Config
-	log *slog.Logger
-	lib nvml.Library // the caller shuts it down
-	inv *nvml.Inventory
-	// excluded are the GPUs excludeGPUs and includeGPUs leave out of inv;
-	// unmatched their entries that name no GPU.
-	excluded  []nvml.GPU
-	unmatched []config.UnmatchedGPU
-}
-
-// lookAtNode loads the config, runs the command's checks of its own flags
-// before anything is read, and discovers the GPUs with each MIG device's
-// capability minors read from procfs, as serve does: a MIG device without
-// them is left out.
-func lookAtNode(c *cli.Context, open daemon.OpenFunc, stderr io.Writer, checks ...func(*cli.Context) error) (nodeLook, error) {
+// setUp loads the config of a command that looks at the node once (list,
+// allocate, cdi generate), runs the command's checks of its own flags
+// before anything is read, and makes its logger.
+func setUp(c *cli.Context, stderr io.Writer, checks ...func(*cli.Context) error) (config.Config, *slog.Logger, error) {
 	cfg, err := loadConfig(c)
 	if err != nil {
-		return nodeLook{}, err
+		return cfg, nil, err
 	}
 	for _, check := range checks {
 		if err := check(c); err != nil {
-			return nodeLook{}, err
+			return cfg, nil, err
 		}
 	}
-	log := commandLogger(cfg, stderr)
-	lib, inv, err := discover(cfg, open, log)
-	if err != nil {
-		return nodeLook{}, err
-	}
-	excluded, unmatched := daemon.SelectGPUs(cfg, inv, log)
-	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
-	return nodeLook{cfg: cfg, log: log, lib: lib, inv: inv, excluded: excluded, unmatched: unmatched}, nil
+	return cfg, commandLogger(cfg, stderr), nil
 }

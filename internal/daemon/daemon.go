@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
@@ -266,8 +265,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
-	_, _ = SelectGPUs(cfg, inv, log)
-	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
+	_, _ = selectGPUs(cfg, inv, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
 	}
@@ -298,10 +296,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 
 	// Health reaches the front-end, which tells the kubelet at once.
-	ids := make([]string, len(inv.GPUs))
-	for i, g := range inv.GPUs {
-		ids[i] = g.UUID
-	}
+	ids := gpuUUIDs(inv.GPUs)
 	var rec health.Recorder
 	if mets != nil {
 		rec = recorder(units, mets)
@@ -343,6 +338,15 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	}
 	status.Gate(gateGPUs, "")
 	return fe.ServeGPUs(ctx)
+}
+
+// gpuUUIDs are the GPUs' UUIDs, the IDs health is watched by.
+func gpuUUIDs(gpus []nvml.GPU) []string {
+	ids := make([]string, len(gpus))
+	for i, g := range gpus {
+		ids[i] = g.UUID
+	}
+	return ids
 }
 
 // serveNICs serves the NIC pools through fe, rescanning them until ctx

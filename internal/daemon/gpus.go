@@ -25,15 +25,21 @@ type servedUnit struct {
 // servedUnits are the units health is watched for: those fe lays out, or
 // else DRA's (layout.DRAUnits), each under resname.GPU.
 func servedUnits(fe FrontEnd, gpus []nvml.GPU) []servedUnit {
-	var out []servedUnit
 	if l, ok := fe.(laidOut); ok {
-		for _, sv := range l.Served() {
-			out = append(out, servedUnit{unit: sv.Unit, resource: sv.Resource, ids: sv.IDs, draName: draName(sv.Unit)})
-		}
-		return out
+		return laidOutUnits(l.Served())
 	}
+	var out []servedUnit
 	for _, u := range layout.DRAUnits(gpus) {
 		out = append(out, servedUnit{unit: u, resource: resname.GPU, draName: draName(u)})
+	}
+	return out
+}
+
+// laidOutUnits are the units layout.GPUs lays out.
+func laidOutUnits(served []layout.Served) []servedUnit {
+	var out []servedUnit
+	for _, sv := range served {
+		out = append(out, servedUnit{unit: sv.Unit, resource: sv.Resource, ids: sv.IDs, draName: draName(sv.Unit)})
 	}
 	return out
 }

@@ -4,14 +4,17 @@ import (
 	"log/slog"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
-// SelectGPUs takes the GPUs that excludeGPUs and includeGPUs leave out of inv
+// selectGPUs takes the GPUs that excludeGPUs and includeGPUs leave out of inv
 // (they get no resource, CDI device, label or health check) and returns
 // them, for list to show, with the entries that name no GPU, each warned
-// about: includeGPUs: [H100] would otherwise serve nothing in silence.
-func SelectGPUs(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvml.GPU, []config.UnmatchedGPU) {
+// about: includeGPUs: [H100] would otherwise serve nothing in silence. It
+// reads each MIG device's capability minors from procfs, leaving out one
+// without them.
+func selectGPUs(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvml.GPU, []config.UnmatchedGPU) {
 	names := make([]config.GPUName, len(inv.GPUs))
 	for i, g := range inv.GPUs {
 		names[i] = config.GPUName{Index: g.Index, UUID: g.UUID, PCIBusID: g.PCIBusID, Model: g.Name}
@@ -24,5 +27,6 @@ func SelectGPUs(cfg config.Config, inv *nvml.Inventory, log *slog.Logger) ([]nvm
 	for _, g := range left {
 		log.Info("GPU excluded (excludeGPUs, includeGPUs)", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID)
 	}
+	inv.GPUs = nvcaps.AddMIG(cfg.ProcRoot, inv.GPUs, log)
 	return left, unmatched
 }
