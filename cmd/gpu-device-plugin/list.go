@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -28,7 +29,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 )
 
 // The types below are the `list -o json` interface: scripts read it, so
