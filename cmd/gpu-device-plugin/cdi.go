@@ -37,7 +37,7 @@ func generateCDI(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer)
 	}
 	defer n.lib.Shutdown()
 	cfg, log, inv := n.cfg, n.log, n.inv
-	gpuSpec, err := ondisk.GPUSpec(cfg, inv.GPUs, log)
+	gpuSpec, err := ondisk.GPUSpec(daemon.CDIOptions(cfg), inv.GPUs, log)
 	if err != nil {
 		return fmt.Errorf("building the %s CDI spec: %w", gpu.ResourceName, err)
 	}

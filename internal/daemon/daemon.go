@@ -92,7 +92,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	specs, err := ondisk.NewStore(cfg, log)
+	specs, err := ondisk.NewStore(CDIOptions(cfg), log)
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	// resource registers.
 	var gspecs *ondisk.GPU
 	if specs != nil {
-		if gspecs, err = ondisk.NewGPU(cfg, specs, inv.GPUs, onHook, log); err != nil {
+		if gspecs, err = ondisk.NewGPU(CDIOptions(cfg), specs, inv.GPUs, onHook, log); err != nil {
 			return err
 		}
 	}
