@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.* from what list prints now")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 )
 
 // MIG device memory of an A100 40GB as NVML's attributes give it.

@@ -19,6 +19,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/driverroot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
@@ -206,12 +207,12 @@ func TestCDIRoundTrip(t *testing.T) {
 	})
 
 	t.Run("driver files are mounted read-only from the driver root", func(t *testing.T) {
-		driver, err := cdi.FindDriver(driverRoot)
+		driver, err := driverroot.Find(driverRoot)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(spec.Mounts) != len(driver.Mounts()) {
-			t.Errorf("%d mounts injected, want the driver's %d", len(spec.Mounts), len(driver.Mounts()))
+		if len(spec.Mounts) != len(cdi.DriverMounts(driver)) {
+			t.Errorf("%d mounts injected, want the driver's %d", len(spec.Mounts), len(cdi.DriverMounts(driver)))
 		}
 		byPath := map[string]oci.Mount{}
 		for _, m := range spec.Mounts {

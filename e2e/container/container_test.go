@@ -25,6 +25,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/driverroot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
@@ -192,7 +193,7 @@ var gpus = []nvml.GPU{
 // with the NVIDIA Container Toolkit.
 func specDir(t *testing.T, tl tools, driverRoot, devRoot string) string {
 	t.Helper()
-	driver, err := cdi.FindDriver(driverRoot)
+	driver, err := driverroot.Find(driverRoot)
 	if err != nil {
 		t.Fatal(err)
 	}

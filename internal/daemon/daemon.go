@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
@@ -27,7 +28,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
@@ -90,7 +90,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	specs, err := ondisk.NewStore(cfg, log)
+	specs, err := ondisk.NewStore(CDIOptions(cfg), log)
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	// resource registers.
 	var gspecs *ondisk.GPU
 	if specs != nil {
-		if gspecs, err = ondisk.NewGPU(cfg, specs, inv.GPUs, onHook, log); err != nil {
+		if gspecs, err = ondisk.NewGPU(CDIOptions(cfg), specs, inv.GPUs, onHook, log); err != nil {
 			return err
 		}
 	}

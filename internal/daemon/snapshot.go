@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -23,7 +24,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/snapshot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
@@ -401,7 +401,7 @@ func (discard) SetHealth(string, bool, string) bool { return false }
 // CDISpecs are the CDI specs of n's GPUs, as serve writes them, and, with
 // NIC pools set, of each pool as a fresh scan fills it.
 func CDISpecs(cfg config.Config, n *snapshot.Node, log *slog.Logger) ([]*specs.Spec, error) {
-	gpuSpec, err := ondisk.GPUSpec(cfg, n.Inventory.GPUs, log)
+	gpuSpec, err := ondisk.GPUSpec(CDIOptions(cfg), n.Inventory.GPUs, log)
 	if err != nil {
 		return nil, fmt.Errorf("building the %s CDI spec: %w", resname.GPU, err)
 	}

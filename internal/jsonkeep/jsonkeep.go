@@ -5,21 +5,24 @@
 // must survive an older one's rewrite, so a rollback followed by a roll
 // forward loses nothing.
 //
-// A type keeps its unknown keys in a Fields value of its own and calls
-// Decode and Encode from its JSON methods, through a local type without
-// those methods:
+// A type keeps its unknown keys in a Fields value of its own, and its JSON
+// methods hand Unmarshal and Marshal a local type without those methods
+// (decoding into the type itself would call its method again):
 //
 //	func (c *claim) UnmarshalJSON(b []byte) error {
 //		type plain claim
-//		var p plain
-//		x, err := jsonkeep.Decode(b, &p)
-//		*c, c.extra = claim(p), x
-//		return err
+//		return jsonkeep.Unmarshal[plain](b, c, &c.extra)
+//	}
+//
+//	func (c claim) MarshalJSON() ([]byte, error) {
+//		type plain claim
+//		return jsonkeep.Marshal[plain](c, c.extra)
 //	}
 package jsonkeep
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 )
@@ -28,10 +31,53 @@ import (
 // field for, with their values as written.
 type Fields map[string]json.RawMessage
 
-// Decode decodes data into v, a pointer to a struct whose type has no JSON
+// Unmarshal decodes data into *v, from v's zero value, and sets *extra to
+// the keys v's type has no field for (nil when there are none). P is T
+// without its JSON methods (type plain T). On an error *v holds what was
+// decoded, as after json.Unmarshal.
+func Unmarshal[P, T any](data []byte, v *T, extra *Fields) error {
+	if err := plainOf[P, T](); err != nil {
+		return err
+	}
+	var p P
+	x, err := decode(data, &p)
+	*v = reflect.ValueOf(p).Convert(reflect.TypeFor[T]()).Interface().(T)
+	*extra = x
+	return err
+}
+
+// Marshal encodes v with the extra keys added back; a key v itself writes
+// wins. Without extra keys the output is exactly json.Marshal's, field
+// order included. P is T without its JSON methods, as for Unmarshal.
+func Marshal[P, T any](v T, extra Fields) ([]byte, error) {
+	if err := plainOf[P, T](); err != nil {
+		return nil, err
+	}
+	return encode(reflect.ValueOf(v).Convert(reflect.TypeFor[P]()).Interface(), extra)
+}
+
+var (
+	marshaler   = reflect.TypeFor[json.Marshaler]()
+	unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// plainOf says why P cannot stand for T: it must be a struct of T's
+// fields, with no JSON methods of its own.
+func plainOf[P, T any]() error {
+	p, t := reflect.TypeFor[P](), reflect.TypeFor[T]()
+	switch {
+	case p.Kind() != reflect.Struct || !p.ConvertibleTo(t):
+		return fmt.Errorf("jsonkeep: %v is not a struct of %v's fields", p, t)
+	case p.Implements(marshaler) || reflect.PointerTo(p).Implements(unmarshaler):
+		return fmt.Errorf("jsonkeep: %v has JSON methods; declare it as type plain %v", p, t)
+	}
+	return nil
+}
+
+// decode decodes data into v, a pointer to a struct whose type has no JSON
 // methods of its own, and returns the keys v has no field for (nil when
 // there are none).
-func Decode(data []byte, v any) (Fields, error) {
+func decode(data []byte, v any) (Fields, error) {
 	if err := json.Unmarshal(data, v); err != nil {
 		return nil, err
 	}
@@ -48,10 +94,9 @@ func Decode(data []byte, v any) (Fields, error) {
 	return all, nil
 }
 
-// Encode encodes v, a struct whose type has no JSON methods of its own,
-// with the extra keys added back; a key v itself writes wins. Without
-// extra keys the output is exactly json.Marshal's, field order included.
-func Encode(v any, extra Fields) ([]byte, error) {
+// encode encodes v, a struct whose type has no JSON methods of its own,
+// with the extra keys added back.
+func encode(v any, extra Fields) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil || len(extra) == 0 {
 		return b, err

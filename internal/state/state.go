@@ -51,15 +51,12 @@ type file struct {
 
 func (f *file) UnmarshalJSON(b []byte) error {
 	type plain file
-	var p plain
-	x, err := jsonkeep.Decode(b, &p)
-	*f, f.extra = file(p), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, f, &f.extra)
 }
 
 func (f file) MarshalJSON() ([]byte, error) {
 	type plain file
-	return jsonkeep.Encode(plain(f), f.extra)
+	return jsonkeep.Marshal[plain](f, f.extra)
 }
 
 // Store reads and writes the state file.

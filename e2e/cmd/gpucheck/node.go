@@ -16,6 +16,7 @@ import (
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/driverroot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 )
@@ -124,11 +125,11 @@ func findDriverRoot(asked string) (string, error) {
 	if asked != "" {
 		return asked, nil
 	}
-	if _, err := cdi.FindDriver("/"); err == nil {
+	if _, err := driverroot.Find("/"); err == nil {
 		return "/", nil
 	}
 	for _, dir := range driverRootCandidates {
-		if _, err := cdi.FindDriver(dir); err == nil {
+		if _, err := driverroot.Find(dir); err == nil {
 			return dir, nil
 		}
 	}

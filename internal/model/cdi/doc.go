@@ -4,7 +4,7 @@
 // them by name (gpu-device-plugin.github.io/gpu=GPU-…) instead of from the device-plugin
 // Allocate answer alone.
 //
-// It takes plain values (nvml.GPU, a Driver found under a driver root, a
+// It takes plain values (nvml.GPU, the driverroot.Files found under a driver root, a
 // /dev root) and never calls NVML. Every spec is checked with the CDI
 // library's own validation before it is returned or written, and Writer
 // replaces spec files atomically and only ever touches files it owns.

@@ -11,6 +11,7 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/driverroot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
@@ -88,7 +89,7 @@ type GPUSpecOptions struct {
 // updates the container's ld cache (HookArgs). GPUs are listed in index
 // order. Host paths are under DevRoot and driver.Root; container paths are
 // the usual ones.
-func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, error) {
+func GPUSpec(gpus []nvml.GPU, driver driverroot.Files, o GPUSpecOptions) (*specs.Spec, error) {
 	devRoot := o.DevRoot
 	if devRoot == "" {
 		devRoot = "/dev"
@@ -118,7 +119,7 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, err
 	for _, name := range controls {
 		common.Nodes = append(common.Nodes, devNode(devRoot, name))
 	}
-	common.Mounts = driver.Mounts()
+	common.Mounts = DriverMounts(driver)
 	if args := HookArgs(driver); o.HookPath != "" && args != nil {
 		common.Hooks = []Hook{{Name: "createContainer", Path: o.HookPath, Args: args, Env: HookEnv()}}
 	}
@@ -129,6 +130,17 @@ func GPUSpec(gpus []nvml.GPU, driver Driver, o GPUSpecOptions) (*specs.Spec, err
 	return s, nil
 }
 
+// DriverMounts are the driver's files as read-only bind mounts, at the
+// paths they have in the driver root.
+func DriverMounts(driver driverroot.Files) []Mount {
+	files := driver.All()
+	out := make([]Mount, len(files))
+	for i, f := range files {
+		out[i] = Mount{HostPath: f.HostPath, ContainerPath: f.Path, Options: ReadOnlyBind()}
+	}
+	return out
+}
+
 // HookEnv is our hook's whole environment in a CDI spec. The hook also
 // re-executes itself with it when a runtime ignores the entry's env.
 func HookEnv() []string { return []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"} }
@@ -137,15 +149,15 @@ func HookEnv() []string { return []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"} 
 // that gets driver's libraries: the libcuda.so -> libcuda.so.1 link
 // next to libcuda.so.1, and every directory the libraries are mounted in
 // for the ld cache. It is nil when the driver has no libcuda.so.1.
-func HookArgs(driver Driver) []string {
+func HookArgs(driver driverroot.Files) []string {
 	var cudaDir string
 	var dirs []string
-	for _, m := range driver.Libraries {
-		dir := path.Dir(m.ContainerPath)
+	for _, f := range driver.Libraries {
+		dir := path.Dir(f.Path)
 		if !slices.Contains(dirs, dir) {
 			dirs = append(dirs, dir)
 		}
-		if path.Base(m.ContainerPath) == "libcuda.so.1" {
+		if path.Base(f.Path) == "libcuda.so.1" {
 			cudaDir = dir
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/driverroot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 )
@@ -77,13 +78,13 @@ type dgxHost struct {
 	root   string
 	chars  bool // device nodes are real character devices, not FIFOs
 	gpus   []nvml.GPU
-	driver Driver
+	driver driverroot.Files
 }
 
 func newDGXHost(t *testing.T) dgxHost {
 	t.Helper()
 	root, chars := cditest.Tree(t, cditest.Manifest(t))
-	d, err := findDriver(root, "amd64")
+	d, err := driverroot.FindArch(root, "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestGPUSpecDevices(t *testing.T) {
 	tests := []struct {
 		name      string
 		gpus      []nvml.GPU
-		driver    Driver
+		driver    driverroot.Files
 		devRoot   string
 		wantErr   string
 		wantNames []string
@@ -131,7 +132,7 @@ func TestGPUSpecDevices(t *testing.T) {
 			devRoot:   h.devRoot(),
 			wantNames: []string{"GPU-abc", "3"},
 			wantNodes: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-			mounts:    len(h.driver.Mounts()),
+			mounts:    len(DriverMounts(h.driver)),
 		},
 		{
 			name:      "no driver: device nodes only",
@@ -274,7 +275,7 @@ func TestGPUSpecThroughCDICache(t *testing.T) {
 		}
 
 		wantMounts := map[string]string{}
-		for _, m := range h.driver.Mounts() {
+		for _, m := range DriverMounts(h.driver) {
 			wantMounts[m.ContainerPath] = m.HostPath
 		}
 		if len(spec.Mounts) != len(wantMounts) {
@@ -362,21 +363,21 @@ func TestGPUSpecHook(t *testing.T) {
 	h := newDGXHost(t)
 	const hook = "/usr/libexec/gpu-device-plugin/" + HookName
 	var cudaDir string
-	for _, m := range h.driver.Libraries {
-		if filepath.Base(m.ContainerPath) == "libcuda.so.1" {
-			cudaDir = filepath.Dir(m.ContainerPath)
+	for _, f := range h.driver.Libraries {
+		if filepath.Base(f.Path) == "libcuda.so.1" {
+			cudaDir = filepath.Dir(f.Path)
 		}
 	}
 	if cudaDir == "" {
 		t.Fatal("the test driver root has no libcuda.so.1")
 	}
 	noCUDA := h.driver
-	noCUDA.Libraries = slices.DeleteFunc(slices.Clone(noCUDA.Libraries), func(m Mount) bool {
-		return strings.HasPrefix(filepath.Base(m.ContainerPath), "libcuda.so")
+	noCUDA.Libraries = slices.DeleteFunc(slices.Clone(noCUDA.Libraries), func(f driverroot.File) bool {
+		return strings.HasPrefix(filepath.Base(f.Path), "libcuda.so")
 	})
 	tests := []struct {
 		name     string
-		driver   Driver
+		driver   driverroot.Files
 		hookPath string
 		want     []string
 	}{
@@ -434,7 +435,7 @@ func TestGPUSpecMIG(t *testing.T) {
 		}
 	}
 	root, chars := cditest.Tree(t, manifest)
-	driver, err := findDriver(root, "amd64")
+	driver, err := driverroot.FindArch(root, "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,8 +509,8 @@ func TestGPUSpecMIG(t *testing.T) {
 			if !slices.Equal(got, wantNodes) {
 				t.Errorf("device nodes\n got  %v\n want %v", got, wantNodes)
 			}
-			if len(spec.Mounts) != len(driver.Mounts()) {
-				t.Errorf("%d mounts, want the driver's %d", len(spec.Mounts), len(driver.Mounts()))
+			if len(spec.Mounts) != len(DriverMounts(driver)) {
+				t.Errorf("%d mounts, want the driver's %d", len(spec.Mounts), len(DriverMounts(driver)))
 			}
 		})
 	}

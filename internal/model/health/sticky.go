@@ -37,16 +37,13 @@ type StickyCondition struct {
 // UnmarshalJSON keeps the keys this release has no field for.
 func (a *StickyCondition) UnmarshalJSON(b []byte) error {
 	type plain StickyCondition
-	var p plain
-	x, err := jsonkeep.Decode(b, &p)
-	*a, a.extra = StickyCondition(p), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, a, &a.extra)
 }
 
 // MarshalJSON writes the kept keys back.
 func (a StickyCondition) MarshalJSON() ([]byte, error) {
 	type plain StickyCondition
-	return jsonkeep.Encode(plain(a), a.extra)
+	return jsonkeep.Marshal[plain](a, a.extra)
 }
 
 func (a StickyCondition) equal(b StickyCondition) bool {

@@ -31,7 +31,7 @@ type nicFixture struct {
 func newNICFixture(t *testing.T) *nicFixture {
 	t.Helper()
 	root, cfg := configtest.NICPools(t, config.Default())
-	specs, err := ondisk.NewStore(cfg, slog.New(slog.DiscardHandler))
+	specs, err := ondisk.NewStore(ondisk.Options{SpecDir: cfg.CDISpecDir, CDI: cfg.UsesCDI()}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 )
 
 var allocatedDesc = prometheus.NewDesc("gpu_device_plugin_device_allocated",

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 )
 
 const (

@@ -31,7 +31,7 @@ func newNICFixture(t *testing.T) *nicFixture {
 	t.Helper()
 	_, cfg := configtest.NICPools(t, config.Default())
 	log := slog.New(slog.DiscardHandler)
-	specs, err := ondisk.NewStore(cfg, log)
+	specs, err := ondisk.NewStore(ondisk.Options{SpecDir: cfg.CDISpecDir, CDI: cfg.UsesCDI()}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,41 +63,32 @@ type preparedDevice struct {
 
 func (c *checkpoint) UnmarshalJSON(b []byte) error {
 	type plain checkpoint
-	var p plain
-	x, err := jsonkeep.Decode(b, &p)
-	*c, c.extra = checkpoint(p), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, c, &c.extra)
 }
 
 func (c checkpoint) MarshalJSON() ([]byte, error) {
 	type plain checkpoint
-	return jsonkeep.Encode(plain(c), c.extra)
+	return jsonkeep.Marshal[plain](c, c.extra)
 }
 
 func (c *preparedClaim) UnmarshalJSON(b []byte) error {
 	type plain preparedClaim
-	var p plain
-	x, err := jsonkeep.Decode(b, &p)
-	*c, c.extra = preparedClaim(p), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, c, &c.extra)
 }
 
 func (c preparedClaim) MarshalJSON() ([]byte, error) {
 	type plain preparedClaim
-	return jsonkeep.Encode(plain(c), c.extra)
+	return jsonkeep.Marshal[plain](c, c.extra)
 }
 
 func (d *preparedDevice) UnmarshalJSON(b []byte) error {
 	type plain preparedDevice
-	var p plain
-	x, err := jsonkeep.Decode(b, &p)
-	*d, d.extra = preparedDevice(p), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, d, &d.extra)
 }
 
 func (d preparedDevice) MarshalJSON() ([]byte, error) {
 	type plain preparedDevice
-	return jsonkeep.Encode(plain(d), d.extra)
+	return jsonkeep.Marshal[plain](d, d.extra)
 }
 
 // errCorrupt marks a checkpoint that did not parse and was set aside.

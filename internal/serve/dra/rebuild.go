@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 )
 
 // PodResources is the kubelet's PodResources API: which claims each

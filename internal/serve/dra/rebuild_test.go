@@ -19,9 +19,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
 )
 
 // fakeClaims is the API server's ResourceClaims, by namespace/name.

@@ -11,7 +11,6 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -93,25 +92,18 @@ func TestSpecsOfThePreviousRelease(t *testing.T) {
 	// A newer release's file of our GPU kind under another name.
 	writeFile(t, filepath.Join(dir, "gpu-device-plugin_gpu-device-plugin.github.io-gpu.yaml"), strings.Replace(string(prev), `"cdiVersion": "0.5.0"`, `"cdiVersion": "1.1.0"`, 1))
 
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = dir
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	cfg.NICResources = []config.NICResource{{Name: nicPool}}
-	cfg.DevRoot = filepath.Join(root, "dev")
-	cfg.DriverRoot = root
-	cfg.CDIHookPath = filepath.Join(t.TempDir(), cdi.HookName)
-	writeFile(t, cfg.CDIHookPath, "#!/bin/sh\n")
-	if err := os.Chmod(cfg.CDIHookPath, 0o755); err != nil {
+	o := Options{SpecDir: dir, CDI: true, NICResources: []string{nicPool}, DevRoot: filepath.Join(root, "dev"), DriverRoot: root, HookPath: filepath.Join(t.TempDir(), cdi.HookName)}
+	writeFile(t, o.HookPath, "#!/bin/sh\n")
+	if err := os.Chmod(o.HookPath, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	store, err := NewStore(cfg, log)
+	store, err := NewStore(o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gpus := fixedGPUs(t)
-	if _, err := NewGPU(cfg, store, gpus, nil, log); err != nil {
+	if _, err := NewGPU(o, store, gpus, nil, log); err != nil {
 		t.Fatal(err)
 	}
 	if got := listDir(t, dir); !slices.Equal(got, []string{previousNICSpec, previousGPUSpec}) {
@@ -121,7 +113,7 @@ func TestSpecsOfThePreviousRelease(t *testing.T) {
 	if ours == string(prev) {
 		t.Fatal("the GPU spec was not rewritten (the hook path differs, so it must be)")
 	}
-	if !strings.Contains(ours, `"cdiVersion": "0.5.0"`) || !strings.Contains(ours, cfg.CDIHookPath) {
+	if !strings.Contains(ours, `"cdiVersion": "0.5.0"`) || !strings.Contains(ours, o.HookPath) {
 		t.Errorf("this release's GPU spec, with the hook, is not cdiVersion 0.5.0:\n%.200s", ours)
 	}
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
@@ -67,36 +66,33 @@ func TestSpecStoreStart(t *testing.T) {
 		return dir
 	}
 	tests := []struct {
-		name       string
-		strategies []string
-		want       []string
+		name string
+		cdi  bool
+		want []string
 	}{
-		{"cdi-cri keeps its GPU spec", []string{"cdi-cri"},
+		{"cdi-cri keeps its GPU spec", true,
 			[]string{"gpu-device-plugin_gpu-device-plugin.github.io-gpu.json", "nvidia.yaml", "someone-else.yaml"}},
-		{"back to envvar removes every spec of ours", []string{"envvar"},
+		{"back to envvar removes every spec of ours", false,
 			[]string{"nvidia.yaml", "someone-else.yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := setup(t)
-			cfg := config.Default()
-			cfg.StateDir = ""
-			cfg.CDISpecDir = dir
-			cfg.DeviceListStrategy = tt.strategies
+			o := Options{SpecDir: dir, CDI: tt.cdi}
 			var logs logtest.Buffer
-			s, err := NewStore(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			s, err := NewStore(o, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := listDir(t, dir); !slices.Equal(got, tt.want) {
 				t.Errorf("spec dir holds %v, want %v", got, tt.want)
 			}
-			if (s != nil) != cfg.UsesCDI() {
-				t.Errorf("store %v with strategies %v", s, tt.strategies)
+			if (s != nil) != tt.cdi {
+				t.Errorf("store %v with CDI %v", s, tt.cdi)
 			}
 			warned := strings.Contains(logs.String(), filepath.Join(dir, "someone-else.yaml"))
-			if warned != cfg.UsesCDI() || strings.Contains(logs.String(), "nvidia.yaml") {
-				t.Errorf("warning names the clashing file: %v, want %v; logs:\n%s", warned, cfg.UsesCDI(), logs.String())
+			if warned != tt.cdi || strings.Contains(logs.String(), "nvidia.yaml") {
+				t.Errorf("warning names the clashing file: %v, want %v; logs:\n%s", warned, tt.cdi, logs.String())
 			}
 		})
 	}
@@ -108,16 +104,10 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	base := t.TempDir()
 	blocker := filepath.Join(base, "cdi")
 	writeFile(t, blocker, "a file where the spec directory should be")
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = filepath.Join(blocker, "specs")
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	cfg.DevRoot = t.TempDir()
-	cfg.DriverRoot = t.TempDir()
-	cfg.CDIHookPath = ""
+	o := Options{SpecDir: filepath.Join(blocker, "specs"), CDI: true, DevRoot: t.TempDir(), DriverRoot: t.TempDir()}
 	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	store, err := NewStore(cfg, log)
+	store, err := NewStore(o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +118,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	defer cancel()
 	go store.Run(ctx)
 
-	g, err := NewGPU(cfg, store, gpus(t), nil, log)
+	g, err := NewGPU(o, store, gpus(t), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +145,7 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 	if err := g.Ensure(); err != nil {
 		t.Fatalf("Ensure once the dir is writable: %v", err)
 	}
-	if got := listDir(t, cfg.CDISpecDir); !slices.Equal(got, []string{"gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"}) {
+	if got := listDir(t, o.SpecDir); !slices.Equal(got, []string{"gpu-device-plugin_gpu-device-plugin.github.io-gpu.json"}) {
 		t.Errorf("spec dir holds %v", got)
 	}
 	if !strings.Contains(logs.String(), "wrote CDI spec after failures") {
@@ -166,28 +156,22 @@ func TestSpecStoreRetriesUntilWritable(t *testing.T) {
 // A control node that appears after start (nvidia-uvm at the first CUDA
 // call) is in the spec before the next name is handed out.
 func TestGPUSpecsFollowControlNodes(t *testing.T) {
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = t.TempDir()
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
-	cfg.DevRoot = t.TempDir()
-	cfg.DriverRoot = t.TempDir()
-	cfg.CDIHookPath = ""
-	writeFile(t, filepath.Join(cfg.DevRoot, "nvidiactl"), "")
+	o := Options{SpecDir: t.TempDir(), CDI: true, DevRoot: t.TempDir(), DriverRoot: t.TempDir()}
+	writeFile(t, filepath.Join(o.DevRoot, "nvidiactl"), "")
 	log := slog.New(slog.DiscardHandler)
-	store, err := NewStore(cfg, log)
+	store, err := NewStore(o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGPU(cfg, store, gpus(t), nil, log)
+	g, err := NewGPU(o, store, gpus(t), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
+	read := func() string { return readGPUSpec(t, o.SpecDir) }
 	if s := read(); !strings.Contains(s, `"/dev/nvidiactl"`) || strings.Contains(s, "nvidia-uvm") {
 		t.Fatalf("first spec:\n%s", s)
 	}
-	writeFile(t, filepath.Join(cfg.DevRoot, "nvidia-uvm"), "")
+	writeFile(t, filepath.Join(o.DevRoot, "nvidia-uvm"), "")
 	if err := g.Ensure(); err != nil {
 		t.Fatal(err)
 	}
@@ -199,37 +183,31 @@ func TestGPUSpecsFollowControlNodes(t *testing.T) {
 // A hook missing at start is left out of the spec, said once with what
 // breaks, and reported; once installed, the next check puts it in.
 func TestGPUSpecsFollowTheHook(t *testing.T) {
-	cfg := config.Default()
-	cfg.StateDir = ""
-	cfg.CDISpecDir = t.TempDir()
-	cfg.DeviceListStrategy = []string{"cdi-cri"}
 	root, _ := cditest.Tree(t, cditest.Manifest(t)) // a driver, so the spec has hook arguments to give
-	cfg.DevRoot = filepath.Join(root, "dev")
-	cfg.DriverRoot = root
-	cfg.CDIHookPath = filepath.Join(t.TempDir(), cdi.HookName)
+	o := Options{SpecDir: t.TempDir(), CDI: true, DevRoot: filepath.Join(root, "dev"), DriverRoot: root, HookPath: filepath.Join(t.TempDir(), cdi.HookName)}
 	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	store, err := NewStore(cfg, log)
+	store, err := NewStore(o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var heard []bool
-	g, err := NewGPU(cfg, store, gpus(t), func(ok bool, _ error) { heard = append(heard, ok) }, log)
+	g, err := NewGPU(o, store, gpus(t), func(ok bool, _ error) { heard = append(heard, ok) }, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func() string { return readGPUSpec(t, cfg.CDISpecDir) }
+	read := func() string { return readGPUSpec(t, o.SpecDir) }
 	if s := read(); strings.Contains(s, cdi.HookName) {
 		t.Fatalf("spec runs a hook that is not installed:\n%s", s)
 	}
 	if err := g.Ensure(); err != nil { // no change: said once
 		t.Fatal(err)
 	}
-	if n := strings.Count(logs.String(), "not installed at "+cfg.CDIHookPath); n != 1 || !strings.Contains(logs.String(), "CUDA fails at its first call") {
+	if n := strings.Count(logs.String(), "not installed at "+o.HookPath); n != 1 || !strings.Contains(logs.String(), "CUDA fails at its first call") {
 		t.Errorf("%d warnings, want 1 saying what breaks:\n%s", n, logs.String())
 	}
-	writeFile(t, cfg.CDIHookPath, "#!/bin/sh\n")
-	if err := os.Chmod(cfg.CDIHookPath, 0o755); err != nil {
+	writeFile(t, o.HookPath, "#!/bin/sh\n")
+	if err := os.Chmod(o.HookPath, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.refresh(false, true); err != nil { // Watch's next tick
@@ -238,7 +216,7 @@ func TestGPUSpecsFollowTheHook(t *testing.T) {
 	if err := g.Ensure(); err != nil {
 		t.Fatal(err)
 	}
-	if s := read(); !strings.Contains(s, cfg.CDIHookPath) {
+	if s := read(); !strings.Contains(s, o.HookPath) {
 		t.Fatalf("spec after the hook was installed lacks it:\n%s", s)
 	}
 	if !slices.Equal(heard, []bool{false, true}) {

@@ -1,4 +1,4 @@
-package cdi
+package driverroot
 
 import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
@@ -10,21 +10,18 @@ import (
 	"testing"
 )
 
-// mountLines renders mounts as "container <- host" with the root replaced
+// fileLines renders files as "container <- host" with the root replaced
 // by $ROOT, one per line, for readable comparisons.
-func mountLines(root string, ms []Mount) []string {
-	out := make([]string, len(ms))
-	for i, m := range ms {
-		host := strings.Replace(m.HostPath, root, "$ROOT", 1)
-		out[i] = m.ContainerPath + " <- " + host
-		if !slices.Equal(m.Options, ReadOnlyBind()) {
-			out[i] += " " + strings.Join(m.Options, ",")
-		}
+func fileLines(root string, fs []File) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		host := strings.Replace(f.HostPath, root, "$ROOT", 1)
+		out[i] = f.Path + " <- " + host
 	}
 	return out
 }
 
-func TestFindDriver(t *testing.T) {
+func TestFind(t *testing.T) {
 	const x86 = "/usr/lib/x86_64-linux-gnu/"
 	lib := func(container, host string) string { return x86 + container + " <- $ROOT" + x86 + host }
 	tests := []struct {
@@ -149,7 +146,7 @@ link usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 ../../../../../../usr/lib/x86_64
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root, _ := cditest.Tree(t, tt.manifest)
-			d, err := findDriver(root, tt.goarch)
+			d, err := FindArch(root, tt.goarch)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,40 +157,40 @@ link usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 ../../../../../../usr/lib/x86_64
 				what      string
 				got, want []string
 			}{
-				{"libraries", mountLines(root, d.Libraries), tt.libs},
-				{"binaries", mountLines(root, d.Binaries), tt.bins},
-				{"firmware", mountLines(root, d.Firmware), tt.firmware},
+				{"libraries", fileLines(root, d.Libraries), tt.libs},
+				{"binaries", fileLines(root, d.Binaries), tt.bins},
+				{"firmware", fileLines(root, d.Firmware), tt.firmware},
 			} {
 				if !slices.Equal(c.got, c.want) {
 					t.Errorf("%s:\n got  %s\n want %s", c.what, strings.Join(c.got, "\n      "), strings.Join(c.want, "\n      "))
 				}
 			}
-			if got := len(d.Mounts()); got != len(d.Libraries)+len(d.Binaries)+len(d.Firmware) {
-				t.Errorf("Mounts() has %d mounts", got)
+			if got := len(d.All()); got != len(d.Libraries)+len(d.Binaries)+len(d.Firmware) {
+				t.Errorf("All() has %d files", got)
 			}
 		})
 	}
 }
 
-func TestFindDriverWithoutNVML(t *testing.T) {
+func TestFindWithoutNVML(t *testing.T) {
 	t.Run("empty root says which directories were searched", func(t *testing.T) {
 		root, _ := cditest.Tree(t, "file usr/bin/nvidia-smi\nfile usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n")
-		d, err := findDriver(root, "amd64")
+		d, err := FindArch(root, "amd64")
 		if !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("error %v, want ErrNoDriver", err)
 		}
-		if !strings.Contains(err.Error(), "usr/lib/x86_64-linux-gnu") || d.Root != root || len(d.Mounts()) != 0 {
+		if !strings.Contains(err.Error(), "usr/lib/x86_64-linux-gnu") || d.Root != root || len(d.All()) != 0 {
 			t.Errorf("error %q, driver %+v", err, d)
 		}
 	})
 	t.Run("dangling soname link is no library", func(t *testing.T) {
 		root, _ := cditest.Tree(t, "link usr/lib64/libnvidia-ml.so.1 libnvidia-ml.so.550.54.15\n")
-		if _, err := findDriver(root, "amd64"); !errors.Is(err, ErrNoDriver) {
+		if _, err := FindArch(root, "amd64"); !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("error %v, want ErrNoDriver", err)
 		}
 	})
 	t.Run("missing root", func(t *testing.T) {
-		_, err := FindDriver(filepath.Join(t.TempDir(), "nope"))
+		_, err := Find(filepath.Join(t.TempDir(), "nope"))
 		if err == nil || errors.Is(err, ErrNoDriver) {
 			t.Fatalf("error %v, want a plain not-found", err)
 		}
@@ -209,11 +206,11 @@ func TestCompareVersions(t *testing.T) {
 }
 
 func TestRebase(t *testing.T) {
-	d := Driver{Root: "/driver-root", Libraries: []Mount{{HostPath: "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}},
-		Binaries: []Mount{{HostPath: "/driver-root/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}}}
+	d := Files{Root: "/driver-root", Libraries: []File{{HostPath: "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"}},
+		Binaries: []File{{HostPath: "/driver-root/usr/bin/nvidia-smi", Path: "/usr/bin/nvidia-smi"}}}
 	got := d.Rebase("/")
 	if got.Libraries[0].HostPath != "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" || got.Binaries[0].HostPath != "/usr/bin/nvidia-smi" ||
-		got.Binaries[0].ContainerPath != "/usr/bin/nvidia-smi" || got.Root != "/" {
+		got.Binaries[0].Path != "/usr/bin/nvidia-smi" || got.Root != "/" {
 		t.Fatalf("rebased = %+v", got)
 	}
 	if d.Libraries[0].HostPath != "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" {

@@ -49,15 +49,12 @@ type preparedMPS struct {
 
 func (p *preparedMPS) UnmarshalJSON(b []byte) error {
 	type plain preparedMPS
-	var v plain
-	x, err := jsonkeep.Decode(b, &v)
-	*p, p.extra = preparedMPS(v), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, p, &p.extra)
 }
 
 func (p preparedMPS) MarshalJSON() ([]byte, error) {
 	type plain preparedMPS
-	return jsonkeep.Encode(plain(p), p.extra)
+	return jsonkeep.Marshal[plain](p, p.extra)
 }
 
 // SetMPS starts serving MPS claims through m, with the daemons'

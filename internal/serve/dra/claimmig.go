@@ -54,15 +54,12 @@ type preparedMIG struct {
 
 func (p *preparedMIG) UnmarshalJSON(b []byte) error {
 	type plain preparedMIG
-	var v plain
-	x, err := jsonkeep.Decode(b, &v)
-	*p, p.extra = preparedMIG(v), x
-	return err
+	return jsonkeep.Unmarshal[plain](b, p, &p.extra)
 }
 
 func (p preparedMIG) MarshalJSON() ([]byte, error) {
 	type plain preparedMIG
-	return jsonkeep.Encode(plain(p), p.extra)
+	return jsonkeep.Marshal[plain](p, p.extra)
 }
 
 func (p *preparedMIG) placement() nvml.MIGPlacement {

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources"
-	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/podresources/podresourcestest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 )
 
 const (
