@@ -189,9 +189,10 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		return err
 	}
 	runtimeDoor(cfg, mets, rep, log)
+	labelsTo := LabelDelivery(cfg, "")
 	var labelsAPI nodelabels.API // nil unless nodeLabels: node
 	if cfg.NodeLabels == config.NodeLabelsNode {
-		labelsAPI = api.client
+		labelsAPI, labelsTo.Node = api.client, api.node
 	}
 	// The one place the kubelet API is chosen: everything above and in
 	// serveGPUs and serveNICs is shared by both front-ends.
@@ -231,7 +232,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsAPI, status, log)) })
+	wg.Go(func() {
+		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, status, log))
+	})
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, status, log)) })
 	}
@@ -246,8 +249,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
 // watches their health until ctx ends. rep is nil without reporting;
-// labelsAPI is the API client for nodeLabels: node, nil in other modes.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
+// labelsTo is where the node labels go; labelsAPI is the API client for
+// nodeLabels: node, nil in other modes.
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
@@ -333,7 +337,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if runMPS != nil {
 		wg.Go(func() { runMPS(ctx) })
 	}
-	wg.Go(func() { nodelabels.Keep(ctx, cfg, labelsAPI, nodeLabels, log) })
+	wg.Go(func() { nodelabels.Keep(ctx, labelsTo, labelsAPI, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}

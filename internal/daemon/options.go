@@ -71,3 +71,9 @@ func LayoutOptions(c config.Config) layout.Options {
 func LabelFacts(c config.Config) nodelabels.Facts {
 	return nodelabels.Facts{MIGStrategy: c.MIGStrategy, TimeSlicing: TimeSlicing(c), MPS: MPS(c), SysfsRoot: c.SysfsRoot}
 }
+
+// LabelDelivery is where the node labels go; node is the Node's name,
+// needed by nodeLabels: node only.
+func LabelDelivery(c config.Config, node string) nodelabels.Delivery {
+	return nodelabels.Delivery{Mode: c.NodeLabels, NFDFeaturesDir: c.NFDFeaturesDir, Node: node}
+}
