@@ -491,7 +491,7 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 // GPUs (by position) are partitioned. A GPU whose placements cannot be
 // read is said and published as without the setting.
 func listPartitions(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, log *slog.Logger) (draslice.GPUs, []bool) {
-	in := draslice.GPUsOf(inv, cfg.Sharing.MemoryShares)
+	in := draslice.GPUsOf(inv, daemon.MemoryShares(cfg))
 	partitioned := make([]bool, len(inv.GPUs))
 	if !cfg.Sharing.MIGPartitions.Enabled {
 		return in, partitioned
@@ -501,7 +501,7 @@ func listPartitions(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, lo
 		log.Warn("sharing.migPartitions is set, and no GPU is partitioned", "err", err)
 		return in, partitioned
 	}
-	in.Partitions = draslice.Partitions(inv.GPUs, cfg.Sharing.MIGPartitions, p.Layout, log)
+	in.Partitions = draslice.Partitions(inv.GPUs, daemon.MIGPartitioned(cfg), p.Layout, log)
 	for i, g := range inv.GPUs {
 		_, partitioned[i] = in.Partitions[g.UUID]
 	}

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
@@ -76,4 +78,21 @@ func LabelFacts(c config.Config) nodelabels.Facts {
 // needed by nodeLabels: node only.
 func LabelDelivery(c config.Config, node string) nodelabels.Delivery {
 	return nodelabels.Delivery{Mode: c.NodeLabels, NFDFeaturesDir: c.NFDFeaturesDir, Node: node}
+}
+
+// MemoryShares are the GPUs sharing.memoryShares shares through DRA, and
+// the smallest share.
+func MemoryShares(c config.Config) draslice.MemoryShares {
+	m := c.Sharing.MemoryShares
+	if !m.Enabled {
+		return draslice.MemoryShares{}
+	}
+	return draslice.MemoryShares{Selects: func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }, Minimum: m.MinimumBytes()}
+}
+
+// MIGPartitioned says whether sharing.migPartitions selects a GPU (in MIG
+// mode, for claims to create instances on).
+func MIGPartitioned(c config.Config) func(nvml.GPU) bool {
+	m := c.Sharing.MIGPartitions
+	return func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }
 }

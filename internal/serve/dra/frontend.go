@@ -334,9 +334,14 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Lock()
 	inv, parts := f.inv, f.parts
 	f.mu.Unlock()
-	in := draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares)
+	shares := draslice.MemoryShares{}
+	if m := f.cfg.Sharing.MemoryShares; m.Enabled {
+		shares = draslice.MemoryShares{Selects: func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }, Minimum: m.MinimumBytes()}
+	}
+	in := draslice.GPUsOf(inv, shares)
 	if parts != nil {
-		in.Partitions = draslice.Partitions(inv.GPUs, f.cfg.Sharing.MIGPartitions, parts.Layout, f.drv.o.Log)
+		m := f.cfg.Sharing.MIGPartitions
+		in.Partitions = draslice.Partitions(inv.GPUs, func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }, parts.Layout, f.drv.o.Log)
 		f.drv.SetMIG(nvmlInstances{p: parts, devRoot: f.cfg.DevRoot, procRoot: f.cfg.ProcRoot}, f.specWriter(cdi.MIGKind))
 	}
 	f.drv.SetGPUs(f.ctx, in)
