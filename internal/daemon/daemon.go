@@ -66,10 +66,11 @@ type options struct {
 	dra NewFrontEnd
 }
 
-// WithDRA supplies the DRA front-end (dra.NewFrontEnd). It lives outside
-// this package so that the device-plugin executable links no Kubernetes
-// client code; gpu-device-plugin-dra passes it. F is its concrete type, so
-// the front-end needs nothing of this package.
+// WithDRA supplies the DRA front-end (dra.NewFrontEnd, through
+// dramode.With). It lives outside this package so that the device-plugin
+// executable links no Kubernetes client code; gpu-device-plugin-dra
+// passes it. F is its concrete type, so the front-end needs nothing of
+// this package.
 func WithDRA[F FrontEnd](start func(context.Context, config.Config, *ondisk.Store, *slog.Logger) (F, error)) Option {
 	return func(o *options) {
 		o.dra = func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error) {
