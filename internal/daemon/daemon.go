@@ -353,17 +353,20 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 // serveNICs serves the NIC pools through fe, rescanning them until ctx
 // ends. rep is nil without reporting.
 func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, info *devinfo.Locked, fe FrontEnd, rep *reporting, status *probe.Status, log *slog.Logger) error {
-	o := nicscan.Options{Front: fe, Specs: specs, Metrics: mets, Info: info, Log: log, Turned: func() {
-		status.Gate(gateNICs, "")
-		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)
-	}}
-	if rep != nil {
-		o.Scanned = rep.nicScan
-	}
-	s, err := nicscan.New(cfg, o)
+	pools, err := NICPools(cfg, log)
 	if err != nil {
 		return err
 	}
+	o := NICScan(cfg)
+	o.Front, o.Specs, o.Metrics, o.Info, o.Log = fe, specs, mets, info, log
+	o.Turned = func() {
+		status.Gate(gateNICs, "")
+		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)
+	}
+	if rep != nil {
+		o.Scanned = rep.nicScan
+	}
+	s := nicscan.New(pools, o)
 	if err := fe.TakeNICPools(s.Pools()); err != nil {
 		return err
 	}

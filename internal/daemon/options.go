@@ -1,12 +1,17 @@
 package daemon
 
 import (
+	"fmt"
+	"log/slog"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 
@@ -95,4 +100,19 @@ func MemoryShares(c config.Config) draslice.MemoryShares {
 func MIGPartitioned(c config.Config) func(nvml.GPU) bool {
 	m := c.Sharing.MIGPartitions
 	return func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }
+}
+
+// NICPools are the pools of nicResources, before their first scan.
+func NICPools(c config.Config, log *slog.Logger) (*nic.Pools, error) {
+	pools, err := nic.NewPools(c.NICResources, nic.Options{DevRoot: c.DevRoot, Strategies: c.DeviceListStrategy, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("NIC pools: %w", err)
+	}
+	return pools, nil
+}
+
+// NICScan are the settings of the NIC rescans; the caller adds where the
+// scans go.
+func NICScan(c config.Config) nicscan.Options {
+	return nicscan.Options{SysfsRoot: c.SysfsRoot, ProcRoot: c.ProcRoot, Interval: c.NICRescanInterval.Duration}
 }
