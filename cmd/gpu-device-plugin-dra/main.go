@@ -16,10 +16,10 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 
 // Set at link time, as for gpu-device-plugin.
@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string) error {
 	log := daemon.NewLogger(cfg, os.Stderr)
 	log.Info("starting gpu-device-plugin in DRA mode", "version", version, "commit", commit,
 		"driver", config.DRADriverName, "pluginDir", cfg.DRAPluginDir, "driverRoot", cfg.DriverRoot)
-	err = daemon.RunWith(ctx, cfg, nvml.Open, log, daemon.WithDRA(dra.NewFrontEnd()))
+	err = daemon.RunWith(ctx, cfg, nvml.Open, log, dramode.With())
 	log.Info("stopped")
 	return err
 }

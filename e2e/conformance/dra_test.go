@@ -34,7 +34,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
@@ -130,7 +130,7 @@ func (s *draSetup) start(t *testing.T) harness.Registration {
 			n++
 		}
 	}
-	s.stop = startDaemon(t, s.cfg, s.lib, daemon.WithDRA(dra.NewFrontEnd(dra.WithKubeClient(s.k.Client))))
+	s.stop = startDaemon(t, s.cfg, s.lib, dramode.With(dra.WithKubeClient(s.k.Client)))
 	return s.k.WaitRegistered(t, draDriver, n)
 }
 

@@ -65,10 +65,11 @@ type options struct {
 	dra NewFrontEnd
 }
 
-// WithDRA supplies the DRA front-end (dra.NewFrontEnd). It lives outside
-// this package so that the device-plugin executable links no Kubernetes
-// client code; gpu-device-plugin-dra passes it. F is its concrete type, so
-// the front-end needs nothing of this package.
+// WithDRA supplies the DRA front-end (dra.NewFrontEnd, through
+// dramode.With). It lives outside this package so that the device-plugin
+// executable links no Kubernetes client code; gpu-device-plugin-dra
+// passes it. F is its concrete type, so the front-end needs nothing of
+// this package.
 func WithDRA[F FrontEnd](start func(context.Context, config.Config, *ondisk.Store, *slog.Logger) (F, error)) Option {
 	return func(o *options) {
 		o.dra = func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (FrontEnd, error) {
@@ -188,9 +189,10 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		return err
 	}
 	runtimeDoor(cfg, mets, rep, log)
+	labelsTo := LabelDelivery(cfg, "")
 	var labelsAPI nodelabels.API // nil unless nodeLabels: node
 	if cfg.NodeLabels == config.NodeLabelsNode {
-		labelsAPI = api.client
+		labelsAPI, labelsTo.Node = api.client, api.node
 	}
 	// The one place the kubelet API is chosen: everything above and in
 	// serveGPUs and serveNICs is shared by both front-ends.
@@ -230,7 +232,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 			}
 		}
 	}
-	wg.Go(func() { fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsAPI, status, log)) })
+	wg.Go(func() {
+		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, status, log))
+	})
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, status, log)) })
 	}
@@ -245,8 +249,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
 // watches their health until ctx ends. rep is nil without reporting;
-// labelsAPI is the API client for nodeLabels: node, nil in other modes.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
+// labelsTo is where the node labels go; labelsAPI is the API client for
+// nodeLabels: node, nil in other modes.
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
@@ -328,7 +333,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if runMPS != nil {
 		wg.Go(func() { runMPS(ctx) })
 	}
-	wg.Go(func() { nodelabels.Keep(ctx, cfg, labelsAPI, nodeLabels, log) })
+	wg.Go(func() { nodelabels.Keep(ctx, labelsTo, labelsAPI, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}
@@ -352,17 +357,20 @@ func gpuUUIDs(gpus []nvml.GPU) []string {
 // serveNICs serves the NIC pools through fe, rescanning them until ctx
 // ends. rep is nil without reporting.
 func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets *metrics.Metrics, info *devinfo.Locked, fe FrontEnd, rep *reporting, status *probe.Status, log *slog.Logger) error {
-	o := nicscan.Options{Front: fe, Specs: specs, Metrics: mets, Info: info, Log: log, Turned: func() {
-		status.Gate(gateNICs, "")
-		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)
-	}}
-	if rep != nil {
-		o.Scanned = rep.nicScan
-	}
-	s, err := nicscan.New(cfg, o)
+	pools, err := NICPools(cfg, log)
 	if err != nil {
 		return err
 	}
+	o := NICScan(cfg)
+	o.Front, o.Specs, o.Metrics, o.Info, o.Log = fe, specs, mets, info, log
+	o.Turned = func() {
+		status.Gate(gateNICs, "")
+		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)
+	}
+	if rep != nil {
+		o.Scanned = rep.nicScan
+	}
+	s := nicscan.New(pools, o)
 	if err := fe.TakeNICPools(s.Pools()); err != nil {
 		return err
 	}

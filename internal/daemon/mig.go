@@ -29,9 +29,10 @@ func migPartitions(cfg config.Config, lib nvml.Library, fe FrontEnd, gpus []nvml
 		return nil
 	}
 	c.UsePartitions(p)
+	partitioned := MIGPartitioned(cfg)
 	out := make([]bool, len(gpus))
 	for i, g := range gpus {
-		out[i] = g.MIGEnabled && cfg.Sharing.MIGPartitions.Selects(g.Index, g.UUID, g.PCIBusID, g.Name)
+		out[i] = g.MIGEnabled && partitioned(g)
 	}
 	return out
 }

@@ -1,10 +1,17 @@
 package daemon
 
 import (
+	"fmt"
+	"log/slog"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 
@@ -70,4 +77,42 @@ func LayoutOptions(c config.Config) layout.Options {
 // LabelFacts are the settings the node labels take.
 func LabelFacts(c config.Config) nodelabels.Facts {
 	return nodelabels.Facts{MIGStrategy: c.MIGStrategy, TimeSlicing: TimeSlicing(c), MPS: MPS(c), SysfsRoot: c.SysfsRoot}
+}
+
+// LabelDelivery is where the node labels go; node is the Node's name,
+// needed by nodeLabels: node only.
+func LabelDelivery(c config.Config, node string) nodelabels.Delivery {
+	return nodelabels.Delivery{Mode: c.NodeLabels, NFDFeaturesDir: c.NFDFeaturesDir, Node: node}
+}
+
+// MemoryShares are the GPUs sharing.memoryShares shares through DRA, and
+// the smallest share.
+func MemoryShares(c config.Config) draslice.MemoryShares {
+	m := c.Sharing.MemoryShares
+	if !m.Enabled {
+		return draslice.MemoryShares{}
+	}
+	return draslice.MemoryShares{Selects: func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }, Minimum: m.MinimumBytes()}
+}
+
+// MIGPartitioned says whether sharing.migPartitions selects a GPU (in MIG
+// mode, for claims to create instances on).
+func MIGPartitioned(c config.Config) func(nvml.GPU) bool {
+	m := c.Sharing.MIGPartitions
+	return func(g nvml.GPU) bool { return m.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }
+}
+
+// NICPools are the pools of nicResources, before their first scan.
+func NICPools(c config.Config, log *slog.Logger) (*nic.Pools, error) {
+	pools, err := nic.NewPools(c.NICResources, nic.Options{DevRoot: c.DevRoot, Strategies: c.DeviceListStrategy, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("NIC pools: %w", err)
+	}
+	return pools, nil
+}
+
+// NICScan are the settings of the NIC rescans; the caller adds where the
+// scans go.
+func NICScan(c config.Config) nicscan.Options {
+	return nicscan.Options{SysfsRoot: c.SysfsRoot, ProcRoot: c.ProcRoot, Interval: c.NICRescanInterval.Duration}
 }

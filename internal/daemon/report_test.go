@@ -241,10 +241,13 @@ func TestNICHealthIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &reporting{rep: rep, nicIDs: map[*nic.Pool]map[string]bool{}}
-	s, err := nicscan.New(cfg, nicscan.Options{Front: noFront{}, Info: devinfo.NewLocked(cfg.DeviceInfoDir), Scanned: r.nicScan})
+	pools, err := NICPools(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	o := NICScan(cfg)
+	o.Front, o.Info, o.Scanned = noFront{}, devinfo.NewLocked(cfg.DeviceInfoDir), r.nicScan
+	s := nicscan.New(pools, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go rep.Run(ctx)

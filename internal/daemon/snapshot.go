@@ -288,7 +288,7 @@ func pollHealth(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, served
 // which GPUs (by position) are partitioned. A GPU whose placements cannot
 // be read is said and published as without the setting.
 func partitions(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, log *slog.Logger) (draslice.GPUs, []bool) {
-	in := draslice.GPUsOf(inv, cfg.Sharing.MemoryShares)
+	in := draslice.GPUsOf(inv, MemoryShares(cfg))
 	partitioned := make([]bool, len(inv.GPUs))
 	if !cfg.Sharing.MIGPartitions.Enabled {
 		return in, partitioned
@@ -298,7 +298,7 @@ func partitions(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, log *s
 		log.Warn("sharing.migPartitions is set, and no GPU is partitioned", "err", err)
 		return in, partitioned
 	}
-	in.Partitions = draslice.Partitions(inv.GPUs, cfg.Sharing.MIGPartitions, p.Layout, log)
+	in.Partitions = draslice.Partitions(inv.GPUs, MIGPartitioned(cfg), p.Layout, log)
 	for i, g := range inv.GPUs {
 		_, partitioned[i] = in.Partitions[g.UUID]
 	}

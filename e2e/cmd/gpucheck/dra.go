@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
@@ -90,7 +91,7 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	done := make(chan error, 1)
 	began := time.Now()
 	go func() {
-		done <- daemon.RunWith(runCtx, cfg, nvml.Open, c.logger(), daemon.WithDRA(dra.NewFrontEnd(dra.WithKubeClient(k.Client))))
+		done <- daemon.RunWith(runCtx, cfg, nvml.Open, c.logger(), dramode.With(dra.WithKubeClient(k.Client)))
 	}()
 	defer func() {
 		cancel()

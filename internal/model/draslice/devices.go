@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 )
@@ -108,13 +107,21 @@ type Partition struct {
 	Foreign []nvml.GPUInstance
 }
 
+// MemoryShares are the GPUs whose memory is shared (sharing.memoryShares).
+type MemoryShares struct {
+	// Selects says whether a GPU's memory is shared; nil: no GPU's is.
+	Selects func(nvml.GPU) bool
+	// Minimum is the smallest share a claim may be allocated, in bytes.
+	Minimum uint64
+}
+
 // GPUsOf is what the slices are made of: the inventory, and the GPUs
-// sharing.memoryShares selects.
-func GPUsOf(inv *nvml.Inventory, shares config.MemoryShares) GPUs {
+// shares selects.
+func GPUsOf(inv *nvml.Inventory, shares MemoryShares) GPUs {
 	out := GPUs{GPUs: inv.GPUs, Topology: inv.Topology, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion}
-	if shares.Enabled {
-		out.MemoryShares = func(g nvml.GPU) bool { return shares.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) }
-		out.ShareMinimum = shares.MinimumBytes()
+	if shares.Selects != nil {
+		out.MemoryShares = shares.Selects
+		out.ShareMinimum = shares.Minimum
 	}
 	return out
 }

@@ -6,17 +6,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
-// Partitions reads, through layout, what each GPU in MIG mode that sel
-// selects allows. A GPU whose layout cannot be read is logged and left
-// out: it is published as without the setting.
-func Partitions(gpus []nvml.GPU, sel config.MIGPartitions, layout func(nvml.GPU) (nvml.MIGLayout, error), log *slog.Logger) map[string]Partition {
+// Partitions reads, through layout, what each GPU in MIG mode that
+// partitioned selects (sharing.migPartitions; nil selects none) allows. A
+// GPU whose layout cannot be read is logged and left out: it is published
+// as without the setting.
+func Partitions(gpus []nvml.GPU, partitioned func(nvml.GPU) bool, layout func(nvml.GPU) (nvml.MIGLayout, error), log *slog.Logger) map[string]Partition {
 	out := map[string]Partition{}
 	for _, g := range gpus {
-		if !g.MIGEnabled || !sel.Selects(g.Index, g.UUID, g.PCIBusID, g.Name) {
+		if !g.MIGEnabled || partitioned == nil || !partitioned(g) {
 			continue
 		}
 		l, err := layout(g)

@@ -3,8 +3,18 @@ package nic
 import (
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+)
+
+// Link checks, the values of a pool's linkCheck setting
+// (config.NICResource.LinkCheck).
+const (
+	// LinkCheckRDMAPort judges the RDMA ports.
+	LinkCheckRDMAPort = "rdma-port"
+	// LinkCheckNetdev judges the host-namespace netdevs that are up.
+	LinkCheckNetdev = "netdev"
+	// LinkCheckOff never judges the link.
+	LinkCheckOff = "off"
 )
 
 // Health is a NIC's health and, when unhealthy, why.
@@ -19,8 +29,8 @@ func Check(n sysfs.NIC, present bool) Health {
 	return CheckLink(n, present, "")
 }
 
-// CheckLink judges one NIC from a scan with a link check (a
-// config.LinkCheck* value; empty picks rdma-port for a NIC with RDMA
+// CheckLink judges one NIC from a scan with a link check (a LinkCheck*
+// value; empty picks rdma-port for a NIC with RDMA
 // ports and netdev for one without). A removed or failed PCI device is
 // unhealthy. Then:
 //   - rdma-port: unhealthy while a port whose state is known is not ACTIVE
@@ -39,17 +49,17 @@ func CheckLink(n sysfs.NIC, present bool, mode string) Health {
 		return Health{Reason: "PCI device failed: " + n.Failed}
 	}
 	if mode == "" {
-		mode = config.LinkCheckNetdev
+		mode = LinkCheckNetdev
 		if len(n.RDMAPorts) > 0 || n.IsRDMA() {
-			mode = config.LinkCheckRDMAPort
+			mode = LinkCheckRDMAPort
 		}
 	}
 	switch mode {
-	case config.LinkCheckRDMAPort:
+	case LinkCheckRDMAPort:
 		if down := n.PortsDown(); len(down) > 0 {
 			return Health{Reason: "RDMA port down: " + strings.Join(down, ", ")}
 		}
-	case config.LinkCheckNetdev:
+	case LinkCheckNetdev:
 		if down := n.LinksDown(); len(down) > 0 {
 			return Health{Reason: "link down: " + strings.Join(down, ",")}
 		}

@@ -67,7 +67,7 @@ type Pool struct {
 	env      string
 	sel      config.NICSelectors
 	devRoot  string
-	// linkCheck is a config.LinkCheck* value; empty picks per NIC.
+	// linkCheck is a LinkCheck* value; empty picks per NIC.
 	linkCheck string
 	// grace is how long a member may be gone before it leaves.
 	grace time.Duration

@@ -129,3 +129,13 @@ func TestMatchesIgnoresDefaultRoute(t *testing.T) {
 		t.Errorf("Matches = %t, Selects = %t; want true, false", Matches(sel, mgmt), Selects(sel, mgmt))
 	}
 }
+
+// The link checks are the linkCheck setting's values, which the pools take
+// as config decodes them.
+func TestLinkChecksAreTheSettingsValues(t *testing.T) {
+	for check, setting := range map[string]string{LinkCheckRDMAPort: config.LinkCheckRDMAPort, LinkCheckNetdev: config.LinkCheckNetdev, LinkCheckOff: config.LinkCheckOff} {
+		if check != setting {
+			t.Errorf("link check %q, setting %q", check, setting)
+		}
+	}
+}

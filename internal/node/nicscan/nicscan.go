@@ -2,12 +2,10 @@ package nicscan
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
@@ -27,8 +25,13 @@ type Front interface {
 	ServeNICs(ctx context.Context) error
 }
 
-// Options are what a Scanner passes each scan on to.
+// Options are where a Scanner scans and what it passes each scan on to.
 type Options struct {
+	// SysfsRoot and ProcRoot are the host's roots the NICs are read under.
+	SysfsRoot, ProcRoot string
+	// Interval is how often Run rescans (nicRescanInterval); required.
+	Interval time.Duration
+
 	Front   Front            // required
 	Specs   *ondisk.Store    // nil without CDI
 	Metrics *metrics.Metrics // nil without metrics
@@ -45,12 +48,11 @@ type Options struct {
 }
 
 // Scanner serves every configured NIC pool and rescans sysfs at
-// cfg.NICRescanInterval: hot-plugged NICs join their pool, removed or
+// Options.Interval: hot-plugged NICs join their pool, removed or
 // failed ones turn unhealthy. A pool that starts empty is served anyway,
 // so NICs that arrive later can join it. Rescan runs on one goroutine only
 // (Run's); Allocate runs on the front-end's.
 type Scanner struct {
-	cfg     config.Config
 	scanner *sysfs.NICScanner
 	pools   *nic.Pools
 	o       Options
@@ -68,19 +70,15 @@ type nicHealth struct {
 	reason  string
 }
 
-// New builds the pools of cfg.NICResources.
-func New(cfg config.Config, o Options) (*Scanner, error) {
+// New keeps pools (nic.NewPools, before their first scan) in step with
+// sysfs.
+func New(pools *nic.Pools, o Options) *Scanner {
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pools, err := nic.NewPools(cfg.NICResources, nic.Options{DevRoot: cfg.DevRoot, Strategies: cfg.DeviceListStrategy, Log: log})
-	if err != nil {
-		return nil, fmt.Errorf("NIC pools: %w", err)
-	}
 	s := &Scanner{
-		cfg:     cfg,
-		scanner: sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: cfg.SysfsRoot, ProcRoot: cfg.ProcRoot, Log: log}),
+		scanner: sysfs.NewNICScanner(sysfs.NICOptions{SysfsRoot: o.SysfsRoot, ProcRoot: o.ProcRoot, Log: log}),
 		pools:   pools,
 		o:       o,
 		recs:    map[*nic.Pool]health.Recorder{},
@@ -93,10 +91,10 @@ func New(cfg config.Config, o Options) (*Scanner, error) {
 		}
 		s.healthy[p] = map[string]nicHealth{}
 	}
-	return s, nil
+	return s
 }
 
-// Pools are the configured pools, in the order of cfg.NICResources.
+// Pools are the configured pools, in the order of nicResources.
 func (s *Scanner) Pools() []*nic.Pool { return s.pools.All() }
 
 // Rescan folds a fresh scan into the pools and passes the result on: CDI
@@ -108,7 +106,7 @@ func (s *Scanner) Rescan(first bool) {
 		// Keep what is served: a failed scan says nothing about the
 		// NICs. Said once per run of failures, not every interval.
 		if !s.failing {
-			s.log.Warn("scanning NICs failed; keeping the last state and retrying", "err", err, "every", s.cfg.NICRescanInterval.String())
+			s.log.Warn("scanning NICs failed; keeping the last state and retrying", "err", err, "every", s.o.Interval.String())
 		}
 		s.failing = true
 		return
@@ -221,7 +219,7 @@ func (s *Scanner) syncDeviceInfo(scan []sysfs.NIC, first bool) {
 }
 
 // Run scans at start, has the front-end serve the pools, and rescans every
-// cfg.NICRescanInterval until ctx ends or the front-end fails.
+// Options.Interval until ctx ends or the front-end fails.
 func (s *Scanner) Run(ctx context.Context) error {
 	s.Rescan(true)
 	s.turned()
@@ -236,7 +234,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
-	tick := time.NewTicker(s.cfg.NICRescanInterval.Duration)
+	tick := time.NewTicker(s.o.Interval)
 	defer tick.Stop()
 	for {
 		select {

@@ -41,11 +41,13 @@ func newNICFixture(t *testing.T) *nicFixture {
 
 func (f *nicFixture) server(t *testing.T, mets *metrics.Metrics) *Scanner {
 	t.Helper()
-	s, err := New(f.cfg, Options{Front: noFront{}, Specs: f.specs, Metrics: mets, Info: devinfo.NewLocked(f.infoDir), Log: slog.New(slog.DiscardHandler)})
+	log := slog.New(slog.DiscardHandler)
+	pools, err := nic.NewPools(f.cfg.NICResources, nic.Options{DevRoot: f.cfg.DevRoot, Strategies: f.cfg.DeviceListStrategy, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return New(pools, Options{SysfsRoot: f.cfg.SysfsRoot, ProcRoot: f.cfg.ProcRoot, Interval: f.cfg.NICRescanInterval.Duration,
+		Front: noFront{}, Specs: f.specs, Metrics: mets, Info: devinfo.NewLocked(f.infoDir), Log: log})
 }
 
 // noFront serves nothing: these tests look at what a scan leaves on disk

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
@@ -57,21 +56,46 @@ func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 // the plugin sends.
 const RepairInterval = 10 * time.Minute
 
-// Keep writes the labels as cfg.NodeLabels says, NFD's feature file or the
-// Node (through api, which that mode needs), and keeps them there until ctx
+// Modes of delivery, the values of the nodeLabels setting.
+const (
+	// ModeNFD writes NFD's local feature file.
+	ModeNFD = "nfd"
+	// ModeNode patches the Node's labels through the API.
+	ModeNode = "node"
+	// ModeNone writes the labels nowhere.
+	ModeNone = "none"
+)
+
+// Delivery is where the labels go: the nodeLabels and nfdFeaturesDir
+// settings, and the Node's name.
+type Delivery struct {
+	// Mode is ModeNFD, ModeNode or ModeNone.
+	Mode string
+	// NFDFeaturesDir is NFD's features.d, for ModeNFD.
+	NFDFeaturesDir string
+	// Node is the Node's name, for ModeNode.
+	Node string
+}
+
+// Keep writes the labels as d.Mode says, NFD's feature file or the Node
+// (through api, which that mode needs), and keeps them there until ctx
 // ends. Labels are left in place when it ends: a restarting plugin must not
 // make pods that select them unschedulable.
-func Keep(ctx context.Context, cfg config.Config, api API, l labels.Labels, log *slog.Logger) {
-	switch cfg.NodeLabels {
-	case config.NodeLabelsNFD:
-		keepFile(ctx, cfg, l, log)
-	case config.NodeLabelsNode:
-		node, err := cfg.Node()
-		if err == nil && api == nil {
+func Keep(ctx context.Context, d Delivery, api API, l labels.Labels, log *slog.Logger) {
+	switch d.Mode {
+	case ModeNFD:
+		keepFile(ctx, d.NFDFeaturesDir, l, log)
+	case ModeNode:
+		node := d.Node
+		var err error
+		switch {
+		case node == "":
+			err = errors.New("no node name")
+		case api == nil:
 			err = errors.New("no API client")
 		}
 		if err != nil {
-			log.Warn("node labels not written", "nodeLabels", cfg.NodeLabels, "err", err)
+			log.Warn("node labels not written", "nodeLabels", d.Mode, "err", err)
 			return
 		}
 		k := nodeKeeper{w: NodeWriter{API: api, Node: node}, interval: RepairInterval, after: time.After, log: log}
@@ -128,22 +152,23 @@ func (k nodeKeeper) keep(ctx context.Context, l labels.Labels) {
 	}
 }
 
-// keepFile keeps l in NFD's feature file, rewriting it before it expires.
-func keepFile(ctx context.Context, cfg config.Config, l labels.Labels, log *slog.Logger) {
+// keepFile keeps l in NFD's feature file in dir, rewriting it before it
+// expires.
+func keepFile(ctx context.Context, dir string, l labels.Labels, log *slog.Logger) {
 	if len(l) == 0 {
 		return
 	}
-	if fi, err := os.Stat(cfg.NFDFeaturesDir); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		why := "not a folder"
 		if errors.Is(err, fs.ErrNotExist) {
 			why = "missing (is Node Feature Discovery installed, and the folder mounted?)"
 		} else if err != nil {
 			why = err.Error()
 		}
-		log.Info("node labels not written: NFD's features folder is "+why, "nfdFeaturesDir", cfg.NFDFeaturesDir, "labels", len(l))
+		log.Info("node labels not written: NFD's features folder is "+why, "nfdFeaturesDir", dir, "labels", len(l))
 		return
 	}
-	f := FeatureFile{Path: filepath.Join(cfg.NFDFeaturesDir, FileName), Expiry: Expiry}
+	f := FeatureFile{Path: filepath.Join(dir, FileName), Expiry: Expiry}
 	sync := func() {
 		wrote, err := f.Sync(l, time.Now())
 		switch {

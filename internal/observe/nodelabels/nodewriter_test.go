@@ -373,20 +373,20 @@ func TestKeepModes(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	cfg := config.Config{NodeLabels: config.NodeLabelsNode, NodeName: "n1"}
+	d := Delivery{Mode: ModeNode, Node: "n1"}
 	f := newFake()
-	Keep(ctx, cfg, nil, h100Labels(), log) // no client: logs, returns
-	cfg.NodeLabels = config.NodeLabelsNone
-	Keep(ctx, cfg, f, h100Labels(), log)
+	Keep(ctx, d, nil, h100Labels(), log) // no client: logs, returns
+	d.Mode = ModeNone
+	Keep(ctx, d, f, h100Labels(), log)
 	if g, p := f.counts(); g+p != 0 {
 		t.Errorf("none: %d reads, %d patches", g, p)
 	}
 
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	cfg.NodeLabels = config.NodeLabelsNode
+	d.Mode = ModeNode
 	done := make(chan struct{})
-	go func() { defer close(done); Keep(ctx, cfg, f, h100Labels(), log) }()
+	go func() { defer close(done); Keep(ctx, d, f, h100Labels(), log) }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, p := f.counts(); p == 1 {
 			break
@@ -397,4 +397,13 @@ func TestKeepModes(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// The modes are the nodeLabels setting's values, which daemon copies.
+func TestModesAreTheSettingsValues(t *testing.T) {
+	for mode, setting := range map[string]string{ModeNFD: config.NodeLabelsNFD, ModeNode: config.NodeLabelsNode, ModeNone: config.NodeLabelsNone} {
+		if mode != setting {
+			t.Errorf("mode %q, setting %q", mode, setting)
+		}
+	}
 }

@@ -140,7 +140,7 @@ func BenchmarkClaimStatus(b *testing.B) {
 			var client *fake.Clientset
 			if mode == "fake-apply" {
 				client = fake.NewClientset(c)
-				o.ClaimStatus = apiClaims{client}
+				o.ClaimStatus = apiClaims{client, testFieldManager}
 			}
 			d, _ := statusDriver(b, client, o)
 			ctx := context.Background()

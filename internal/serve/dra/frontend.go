@@ -20,7 +20,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -33,31 +32,70 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 )
 
-// CheckpointFile, in cfg.DRAPluginDir, keeps prepared claims.
+// CheckpointFile, in the plugin directory (draPluginDir), keeps prepared
+// claims.
 const CheckpointFile = "checkpoint.json"
+
+// Settings are what the front-end takes of the configuration, as plain
+// values (dramode.Settings builds them).
+type Settings struct {
+	// DriverName is the driver's name: the ResourceSlices', the kubelet
+	// registration's.
+	DriverName string
+	// FieldManager names the plugin in its API writes: the client's user
+	// agent, the claims' status entries.
+	FieldManager string
+	// Node is this node's name: the pool the slices publish.
+	Node string
+	// Kubeconfig is the API client's kubeconfig; empty: the pod's service
+	// account.
+	Kubeconfig string
+	// PluginDir is the kubelet's directory for this driver's socket and
+	// checkpoint (draPluginDir); PluginRegistryDir its registration
+	// directory (pluginRegistryDir).
+	PluginDir, PluginRegistryDir string
+	// PodUID is the plugin's pod, for rolling updates; empty: none.
+	PodUID string
+	// PodResourcesSocket is the kubelet's PodResources API; empty: not
+	// asked.
+	PodResourcesSocket string
+	// The host's roots.
+	SysfsRoot, DevRoot, ProcRoot, MPSRoot string
+	// NICPools is how many NIC pools are configured: each reports before
+	// the slices are first published.
+	NICPools int
+	// IgnoredTimeSlicing is how many sharing.timeSlicing entries are set,
+	// which DRA mode ignores and says so.
+	IgnoredTimeSlicing int
+	// MemoryShares are the GPUs whose memory claims share.
+	MemoryShares draslice.MemoryShares
+	// MIGPartitioned says whether a GPU in MIG mode is partitioned for
+	// claims (sharing.migPartitions).
+	MIGPartitioned func(nvml.GPU) bool
+}
 
 // FrontEndOption changes how NewFrontEnd reaches the API server.
 type FrontEndOption func(*frontEndOptions)
 
 type frontEndOptions struct{ client kubernetes.Interface }
 
-// WithKubeClient uses c instead of cfg.Kubeconfig or the pod's service
-// account: a fake clientset in tests, an embedder's client.
+// WithKubeClient uses c instead of the kubeconfig setting or the pod's
+// service account: a fake clientset in tests, an embedder's client.
 func WithKubeClient(c kubernetes.Interface) FrontEndOption {
 	return func(o *frontEndOptions) { o.client = c }
 }
 
-// NewFrontEnd is the DRA front-end for daemon.WithDRA: the model's
+// NewFrontEnd is the DRA front-end that dramode.With gives daemon: the model's
 // sources feed a Driver, and the kubeletplugin helper carries it to the
 // kubelet (registration, Prepare/Unprepare, health) and the API server
 // (ResourceSlices).
-func NewFrontEnd(opts ...FrontEndOption) func(context.Context, config.Config, *ondisk.Store, *slog.Logger) (*FrontEnd, error) {
+func NewFrontEnd(opts ...FrontEndOption) func(context.Context, Settings, *ondisk.Store, *slog.Logger) (*FrontEnd, error) {
 	var o frontEndOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return func(ctx context.Context, cfg config.Config, specs *ondisk.Store, log *slog.Logger) (*FrontEnd, error) {
-		return startFrontEnd(ctx, cfg, specs, o.client, log)
+	return func(ctx context.Context, s Settings, specs *ondisk.Store, log *slog.Logger) (*FrontEnd, error) {
+		return startFrontEnd(ctx, s, specs, o.client, log)
 	}
 }
 
@@ -67,7 +105,7 @@ type FrontEnd struct {
 	helper *kubeletplugin.Helper
 	specs  *ondisk.Store
 	ctx    context.Context
-	cfg    config.Config
+	s      Settings
 
 	mu     sync.Mutex
 	gspecs gpu.CDISpecs
@@ -78,42 +116,40 @@ type FrontEnd struct {
 
 // startFrontEnd registers the driver with the kubelet. Slices are
 // published once the GPUs and every NIC pool have reported.
-func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, client kubernetes.Interface, log *slog.Logger) (*FrontEnd, error) {
+func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, client kubernetes.Interface, log *slog.Logger) (*FrontEnd, error) {
 	var err error
 	if client == nil {
-		if client, err = kubeClient(cfg); err != nil {
+		if client, err = kubeClient(s); err != nil {
 			return nil, err
 		}
 	}
-	node, err := cfg.Node()
-	if err != nil {
-		return nil, fmt.Errorf("DRA: %w", err)
-	}
-	if cfg.Sharing.TimeSlicing.Enabled() {
+	node := s.Node
+	if s.IgnoredTimeSlicing > 0 {
 		log.Warn("sharing.timeSlicing is ignored in DRA mode: pods share a device by referencing one ResourceClaim",
-			"resources", len(cfg.Sharing.TimeSlicing.Resources))
+			"resources", s.IgnoredTimeSlicing)
 	}
-	if err := makePluginDirs(cfg); err != nil {
+	if err := makePluginDirs(s); err != nil {
 		return nil, err
 	}
-	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}, cfg: cfg}
+	f := &FrontEnd{specs: specs, pools: map[string]*nic.Pool{}, s: s}
 	var held PodResources
-	if cfg.PodResourcesSocket != "" {
-		held = podresources.Client{Socket: cfg.PodResourcesSocket}
+	if s.PodResourcesSocket != "" {
+		held = podresources.Client{Socket: s.PodResourcesSocket}
 	}
+	claims := apiClaims{client: client, manager: s.FieldManager}
 	drv, err := New(Options{
-		DriverName:     config.DRADriverName,
+		DriverName:     s.DriverName,
 		NodeName:       node,
-		SysfsRoot:      cfg.SysfsRoot,
-		DevRoot:        cfg.DevRoot,
-		CheckpointPath: filepath.Join(cfg.DRAPluginDir, CheckpointFile),
+		SysfsRoot:      s.SysfsRoot,
+		DevRoot:        s.DevRoot,
+		CheckpointPath: filepath.Join(s.PluginDir, CheckpointFile),
 		GPUCDIID:       func(uuid string) string { return cdi.QualifiedName(cdi.GPUKind, uuid) },
 		NICCDIID:       f.nicCDIID,
 		Specs:          f,
 		PodResources:   held,
-		Claims:         apiClaims{client},
-		ClaimStatus:    apiClaims{client},
-		Sources:        1 + len(cfg.NICResources),
+		Claims:         claims,
+		ClaimStatus:    claims,
+		Sources:        1 + s.NICPools,
 		Log:            log,
 	})
 	if err != nil {
@@ -127,21 +163,21 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 	// one structured log.
 	f.ctx = klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
 	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(config.DRADriverName),
+		kubeletplugin.DriverName(s.DriverName),
 		kubeletplugin.NodeName(node),
 		kubeletplugin.KubeClient(client),
-		kubeletplugin.RegistrarDirectoryPath(cfg.PluginRegistryDir),
-		kubeletplugin.PluginDataDirectoryPath(cfg.DRAPluginDir),
+		kubeletplugin.RegistrarDirectoryPath(s.PluginRegistryDir),
+		kubeletplugin.PluginDataDirectoryPath(s.PluginDir),
 	}
-	if cfg.PodUID != "" {
+	if s.PodUID != "" {
 		// Two pods of a rolling update serve side by side; the kubelet
 		// moves to the newer one.
-		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(s.PodUID)))
 	}
 	if f.helper, err = kubeletplugin.Start(f.ctx, drv, opts...); err != nil {
 		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
-	log.Info("serving through DRA", "driver", config.DRADriverName, "node", node, "pluginDir", cfg.DRAPluginDir)
+	log.Info("serving through DRA", "driver", s.DriverName, "node", node, "pluginDir", s.PluginDir)
 	seedTaints(ctx, client, drv, log)
 	drv.SetPublisher(f.ctx, f.helper)
 	return f, nil
@@ -151,10 +187,10 @@ func startFrontEnd(ctx context.Context, cfg config.Config, specs *ondisk.Store, 
 // checkpoint) and the kubelet's registration directory where they are
 // missing: the kubelet makes neither for a driver, and on a node package or
 // host run nothing else does. 0750, as the kubelet's own: root reads them.
-func makePluginDirs(cfg config.Config) error {
+func makePluginDirs(s Settings) error {
 	for _, d := range []struct{ dir, key string }{
-		{cfg.DRAPluginDir, "draPluginDir (--dra-plugin-dir)"},
-		{cfg.PluginRegistryDir, "pluginRegistryDir (--plugin-registry-dir)"},
+		{s.PluginDir, "draPluginDir (--dra-plugin-dir)"},
+		{s.PluginRegistryDir, "pluginRegistryDir (--plugin-registry-dir)"},
 	} {
 		if err := os.MkdirAll(d.dir, 0o750); err != nil {
 			return fmt.Errorf("DRA: creating %s %s: %w", d.key, d.dir, err)
@@ -175,9 +211,9 @@ const (
 	kubeBurst = 10
 )
 
-// kubeClient reads cfg.Kubeconfig, or the pod's service account.
-func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
-	rc, err := restConfig(cfg)
+// kubeClient reads s.Kubeconfig, or the pod's service account.
+func kubeClient(s Settings) (kubernetes.Interface, error) {
+	rc, err := restConfig(s)
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +224,11 @@ func kubeClient(cfg config.Config) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-func restConfig(cfg config.Config) (*rest.Config, error) {
+func restConfig(s Settings) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
-	if cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if s.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
 	} else {
 		rc, err = rest.InClusterConfig()
 	}
@@ -201,14 +237,18 @@ func restConfig(cfg config.Config) (*rest.Config, error) {
 	}
 	// The API server takes the field manager from the user agent when a
 	// write names none (the ResourceSlice controller's create and update).
-	rc.UserAgent = config.FieldManager
+	rc.UserAgent = s.FieldManager
 	rc.QPS, rc.Burst = kubeQPS, kubeBurst
 	return rc, nil
 }
 
 // apiClaims reads ResourceClaims through the API server, one namespaced
 // GET each: the RBAC the chart grants (resourceclaims get) and no more.
-type apiClaims struct{ client kubernetes.Interface }
+// manager is the field manager of its status writes.
+type apiClaims struct {
+	client  kubernetes.Interface
+	manager string
+}
 
 func (a apiClaims) GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	return a.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -334,10 +374,10 @@ func (f *FrontEnd) ServeGPUs(ctx context.Context) error {
 	f.mu.Lock()
 	inv, parts := f.inv, f.parts
 	f.mu.Unlock()
-	in := draslice.GPUsOf(inv, f.cfg.Sharing.MemoryShares)
+	in := draslice.GPUsOf(inv, f.s.MemoryShares)
 	if parts != nil {
-		in.Partitions = draslice.Partitions(inv.GPUs, f.cfg.Sharing.MIGPartitions, parts.Layout, f.drv.o.Log)
-		f.drv.SetMIG(nvmlInstances{p: parts, devRoot: f.cfg.DevRoot, procRoot: f.cfg.ProcRoot}, f.specWriter(cdi.MIGKind))
+		in.Partitions = draslice.Partitions(inv.GPUs, f.s.MIGPartitioned, parts.Layout, f.drv.o.Log)
+		f.drv.SetMIG(nvmlInstances{p: parts, devRoot: f.s.DevRoot, procRoot: f.s.ProcRoot}, f.specWriter(cdi.MIGKind))
 	}
 	f.drv.SetGPUs(f.ctx, in)
 	<-ctx.Done()
@@ -356,7 +396,7 @@ func (f *FrontEnd) UsePartitions(p *nvml.Partitioner) {
 // until ctx ends, and sets the time-slice intervals they ask for through
 // timeSlice (see Driver.SetMPS).
 func (f *FrontEnd) UseSharing(ctx context.Context, m *mpsd.Manager, timeSlice func(ctx context.Context, uuid string, level int) (string, error)) {
-	f.drv.SetMPS(ctx, m, f.cfg.MPSRoot, f.specWriter(cdi.MPSKind), timeSlice)
+	f.drv.SetMPS(ctx, m, f.s.MPSRoot, f.specWriter(cdi.MPSKind), timeSlice)
 }
 
 // specWriter writes the spec of kind, one the DRA driver keeps (MPS

@@ -23,26 +23,27 @@ import (
 // run), DRA mode makes them rather than failing to bind its sockets.
 func TestMakePluginDirs(t *testing.T) {
 	root := t.TempDir()
-	cfg := config.Default()
-	cfg.DRAPluginDir = filepath.Join(root, "var/lib/kubelet/plugins", config.DRADriverName)
-	cfg.PluginRegistryDir = filepath.Join(root, "var/lib/kubelet/plugins_registry")
-	if err := makePluginDirs(cfg); err != nil {
+	s := Settings{
+		PluginDir:         filepath.Join(root, "var/lib/kubelet/plugins", config.DRADriverName),
+		PluginRegistryDir: filepath.Join(root, "var/lib/kubelet/plugins_registry"),
+	}
+	if err := makePluginDirs(s); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{cfg.DRAPluginDir, cfg.PluginRegistryDir} {
+	for _, d := range []string{s.PluginDir, s.PluginRegistryDir} {
 		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
 			t.Errorf("%s: %v, %v; want a 0750 directory", d, fi, err)
 		}
 	}
-	if err := makePluginDirs(cfg); err != nil {
+	if err := makePluginDirs(s); err != nil {
 		t.Errorf("second run: %v", err)
 	}
 	file := filepath.Join(root, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.DRAPluginDir = filepath.Join(file, "plugin")
-	if err := makePluginDirs(cfg); err == nil || !strings.Contains(err.Error(), "draPluginDir (--dra-plugin-dir)") {
+	s.PluginDir = filepath.Join(file, "plugin")
+	if err := makePluginDirs(s); err == nil || !strings.Contains(err.Error(), "draPluginDir (--dra-plugin-dir)") {
 		t.Errorf("err = %v, want one naming draPluginDir", err)
 	}
 }
@@ -55,17 +56,16 @@ func TestRestConfigLimits(t *testing.T) {
 	if err := os.WriteFile(kc, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Kubeconfig = kc
-	rc, err := restConfig(cfg)
+	s := Settings{Kubeconfig: kc, FieldManager: config.FieldManager}
+	rc, err := restConfig(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rc.QPS != kubeQPS || rc.Burst != kubeBurst || rc.UserAgent != "gpu-device-plugin" {
 		t.Errorf("QPS %v burst %d user agent %q", rc.QPS, rc.Burst, rc.UserAgent)
 	}
-	cfg.Kubeconfig = filepath.Join(t.TempDir(), "missing")
-	if _, err := restConfig(cfg); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+	s.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := restConfig(s); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("missing kubeconfig: %v", err)
 	}
 }
@@ -93,11 +93,11 @@ func TestAPIClaimsIsOneNamespacedGET(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := apiClaims{client}.GetClaim(context.Background(), "team-a", "train")
+	c, err := apiClaims{client, testFieldManager}.GetClaim(context.Background(), "team-a", "train")
 	if err != nil || c.UID != "uid-1" || len(c.Status.Allocation.Devices.Results) != 1 {
 		t.Fatalf("GetClaim = %+v, %v", c, err)
 	}
-	if _, err := (apiClaims{client}).GetClaim(context.Background(), "team-a", "gone"); !apierrors.IsNotFound(err) {
+	if _, err := (apiClaims{client, testFieldManager}).GetClaim(context.Background(), "team-a", "gone"); !apierrors.IsNotFound(err) {
 		t.Errorf("a missing claim: %v, want NotFound", err)
 	}
 	mu.Lock()

@@ -20,7 +20,6 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
@@ -30,17 +29,14 @@ import (
 // status in the claim).
 //
 // After Prepare, each prepared claim gets one entry per device of ours,
-// written by server-side apply of the status subresource under
-// StatusFieldManager: the apply names only our entries, so other drivers'
+// written by server-side apply of the status subresource under the
+// plugin's field manager: the apply names only our entries, so other drivers'
 // entries and every other field of the claim stay as they are. Nothing is
 // cleared at Unprepare: the claim is deallocated (or deleted) once no pod
 // holds it, and the API server drops the entries of devices no longer
 // allocated along with the allocation (resourceclaim status strategy,
 // dropDeallocatedStatusDevices).
 const (
-	// StatusFieldManager owns the entries the plugin writes.
-	StatusFieldManager = config.FieldManager
-
 	// ConditionReady is True on every prepared device: its CDI devices
 	// were handed to the kubelet and the container can start with it.
 	ConditionReady = "Ready"
@@ -290,7 +286,7 @@ func sortEntries(es []resourceapi.AllocatedDeviceStatus) {
 }
 
 // ApplyDeviceStatus applies devices as the claim's status.devices entries
-// of StatusFieldManager: one PATCH of the status subresource (RBAC:
+// of a.manager: one PATCH of the status subresource (RBAC:
 // resourceclaims/status patch, and resourceclaims/driver
 // associated-node:patch for the driver's name). The claim's UID is part of
 // the apply, so a claim deleted and made again under the same name is not
@@ -301,7 +297,7 @@ func (a apiClaims) ApplyDeviceStatus(ctx context.Context, claim *resourceapi.Res
 		st.WithDevices(deviceStatusApply(s))
 	}
 	ac := resourceac.ResourceClaim(claim.Name, claim.Namespace).WithUID(claim.UID).WithStatus(st)
-	_, err := a.client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: StatusFieldManager, Force: true})
+	_, err := a.client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
 	return err
 }
 

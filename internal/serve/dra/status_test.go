@@ -71,7 +71,7 @@ func statusDriver(t testing.TB, client *fake.Clientset, o Options) (*Driver, *lo
 		o.SysfsRoot = nicSysfs(t)
 	}
 	if o.ClaimStatus == nil {
-		o.ClaimStatus = apiClaims{client}
+		o.ClaimStatus = apiClaims{client, testFieldManager}
 	}
 	d, _ := newTestDriver(t, t.TempDir(), o)
 	ctx := context.Background()
@@ -233,12 +233,16 @@ func TestClaimStatusAfterPrepare(t *testing.T) {
 	// (The fake clientset records no subresource in managed fields.)
 	applied := false
 	for _, m := range got.ManagedFields {
-		applied = applied || m.Manager == StatusFieldManager && m.Operation == metav1.ManagedFieldsOperationApply
+		applied = applied || m.Manager == testFieldManager && m.Operation == metav1.ManagedFieldsOperationApply
 	}
 	if !applied {
-		t.Errorf("managed fields %+v: want an apply by %s", got.ManagedFields, StatusFieldManager)
+		t.Errorf("managed fields %+v: want an apply by %s", got.ManagedFields, testFieldManager)
 	}
 }
+
+// testFieldManager is the plugin's field manager (config.FieldManager, as
+// daemon.DRASettings passes it).
+const testFieldManager = "gpu-device-plugin"
 
 // The kubelet prepares a claim again at each pod start: a claim whose
 // status is current is not written again, and one that lost its entries
@@ -450,7 +454,7 @@ func TestClaimStatusShares(t *testing.T) {
 func TestClaimStatusMIGPlacement(t *testing.T) {
 	c := claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))
 	client := fake.NewClientset(c)
-	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, ClaimStatus: apiClaims{client}})
+	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, ClaimStatus: apiClaims{client, testFieldManager}})
 	d.SetMIG(newFakeMIG(), (&migSpecs{}).write)
 	d.SetGPUs(context.Background(), partitionedGPUs())
 	prepareOK(t, d, c)
