@@ -362,7 +362,10 @@ func serveNICs(ctx context.Context, cfg config.Config, specs *ondisk.Store, mets
 		return err
 	}
 	o := NICScan(cfg)
-	o.Front, o.Specs, o.Metrics, o.Info, o.Log = fe, specs, mets, info, log
+	o.Front, o.Specs, o.Info, o.Log = fe, specs, info, log
+	if mets != nil {
+		o.Metrics = mets.NICs()
+	}
 	o.Turned = func() {
 		status.Gate(gateNICs, "")
 		status.Turned(loopNICScan, cfg.NICRescanInterval.Duration)

@@ -9,11 +9,9 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 )
 
 // Front is the front-end the pools' devices go to.
@@ -25,6 +23,14 @@ type Front interface {
 	ServeNICs(ctx context.Context) error
 }
 
+// Recorder takes the pools' members for the plugin's metrics.
+type Recorder interface {
+	// Pool is where the health of resource's devices goes.
+	Pool(resource string) health.Recorder
+	// NIC records a member's facts under resource.
+	NIC(resource string, n sysfs.NIC)
+}
+
 // Options are where a Scanner scans and what it passes each scan on to.
 type Options struct {
 	// SysfsRoot and ProcRoot are the host's roots the NICs are read under.
@@ -32,9 +38,9 @@ type Options struct {
 	// Interval is how often Run rescans (nicRescanInterval); required.
 	Interval time.Duration
 
-	Front   Front            // required
-	Specs   *ondisk.Store    // nil without CDI
-	Metrics *metrics.Metrics // nil without metrics
+	Front   Front         // required
+	Specs   *ondisk.Store // nil without CDI
+	Metrics Recorder      // nil without metrics
 	// Info holds the CNI device-information files, shared with the
 	// front-end's Allocate.
 	Info *devinfo.Locked // required
@@ -87,7 +93,7 @@ func New(pools *nic.Pools, o Options) *Scanner {
 	}
 	for _, p := range pools.All() {
 		if o.Metrics != nil {
-			s.recs[p] = o.Metrics.For(p.Resource())
+			s.recs[p] = o.Metrics.Pool(p.Resource())
 		}
 		s.healthy[p] = map[string]nicHealth{}
 	}
@@ -152,7 +158,7 @@ func (s *Scanner) record(p *nic.Pool, devs []device.Device, first bool) {
 		return
 	}
 	for _, n := range p.NICs() {
-		s.o.Metrics.SetInfo(p.Resource(), n.Address, nicInfo(n))
+		s.o.Metrics.NIC(p.Resource(), n)
 	}
 	seen := s.healthy[p]
 	for _, d := range devs {
@@ -166,15 +172,6 @@ func (s *Scanner) record(p *nic.Pool, devs []device.Device, first bool) {
 			rec.Transition(d.ID, d.Healthy, d.Reason)
 		}
 		seen[d.ID] = now
-	}
-}
-
-// nicInfo is a NIC's gpu_device_plugin_device_info: no UUID or index,
-// and its PCI IDs as the model.
-func nicInfo(n sysfs.NIC) metrics.DeviceInfo {
-	return metrics.DeviceInfo{
-		Model: n.Vendor + ":" + n.Device, PCIBusID: n.Address, NUMANode: n.NUMANode,
-		DRAName: draslice.NICDeviceName(n.Address),
 	}
 }
 

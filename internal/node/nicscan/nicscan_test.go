@@ -46,8 +46,12 @@ func (f *nicFixture) server(t *testing.T, mets *metrics.Metrics) *Scanner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(pools, Options{SysfsRoot: f.cfg.SysfsRoot, ProcRoot: f.cfg.ProcRoot, Interval: f.cfg.NICRescanInterval.Duration,
-		Front: noFront{}, Specs: f.specs, Metrics: mets, Info: devinfo.NewLocked(f.infoDir), Log: log})
+	o := Options{SysfsRoot: f.cfg.SysfsRoot, ProcRoot: f.cfg.ProcRoot, Interval: f.cfg.NICRescanInterval.Duration,
+		Front: noFront{}, Specs: f.specs, Info: devinfo.NewLocked(f.infoDir), Log: log}
+	if mets != nil {
+		o.Metrics = mets.NICs()
+	}
+	return New(pools, o)
 }
 
 // noFront serves nothing: these tests look at what a scan leaves on disk
