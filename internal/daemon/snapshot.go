@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/snapshot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
@@ -314,7 +315,7 @@ func addMPS(cfg config.Config, gpus []snapshot.GPU, log *slog.Logger) {
 	var uuids []string
 	for i, g := range gpus {
 		if cfg.KubeletAPI == config.KubeletAPIDRA {
-			if _, err := os.Stat(gpu.MPSDir(cfg.MPSRoot, g.Device.UUID, gpu.MPSPipe)); err == nil {
+			if _, err := os.Stat(sharing.MPSDir(cfg.MPSRoot, g.Device.UUID, sharing.MPSPipe)); err == nil {
 				gpus[i].Sharing = snapshot.SharingMPS
 			}
 		}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // The DRA memory-share lane: one GPU published with consumable memory
@@ -128,7 +128,7 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 	start := time.Now()
 	for _, name := range sharePods {
 		p := probePodFor(name, nil)
-		p.Spec.Containers[0].Args = []string{"-look-for=" + gpu.MPSContainerPipeDir + "/control"}
+		p.Spec.Containers[0].Args = []string{"-look-for=" + sharing.MPSContainerPipeDir + "/control"}
 		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "devices"}}}
 		tmpl := memShareTmpl
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &tmpl}}
@@ -162,7 +162,7 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 			t.Fatal(err)
 		}
 		want := map[string]string{
-			"CUDA_MPS_PIPE_DIRECTORY":           gpu.MPSContainerPipeDir,
+			"CUDA_MPS_PIPE_DIRECTORY":           sharing.MPSContainerPipeDir,
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  fmt.Sprintf("0=%dM", s.quarterMiB()),
 		}
@@ -171,8 +171,8 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 				t.Errorf("pod %s: %s=%q, want %q", name, k, rep.Env[k], v)
 			}
 		}
-		if !rep.Files[gpu.MPSContainerPipeDir+"/control"] {
-			t.Errorf("pod %s has no %s/control: the daemon's pipe directory is not mounted", name, gpu.MPSContainerPipeDir)
+		if !rep.Files[sharing.MPSContainerPipeDir+"/control"] {
+			t.Errorf("pod %s has no %s/control: the daemon's pipe directory is not mounted", name, sharing.MPSContainerPipeDir)
 		}
 		checkGPUNodes(t, rep, s.shared.Minor)
 		t.Logf("pod %s: share %s of %s, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s", name, *r.ShareID, r.Device, rep.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], rep.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
@@ -184,7 +184,7 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 	// Shared by memory: the daemon's defaults are the largest share on
 	// the GPU (here both are a quarter), which holds for a client that
 	// clears its environment.
-	log, err := os.ReadFile(filepath.Join(gpu.MPSDir(s.root, s.shared.UUID, gpu.MPSLog), "control.log"))
+	log, err := os.ReadFile(filepath.Join(sharing.MPSDir(s.root, s.shared.UUID, sharing.MPSLog), "control.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func (s *memShareScenario) pods(t *testing.T, ctx context.Context) {
 }
 
 func (s *memShareScenario) pluginRestart(t *testing.T, ctx context.Context) {
-	restartPluginKeepingMPS(t, ctx, gpu.MPSDir(s.root, s.shared.UUID, gpu.MPSPipe), sharePods...)
+	restartPluginKeepingMPS(t, ctx, sharing.MPSDir(s.root, s.shared.UUID, sharing.MPSPipe), sharePods...)
 }
 
 func (s *memShareScenario) xid(t *testing.T, ctx context.Context) {

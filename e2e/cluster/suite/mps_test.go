@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // The MPS lane: one GPU of the node's mock machine shared through MPS, its
@@ -66,7 +67,7 @@ type mpsScenario struct {
 	shares map[string]string
 }
 
-func (s *mpsScenario) dir(which string) string { return gpu.MPSDir(s.root, s.shared.UUID, which) }
+func (s *mpsScenario) dir(which string) string { return sharing.MPSDir(s.root, s.shared.UUID, which) }
 
 func (s *mpsScenario) values(mps bool) (*release, error) {
 	v, err := env.chartValues("envvar")
@@ -116,7 +117,7 @@ func (s *mpsScenario) advertises(t *testing.T, ctx context.Context) {
 		t.Fatalf("%v%s", err, pluginLogs(ctx))
 	}
 	// The daemon was told one share's limits: failRequestsGreaterThanOne.
-	log, err := os.ReadFile(filepath.Join(s.dir(gpu.MPSLog), "control.log"))
+	log, err := os.ReadFile(filepath.Join(s.dir(sharing.MPSLog), "control.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func (s *mpsScenario) advertises(t *testing.T, ctx context.Context) {
 // test's may not see, so the daemon marks it.
 func (s *mpsScenario) shmMarker(t *testing.T) string {
 	t.Helper()
-	pid, err := os.ReadFile(filepath.Join(s.dir(gpu.MPSPipe), mpsPIDFile))
+	pid, err := os.ReadFile(filepath.Join(s.dir(sharing.MPSPipe), mpsPIDFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 	marker := s.shmMarker(t)
 	for _, name := range mpsPods {
 		p := probePodFor(name, corev1.ResourceList{mpsResource: *resource.NewQuantity(1, resource.DecimalSI)})
-		p.Spec.Containers[0].Args = []string{"-look-for=" + gpu.MPSContainerPipeDir + "/control," + marker}
+		p.Spec.Containers[0].Args = []string{"-look-for=" + sharing.MPSContainerPipeDir + "/control," + marker}
 		pod, err := createPod(ctx, p, true)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +167,7 @@ func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 		}
 		want := map[string]string{
 			"NVIDIA_VISIBLE_DEVICES":            s.shared.UUID,
-			"CUDA_MPS_PIPE_DIRECTORY":           gpu.MPSContainerPipeDir,
+			"CUDA_MPS_PIPE_DIRECTORY":           sharing.MPSContainerPipeDir,
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": threads,
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  fmt.Sprintf("0=%dM", mib),
 		}
@@ -175,7 +176,7 @@ func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 				t.Errorf("pod %s: %s=%q, want %q", name, k, rep.Env[k], v)
 			}
 		}
-		for _, f := range []string{gpu.MPSContainerPipeDir + "/control", marker} {
+		for _, f := range []string{sharing.MPSContainerPipeDir + "/control", marker} {
 			if !rep.Files[f] {
 				t.Errorf("pod %s has no %s: the daemon's directories are not mounted, or its /dev/shm is not the daemon's", name, f)
 			}
@@ -197,7 +198,7 @@ func (s *mpsScenario) pods(t *testing.T, ctx context.Context) {
 // daemon that crashes leaves the plugin to find out, and waits for the
 // plugin to say so and to start another.
 func (s *mpsScenario) daemonDies(t *testing.T, ctx context.Context) {
-	sock := filepath.Join(s.dir(gpu.MPSPipe), "control")
+	sock := filepath.Join(s.dir(sharing.MPSPipe), "control")
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +229,7 @@ func (s *mpsScenario) daemonDies(t *testing.T, ctx context.Context) {
 // adopts it; the pods keep their shares and their containers run on,
 // never restarted.
 func (s *mpsScenario) pluginRestart(t *testing.T, ctx context.Context) {
-	restartPluginKeepingMPS(t, ctx, s.dir(gpu.MPSPipe), mpsPods...)
+	restartPluginKeepingMPS(t, ctx, s.dir(sharing.MPSPipe), mpsPods...)
 	if err := waitResources(ctx, s.want(mpsReplicas), time.Minute); err != nil {
 		t.Fatal(err)
 	}

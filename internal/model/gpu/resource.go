@@ -68,7 +68,7 @@ type Options struct {
 	// MaxMPSShares is the most shares of a GPU shared through MPS one
 	// request may hold (0: 1): its daemon holds each client to that many.
 	MaxMPSShares int
-	// MPSRoot holds the MPS control daemons' directories (MPSDir), for
+	// MPSRoot holds the MPS control daemons' directories (sharing.MPSDir), for
 	// units shared through MPS.
 	MPSRoot string
 }

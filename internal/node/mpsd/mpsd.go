@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // ReasonDown is the health reason of a GPU whose daemon is not running.
@@ -107,7 +107,7 @@ type Options struct {
 	// StopGrace bounds how long stopping a daemon waits for its clients
 	// to end before its servers are shut down by force; 0: 30s.
 	StopGrace time.Duration
-	// Root holds each GPU's directories (gpu.MPSDir).
+	// Root holds each GPU's directories (sharing.MPSDir).
 	Root string
 	// ProbeInterval is how often each daemon is asked whether it
 	// answers; 0: 10s.
@@ -203,13 +203,13 @@ func (m *Manager) bumpLocked() {
 
 // PipeDir is the GPU's pipe directory, which clients mount: its inode
 // stays the same across restarts, so their mounts see the next daemon.
-func (m *Manager) PipeDir(uuid string) string { return gpu.MPSDir(m.o.Root, uuid, gpu.MPSPipe) }
+func (m *Manager) PipeDir(uuid string) string { return sharing.MPSDir(m.o.Root, uuid, sharing.MPSPipe) }
 
 // LogDir is the GPU's log directory.
-func (m *Manager) LogDir(uuid string) string { return gpu.MPSDir(m.o.Root, uuid, gpu.MPSLog) }
+func (m *Manager) LogDir(uuid string) string { return sharing.MPSDir(m.o.Root, uuid, sharing.MPSLog) }
 
 func (m *Manager) dirs(uuid string) Dirs {
-	return Dirs{Pipe: m.PipeDir(uuid), Log: m.LogDir(uuid), Shm: gpu.MPSDir(m.o.Root, uuid, gpu.MPSShm)}
+	return Dirs{Pipe: m.PipeDir(uuid), Log: m.LogDir(uuid), Shm: sharing.MPSDir(m.o.Root, uuid, sharing.MPSShm)}
 }
 
 func (m *Manager) notify() {

@@ -15,7 +15,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 )
 
@@ -199,7 +199,7 @@ func (d *Driver) applyMPSLocked(pending map[types.UID]preparedClaim) error {
 				if dv.MPS == nil {
 					continue
 				}
-				env, mounts := gpu.MPSClient(d.mpsRoot, dv.MPS.GPU, dv.MPS.ThreadPercentage, dv.MPS.PinnedMemoryMiB)
+				env, mounts := sharing.MPSClient(d.mpsRoot, dv.MPS.GPU, dv.MPS.ThreadPercentage, dv.MPS.PinnedMemoryMiB)
 				e := cdi.Edits{}
 				for _, k := range slices.Sorted(maps.Keys(env)) {
 					e.Env = append(e.Env, k+"="+env[k])

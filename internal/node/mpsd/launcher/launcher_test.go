@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
 )
@@ -71,8 +71,8 @@ type fixture struct {
 // makeDirs makes the GPU's directories, as the plugin does before it asks.
 func (f *fixture) makeDirs(t *testing.T, uuid string) {
 	t.Helper()
-	for _, which := range []string{gpu.MPSPipe, gpu.MPSLog, gpu.MPSShm} {
-		if err := os.MkdirAll(gpu.MPSDir(f.root, uuid, which), 0o755); err != nil {
+	for _, which := range []string{sharing.MPSPipe, sharing.MPSLog, sharing.MPSShm} {
+		if err := os.MkdirAll(sharing.MPSDir(f.root, uuid, which), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func serve(t *testing.T, confined bool) *fixture {
 // quit stops the daemon of uuid, as the plugin's Manager would.
 func (f *fixture) quit(t *testing.T, uuid string) {
 	t.Helper()
-	if _, err := ask(filepath.Join(gpu.MPSDir(f.root, uuid, gpu.MPSPipe), "control"), "quit"); err != nil {
+	if _, err := ask(filepath.Join(sharing.MPSDir(f.root, uuid, sharing.MPSPipe), "control"), "quit"); err != nil {
 		t.Logf("quit: %v", err)
 	}
 }
@@ -166,13 +166,13 @@ func TestStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.quit(t, testGPU) })
-	if got, err := ask(filepath.Join(gpu.MPSDir(f.root, testGPU, gpu.MPSPipe), "control"), "get_default_active_thread_percentage"); err != nil || got != "100.0" {
+	if got, err := ask(filepath.Join(sharing.MPSDir(f.root, testGPU, sharing.MPSPipe), "control"), "get_default_active_thread_percentage"); err != nil || got != "100.0" {
 		t.Errorf("the daemon answers %q, %v", got, err)
 	}
 	want := mpsexec.Spec{
 		DriverRoot: f.driverRoot, DevRoot: "/dev", Binary: mpsexec.DefaultBinary, Args: []string{"-d"},
 		Env:  []string{"CUDA_VISIBLE_DEVICES=" + testGPU},
-		Pipe: gpu.MPSDir(f.root, testGPU, gpu.MPSPipe), Log: gpu.MPSDir(f.root, testGPU, gpu.MPSLog), Shm: gpu.MPSDir(f.root, testGPU, gpu.MPSShm),
+		Pipe: sharing.MPSDir(f.root, testGPU, sharing.MPSPipe), Log: sharing.MPSDir(f.root, testGPU, sharing.MPSLog), Shm: sharing.MPSDir(f.root, testGPU, sharing.MPSShm),
 	}
 	if len(f.specs) != 1 || !specEqual(f.specs[0], want) {
 		t.Errorf("the launcher ran %+v, want %+v", f.specs, want)
@@ -237,7 +237,7 @@ func TestStartFails(t *testing.T) {
 	f.makeDirs(t, testGPU)
 	// The stand-in's control socket cannot be made: a directory (not
 	// empty, so not removed) holds its name.
-	if err := os.MkdirAll(filepath.Join(gpu.MPSDir(f.root, testGPU, gpu.MPSPipe), "control", "x"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(sharing.MPSDir(f.root, testGPU, sharing.MPSPipe), "control", "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	err := Start(t.Context(), f.socket, testGPU)
@@ -316,7 +316,7 @@ func TestDaemonOutlivesRequester(t *testing.T) {
 		{"started by the requester", func(uuid string) *exec.Cmd {
 			cmd := exec.Command(f.bin, "-d")
 			cmd.Env = append(os.Environ(), "CUDA_VISIBLE_DEVICES="+uuid,
-				"CUDA_MPS_PIPE_DIRECTORY="+gpu.MPSDir(f.root, uuid, gpu.MPSPipe), "CUDA_MPS_LOG_DIRECTORY="+gpu.MPSDir(f.root, uuid, gpu.MPSLog))
+				"CUDA_MPS_PIPE_DIRECTORY="+sharing.MPSDir(f.root, uuid, sharing.MPSPipe), "CUDA_MPS_LOG_DIRECTORY="+sharing.MPSDir(f.root, uuid, sharing.MPSLog))
 			return cmd
 		}, false},
 	} {
@@ -332,7 +332,7 @@ func TestDaemonOutlivesRequester(t *testing.T) {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("the requester: %v: %s", err, out)
 			}
-			sock := filepath.Join(gpu.MPSDir(f.root, uuid, gpu.MPSPipe), "control")
+			sock := filepath.Join(sharing.MPSDir(f.root, uuid, sharing.MPSPipe), "control")
 			got, err := ask(sock, "get_default_active_thread_percentage")
 			switch {
 			case tc.survives && (err != nil || got != "100.0"):

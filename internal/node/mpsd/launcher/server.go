@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
@@ -24,7 +24,7 @@ import (
 type Options struct {
 	// Socket is where the launcher listens (mode 0600).
 	Socket string
-	// Root is the mpsRoot: a GPU's directories are gpu.MPSDir(Root, ...),
+	// Root is the mpsRoot: a GPU's directories are sharing.MPSDir(Root, ...),
 	// which the plugin makes before it asks.
 	Root string
 	// DriverRoot and DevRoot are where the control program is found and
@@ -216,8 +216,8 @@ func (s *Server) Start(ctx context.Context, uuid string) Response {
 // process's tree.
 func (s *Server) start(ctx context.Context, uuid string) (said string, err error) {
 	dirs := map[string]string{}
-	for _, which := range []string{gpu.MPSPipe, gpu.MPSLog, gpu.MPSShm} {
-		dir := gpu.MPSDir(s.o.Root, uuid, which)
+	for _, which := range []string{sharing.MPSPipe, sharing.MPSLog, sharing.MPSShm} {
+		dir := sharing.MPSDir(s.o.Root, uuid, which)
 		fi, err := os.Lstat(dir)
 		if err != nil || !fi.IsDir() {
 			return "", fmt.Errorf("GPU %s has no MPS %s directory %s here; the plugin makes it before asking, so the launcher and the plugin must have the same mpsRoot (%s here) at the same host path", uuid, which, dir, s.o.Root)
@@ -233,7 +233,7 @@ func (s *Server) start(ctx context.Context, uuid string) (said string, err error
 	if err != nil {
 		return "", err
 	}
-	spec.DevRoot, spec.Pipe, spec.Log, spec.Shm = s.o.DevRoot, dirs[gpu.MPSPipe], dirs[gpu.MPSLog], dirs[gpu.MPSShm]
+	spec.DevRoot, spec.Pipe, spec.Log, spec.Shm = s.o.DevRoot, dirs[sharing.MPSPipe], dirs[sharing.MPSLog], dirs[sharing.MPSShm]
 	spec.Env = append(spec.Env, "CUDA_VISIBLE_DEVICES="+uuid)
 	spec.Args = []string{"-d"}
 	cctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
@@ -244,7 +244,7 @@ func (s *Server) start(ctx context.Context, uuid string) (said string, err error
 	}
 	// A file, not a pipe: the forked daemon would hold a pipe open and
 	// Wait would not return.
-	out, err := os.Create(filepath.Join(dirs[gpu.MPSLog], "launcher-start.log"))
+	out, err := os.Create(filepath.Join(dirs[sharing.MPSLog], "launcher-start.log"))
 	if err != nil {
 		return "", fmt.Errorf("MPS start log: %w", err)
 	}

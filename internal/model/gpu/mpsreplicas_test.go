@@ -11,6 +11,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // mpsResource is three 80 GiB GPUs shared through MPS, 8, 8 and 3 ways.
@@ -54,8 +55,8 @@ func TestAllocateMPS(t *testing.T) {
 		}
 		uuid := strings.Split(tt.ids[0], ReplicaSep)[0]
 		want := map[string]string{
-			VisibleDevicesEnv: uuid, MPSPipeEnv: "/tmp/nvidia-mps",
-			MPSThreadEnv: tt.threads, MPSPinnedMemoryEnv: tt.memMB,
+			VisibleDevicesEnv: uuid, sharing.MPSPipeEnv: "/tmp/nvidia-mps",
+			sharing.MPSThreadEnv: tt.threads, sharing.MPSPinnedMemoryEnv: tt.memMB,
 		}
 		if !reflect.DeepEqual(a.Env, want) {
 			t.Errorf("%v: env %v\nwant %v", tt.ids, a.Env, want)
@@ -74,7 +75,7 @@ func TestAllocateMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Env[MPSThreadEnv] != "12" || len(a.Mounts) != 2 || a.Env[VisibleDevicesEnv] != "" {
+	if a.Env[sharing.MPSThreadEnv] != "12" || len(a.Mounts) != 2 || a.Env[VisibleDevicesEnv] != "" {
 		t.Errorf("CDI answer: %+v", a)
 	}
 }
@@ -121,7 +122,7 @@ func TestAllocateMPSRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := mixed.Allocate([]string{gpus[1].UUID})
-	if err != nil || len(a.Mounts) != 0 || a.Env[MPSThreadEnv] != "" {
+	if err != nil || len(a.Mounts) != 0 || a.Env[sharing.MPSThreadEnv] != "" {
 		t.Errorf("whole GPU beside MPS: %+v, %v", a, err)
 	}
 	if _, err := mixed.Allocate([]string{gpus[1].UUID, replica(0, 1)}); !errors.Is(err, device.ErrBadRequest) {
@@ -181,7 +182,7 @@ func TestPreferredMPS(t *testing.T) {
 // the length of the control socket in the layout MPSDir makes; the two must agree.
 func TestMaxMPSRootFitsTheSocket(t *testing.T) {
 	root := "/" + strings.Repeat("m", config.MaxMPSRoot-1)
-	sock := filepath.Join(MPSDir(root, "GPU-8c1e7d5a-0000-4000-8000-000000000000", MPSPipe), "control")
+	sock := filepath.Join(sharing.MPSDir(root, "GPU-8c1e7d5a-0000-4000-8000-000000000000", sharing.MPSPipe), "control")
 	if len(sock) != 107 {
 		t.Errorf("the longest mpsRoot config allows gives a %d-byte control socket path, want 107 (a UNIX socket's most)", len(sock))
 	}
