@@ -57,4 +57,3 @@ func MPSClient(root, uuid string, threadPercent int, memoryMiB uint64) (map[stri
 		{ContainerPath: "/dev/shm", HostPath: MPSDir(root, uuid, MPSShm)},
 	}
 }
-
