@@ -136,6 +136,14 @@ type Usage struct {
 	MPSRunning bool
 }
 
+// reported is a Usage and when it was reported. Only a report made since
+// a GPU was withheld counts: one from before may miss a pod allocated
+// since.
+type reported struct {
+	Usage
+	at time.Time
+}
+
 type record struct {
 	uuid     string
 	state    State
@@ -171,7 +179,7 @@ type Machine struct {
 	node  map[string]GPU
 	fm    FabricManager
 	recs  map[string]*record
-	usage map[string]Usage
+	usage map[string]reported
 	// absent are saved GPUs out for a human or a reboot that are not on
 	// the node since the restart: kept, so the node still says so.
 	absent []*record
@@ -187,7 +195,7 @@ func New(p Policy, node Node, saved Saved, now time.Time) (*Machine, []Command, 
 	if errs := p.Validate(); len(errs) > 0 {
 		return nil, nil, fmt.Errorf("remedy policy: %w", errors.Join(errs...))
 	}
-	m := &Machine{p: p, node: map[string]GPU{}, fm: node.FabricManager, recs: map[string]*record{}, usage: map[string]Usage{}, kept: saved.extra}
+	m := &Machine{p: p, node: map[string]GPU{}, fm: node.FabricManager, recs: map[string]*record{}, usage: map[string]reported{}, kept: saved.extra}
 	for _, g := range node.GPUs {
 		if _, dup := m.node[g.UUID]; dup || g.UUID == "" {
 			return nil, nil, fmt.Errorf("remedy: GPU %q is listed twice or has no UUID", g.UUID)
@@ -281,7 +289,7 @@ func (m *Machine) Healthy(gpu string, now time.Time) []Command {
 func (m *Machine) Usage(gpu string, u Usage, now time.Time) []Command {
 	m.begin(now)
 	if _, ok := m.recs[gpu]; ok {
-		m.usage[gpu] = u
+		m.usage[gpu] = reported{u, now}
 	}
 	return m.end()
 }
@@ -553,7 +561,7 @@ func (m *Machine) lead(r *record) {
 		}
 	}
 	if len(blocked) > 0 {
-		m.wait(members, r.state, "waiting: "+strings.Join(blocked, "; "))
+		m.wait(r, r.state, "waiting: "+strings.Join(blocked, "; "))
 		return
 	}
 	var pending []string
@@ -561,8 +569,8 @@ func (m *Machine) lead(r *record) {
 	for _, id := range members {
 		u, ok := m.usage[id]
 		switch {
-		case !ok:
-			pending = append(pending, "no usage report yet for "+id)
+		case !ok || u.at.Before(m.recs[id].started):
+			pending = append(pending, "no usage report since it was withheld for "+id)
 		case u.Holders > 0:
 			holding = append(holding, id)
 			pending = append(pending, fmt.Sprintf("%d holder(s) on %s", u.Holders, id))
@@ -589,7 +597,7 @@ func (m *Machine) lead(r *record) {
 				}
 			}
 		}
-		m.wait(members, StateDraining, wait)
+		m.wait(r, StateDraining, wait)
 		return
 	}
 	var busy []string
@@ -612,8 +620,8 @@ func (m *Machine) lead(r *record) {
 			if slices.Contains(members, id) {
 				continue
 			}
-			if u, ok := m.usage[id]; !ok {
-				others = append(others, "no usage report yet for "+id)
+			if u, ok := m.usage[id]; !ok || u.at.Before(r.started) {
+				others = append(others, "no usage report since "+r.uuid+" was withheld for "+id)
 			} else if u.Processes > 0 {
 				others = append(others, fmt.Sprintf("%d process(es) on %s", u.Processes, id))
 			}
@@ -626,7 +634,7 @@ func (m *Machine) lead(r *record) {
 		busy = append(busy, "the driver still asks for a drain")
 	}
 	if len(busy) > 0 {
-		m.wait(members, StateWaitingIdle, strings.Join(busy, "; "))
+		m.wait(r, StateWaitingIdle, strings.Join(busy, "; "))
 		return
 	}
 	if r.decision == DecisionDrain {
@@ -644,12 +652,14 @@ func (m *Machine) lead(r *record) {
 	m.emit(Command{Kind: CmdReset, GPU: r.uuid, GPUs: slices.Clone(members), Reason: r.reason})
 }
 
-// wait puts every member in s, waiting for what wait says.
-func (m *Machine) wait(members []string, s State, wait string) {
-	for _, id := range members {
-		p := m.recs[id]
-		p.waiting = wait
-		m.setState(p, s, wait)
+// wait puts leader r and the members it holds in s, waiting for what wait
+// says.
+func (m *Machine) wait(r *record, s State, wait string) {
+	for _, id := range r.group {
+		if p := m.recs[id]; p == r || p.heldFor == r.uuid {
+			p.waiting = wait
+			m.setState(p, s, wait)
+		}
 	}
 }
 
