@@ -492,7 +492,7 @@ func (m *Machine) serve(r *record, reason string) {
 		m.emit(Command{Kind: CmdGiveBack, GPU: r.uuid, Took: took, Reason: reason})
 	}
 	m.leave(r)
-	r.decision, r.reason, r.facts, r.evicted, r.stopSent = "", "", Facts{}, false, false
+	r.decision, r.reason, r.facts, r.evicted, r.stopSent, r.started = "", "", Facts{}, false, false, time.Time{}
 	m.setState(r, StateServing, reason)
 }
 
