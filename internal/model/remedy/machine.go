@@ -251,6 +251,9 @@ func (m *Machine) Fault(gpu string, f Facts, now time.Time) []Command {
 			m.terminal(r, v)
 		case v.Decision == DecisionReset && r.decision != DecisionReset:
 			m.toReset(r, v)
+		case v.Decision == DecisionDrain && r.decision == DecisionWithPeer:
+			// Its own, should the group's reset not come.
+			r.decision, r.reason = DecisionDrain, v.Reason
 		}
 	case r.state == StateResetting || r.state == StateProbing:
 		switch {
@@ -375,8 +378,8 @@ func (m *Machine) Release(gpu string, now time.Time) []Command {
 	switch {
 	case r.state == StateResetting:
 		m.note(gpu, "release refused: a reset is in flight; release it once that ends")
-	case r.heldFor != "" && r.decision == DecisionWithPeer:
-		m.note(gpu, "release refused: it is held for the reset of its NVLink peer %s; release that one", r.heldFor)
+	case r.heldFor != "":
+		m.note(gpu, "release refused: it is held for the reset of its NVLink peer %s, which must include it; release that one", r.heldFor)
 	default:
 		r.resets = nil
 		if r.state == StateServing {
@@ -522,12 +525,15 @@ func (m *Machine) advance() {
 			continue
 		}
 		r.heldFor = ""
-		if r.decision == DecisionWithPeer {
+		switch r.decision {
+		case DecisionWithPeer:
 			m.serve(r, "its NVLink peer's remediation ended before a reset")
-			continue
+		case DecisionDrain:
+			r.group = []string{r.uuid}
+		default:
+			r.group = nil
+			m.toReset(r, Verdict{r.decision, r.reason})
 		}
-		r.group = nil
-		m.toReset(r, Verdict{r.decision, r.reason})
 	}
 	for _, id := range m.order {
 		if r := m.recs[id]; r.heldFor == "" && r.state.waiting() {
@@ -551,7 +557,13 @@ func (m *Machine) lead(r *record) {
 		case p.state.terminal() || p.state == StateResetting || p.state == StateProbing || p.heldFor != "":
 			blocked = append(blocked, fmt.Sprintf("NVLink peer %s is %s", id, p.state))
 		case p.state.waiting():
-			// Its own remediation: the group's reset serves it too.
+			// Its own remediation: the group's reset serves it too, and
+			// the members it held (all in r's group) are r's now.
+			for _, q := range m.recs {
+				if q.heldFor == p.uuid {
+					q.heldFor = r.uuid
+				}
+			}
 			p.heldFor, p.group = r.uuid, nil
 		default:
 			p.decision = DecisionWithPeer

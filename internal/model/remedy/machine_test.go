@@ -458,6 +458,10 @@ func TestPeers(t *testing.T) {
 	ampereNoFM := pairNode("ampere", "8.0", true, FabricManagerUnknown)
 	ampereDirect := pairNode("ampere", "8.0", false, FabricManagerUnknown)
 	hopperSwitch := pairNode("hopper", "9.0", true, FabricManagerNotRunning)
+	// A Volta GPU whose NVLink peer is an Ampere: A's reset must include
+	// B, B's need not include A.
+	mixed := pairNode("volta", "7.0", false, FabricManagerUnknown)
+	mixed.GPUs[1].Architecture, mixed.GPUs[1].ComputeCapability = "ampere", "8.0"
 	alone := func(n Node, name string) machineCase {
 		return machineCase{
 			name: name,
@@ -539,6 +543,41 @@ func TestPeers(t *testing.T) {
 				{fault(time.Minute, gpuA, Facts{Lost: true}), []string{"GPU-a draining->needsReboot", "nodeReboot GPU-a", "giveBack GPU-b", "GPU-b draining->serving"}},
 			},
 			end: map[string]want{gpuA: {StateNeedsReboot, "gpu-lost", 0}, gpuB: {StateServing, "", 0}},
+		},
+		{
+			name:   "a group takes in a peer already draining alone",
+			policy: peersOn,
+			node:   &mixed,
+			steps: []step{
+				{fault(0, gpuB, xid48), []string{"withhold GPU-b", "GPU-b serving->draining"}},
+				{usage(time.Second, gpuB, 1, 1, false), []string{}},
+				{fault(time.Minute, gpuA, xid48), []string{"withhold GPU-a", "GPU-a serving->draining"}},
+				{idle(2 * time.Minute), []string{"GPU-a draining->waitingIdle", "GPU-b draining->waitingIdle", "GPU-a waitingIdle->resetting", "GPU-b waitingIdle->resetting", "reset GPU-a,GPU-b"}},
+			},
+			end: map[string]want{gpuA: {StateResetting, "", 1}, gpuB: {StateResetting, "", 1}},
+		},
+		{
+			name:   "a peer with a drain of its own, held for a reset that ends early, drains alone",
+			policy: peersOn,
+			node:   &volta,
+			steps: []step{
+				{fault(0, gpuA, xid48), nil},
+				{fault(time.Second, gpuB, Facts{Action: nvml.RecoveryDrainP2P}), []string{}},
+				{fault(time.Minute, gpuA, Facts{Lost: true}), []string{"GPU-a draining->needsReboot", "nodeReboot GPU-a"}},
+				{usage(2*time.Minute, gpuB, 0, 0, false), []string{"GPU-b draining->waitingIdle"}},
+				{fault(3*time.Minute, gpuB, Facts{}), []string{"GPU-b waitingIdle->probing", "probe GPU-b"}},
+			},
+			end: map[string]want{gpuA: {StateNeedsReboot, "gpu-lost", 0}, gpuB: {StateProbing, "drain", 0}},
+		},
+		{
+			name:   "a peer held for a reset cannot be released alone",
+			policy: peersOn,
+			node:   &volta,
+			steps: []step{
+				{fault(0, gpuA, xid48), nil},
+				{release(time.Minute, gpuB), []string{"note GPU-b"}},
+			},
+			end: map[string]want{gpuB: {StateDraining, "held for the reset of its NVLink peer GPU-a", 0}},
 		},
 		alone(ampereFM, "Ampere on NVSwitch with Fabric Manager: reset alone"),
 		alone(ampereDirect, "Ampere with direct NVLinks: reset alone"),
