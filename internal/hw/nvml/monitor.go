@@ -185,19 +185,7 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 	}
 	// Signals whose functions the driver lacks are off for every GPU;
 	// Discover has said so in one line.
-	var off Signal
-	if !m.syms.Has(symTemperatureV) && !m.syms.Has(symTemperature) {
-		off |= SignalTemperature
-	}
-	if !m.syms.Has(symClocksEventReasons) && !m.syms.Has(symClocksThrottleReasons) {
-		off |= SignalClockReasons
-	}
-	if !m.syms.Has(symFieldValues) {
-		off |= SignalRecoveryAction
-	}
-	if !m.syms.Has(symRemappedRows) {
-		off |= SignalRemappedRows
-	}
+	off := unsupportedByDriver(m.syms)
 	for i := range m.handles {
 		m.uuids[i], m.mig[i], m.off[i] = inv.GPUs[i].UUID, inv.GPUs[i].MIGEnabled, off
 		if off&SignalTemperature == 0 {
