@@ -62,6 +62,7 @@ func R470Missing() []string {
 		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV",
 		"nvmlSystemGetDriverBranch", "nvmlDeviceGetHandleByUUIDV", "nvmlDeviceGetPciInfoExt",
 		"nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses_v3",
+		"nvmlDeviceGetGraphicsRunningProcesses_v3",
 		"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
 	}
 }

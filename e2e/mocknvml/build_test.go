@@ -47,6 +47,15 @@ var migCreateCalls = []string{
 	"nvmlComputeInstanceDestroy",
 }
 
+// resetCalls are the NVML symbols a GPU's reset reaches: its processes,
+// then drain, removal and rediscovery (internal/hw/nvml's Reset).
+var resetCalls = []string{
+	"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+	"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+	"nvmlDeviceGetPersistenceMode", "nvmlDeviceModifyDrainState", "nvmlDeviceQueryDrainState",
+	"nvmlDeviceRemoveGpu_v2", "nvmlDeviceRemoveGpu", "nvmlDeviceDiscoverGpus",
+}
+
 // gfdCalls are the NVML symbols NVIDIA's GPU Feature Discovery reaches
 // beyond pluginCalls (go-nvlib's MIG profile of a MIG device), so that it
 // labels the same mock node (e2e/gfdcompare).
@@ -57,7 +66,8 @@ var gfdCalls = []string{
 
 // v1Layouts are versioned calls whose v1 struct differs from the one the
 // library fills; exporting them would let an old caller overrun its buffer.
-var v1Layouts = []string{"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlEventSetWait", "nvmlComputeInstanceGetInfo"}
+var v1Layouts = []string{"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlEventSetWait", "nvmlComputeInstanceGetInfo",
+	"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"}
 
 func TestBuildExportsPluginCalls(t *testing.T) {
 	f, err := elf.Open(testLib(t))
@@ -78,7 +88,7 @@ func TestBuildExportsPluginCalls(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range slices.Concat(pluginCalls, gfdCalls, migCreateCalls) {
+	for _, name := range slices.Concat(pluginCalls, gfdCalls, migCreateCalls, resetCalls) {
 		if !exported[name] {
 			t.Errorf("%s is not exported", name)
 		}

@@ -50,6 +50,19 @@ var (
 //	                             answers once one is stopped (WaitMIGCreatePaused)
 //	mig-create-fail <index> [any|gi|ci]
 //	                             the next creation fails INSUFFICIENT_RESOURCES
+//	procs <index> [<pid>[:<MiB>],...]
+//	                             the compute processes the GPU lists (none
+//	                             without a list); graphics-procs the same for
+//	                             graphics ones. A process keeps removal IN_USE
+//	persistence <index> on|off   persistence mode: drain and removal IN_USE
+//	resetfail <index> [any|remove|discover]
+//	                             the next removal or rediscovery of the GPU
+//	                             fails UNKNOWN and changes nothing
+//	comebackbroken <index> [<action>]
+//	                             the next rediscovery leaves recovery action
+//	                             <action> (default reset) set
+//	unprivileged, privileged     drain, removal and rediscovery answer
+//	                             NO_PERMISSION, as to a caller without root
 //
 // Inject returns once the library has applied the command: Control prefixes
 // each line with an id ("@7 xid 3 79") and reads the library's answer from

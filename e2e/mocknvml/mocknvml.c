@@ -62,6 +62,7 @@
 #define MAX_GI_ID 14       /* GPU instance ids the driver hands out (its caps go up to gi14) */
 #define MAX_CI_ID 7        /* compute instance ids within a GPU instance */
 #define NO_INSTANCE 0xFFFFFFFFu /* an event's instance id when it has none */
+#define MAX_PROCS 32       /* processes a GPU can list, per kind (compute, graphics) */
 
 #ifdef MOCK_R470
 #define SUPPORTED_EVENTS \
@@ -98,10 +99,18 @@ enum {
     UNSUP_THROTTLE = 1 << 1, /* clocks event (throttle) reasons, both calls */
     UNSUP_RECOVERY = 1 << 2, /* the recovery-action field */
     UNSUP_REMAP = 1 << 3,    /* remapped rows */
+    UNSUP_DRAIN = 1 << 4,    /* drain state, removal and rediscovery (vGPU guests) */
+    UNSUP_PROCS = 1 << 5,    /* running process lists */
 };
 
 struct pci {
     unsigned domain, bus, dev, fn;
+};
+
+/* A process with a context on a GPU, as the running-process calls list it. */
+struct proc {
+    unsigned pid;
+    unsigned long long memory; /* bytes */
 };
 
 /* The remote end of one NVLink: a switch (by position) or a GPU (by index). */
@@ -286,7 +295,20 @@ struct nvmlDevice_st {
     unsigned mig_paused;               /* creations stopped now */
     unsigned long mig_resumes;         /* mig-create-resume count: wakes the stopped ones */
     unsigned mig_fail;                 /* MIG_FAIL_*: the next creation fails */
+    struct proc procs[2][MAX_PROCS];   /* PROCS_COMPUTE, PROCS_GRAPHICS: what runs on it (procs command) */
+    unsigned nprocs[2];
+    int persistence;                   /* persistence mode on: an attachment, so no drain or removal */
+    int draining;                      /* nvmlDeviceModifyDrainState */
+    int removed;                       /* nvmlDeviceRemoveGpu: out of NVML's view until nvmlDeviceDiscoverGpus */
+    unsigned reset_fail;               /* RESET_FAIL_*: the next removal or rediscovery fails (resetfail) */
+    int comeback_broken;               /* comebackbroken: rediscovered with comeback_action set */
+    unsigned comeback_action;          /* nvmlDeviceGpuRecoveryAction_t */
 };
+
+/* procs: the kinds of process a GPU lists. */
+enum { PROCS_COMPUTE, PROCS_GRAPHICS };
+/* resetfail: which step of a reset fails next. */
+enum { RESET_FAIL_NONE, RESET_FAIL_ANY, RESET_FAIL_REMOVE, RESET_FAIL_DISCOVER };
 
 /* mig-create-pause: where the next compute instance creation on a GPU stops until resumed. */
 enum { MIG_PAUSE_NONE, MIG_PAUSE_BEFORE, MIG_PAUSE_AFTER };
@@ -323,6 +345,7 @@ static struct profile prof;           /* guarded by mu */
 static unsigned refcount;             /* nvmlInit calls not yet shut down */
 static unsigned long generation;      /* bumped at every final nvmlShutdown */
 static int failing;                   /* "fail" injected */
+static int unprivileged;              /* "unprivileged" injected: calls that need root answer NO_PERMISSION */
 static struct nvmlEventSet_st *sets;  /* live event sets */
 static FILE *log_file;                    /* MOCK_NVML_LOG, or NULL */
 
@@ -601,13 +624,14 @@ static int parse_nvlinks(struct parser *ps, const char *val, struct nvmlDevice_s
     return 0;
 }
 
-/* parse_unsupported reads "temp,throttle,recovery,remap" or "none". */
+/* parse_unsupported reads "temp,throttle,recovery,remap,drain,procs" or "none". */
 static int parse_unsupported(struct parser *ps, const char *val, unsigned *out)
 {
     static const struct {
         const char *name;
         unsigned bit;
-    } names[] = {{"temp", UNSUP_TEMP}, {"throttle", UNSUP_THROTTLE}, {"recovery", UNSUP_RECOVERY}, {"remap", UNSUP_REMAP}};
+    } names[] = {{"temp", UNSUP_TEMP},   {"throttle", UNSUP_THROTTLE}, {"recovery", UNSUP_RECOVERY},
+                 {"remap", UNSUP_REMAP}, {"drain", UNSUP_DRAIN},       {"procs", UNSUP_PROCS}};
     *out = 0;
     if (!strcmp(val, "none"))
         return 0;
@@ -619,7 +643,7 @@ static int parse_unsupported(struct parser *ps, const char *val, unsigned *out)
         while (i < sizeof names / sizeof names[0] && strcmp(names[i].name, item) != 0)
             i++;
         if (i == sizeof names / sizeof names[0])
-            return fail_at(ps, "unsupported: %s is not one of temp throttle recovery remap", item);
+            return fail_at(ps, "unsupported: %s is not one of temp throttle recovery remap drain procs", item);
         *out |= names[i].bit;
     }
     if (*out == 0)
@@ -1186,6 +1210,31 @@ static int mig_instance(const struct nvmlDevice_st *g, unsigned gi, unsigned ci)
     return 0;
 }
 
+/* parse_procs reads "<pid>[:<MiB>][,...]" into list; -1 when malformed, too long, or a pid repeats. */
+static int parse_procs(const char *val, struct proc *list, unsigned *count)
+{
+    char buf[LINE_LEN];
+    snprintf(buf, sizeof buf, "%s", val);
+    *count = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        unsigned long long pid, mib = 0;
+        char *colon = strchr(item, ':');
+        if (colon)
+            *colon = '\0';
+        if (*count == MAX_PROCS || parse_uint(item, 10, 0xFFFFFFFFULL, &pid) || pid == 0 ||
+            (colon && parse_uint(colon + 1, 10, 1ULL << 40, &mib)))
+            return -1;
+        for (unsigned k = 0; k < *count; k++)
+            if (list[k].pid == pid)
+                return -1;
+        list[*count].pid = (unsigned)pid;
+        list[*count].memory = mib << 20;
+        (*count)++;
+    }
+    return *count == 0 ? -1 : 0;
+}
+
 /* apply runs one control command; it fills err and returns -1 when the command is wrong. */
 static int apply(char **tok, int n, char *err, size_t errlen)
 {
@@ -1197,6 +1246,14 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             return -1;
         }
         failing = !strcmp(cmd, "fail");
+        return 0;
+    }
+    if (!strcmp(cmd, "unprivileged") || !strcmp(cmd, "privileged")) {
+        if (n != 1) {
+            snprintf(err, errlen, "usage: %s", cmd);
+            return -1;
+        }
+        unprivileged = !strcmp(cmd, "unprivileged");
         return 0;
     }
     static const struct {
@@ -1217,6 +1274,11 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         {"mig-create-resume", 0, 0, "mig-create-resume <index>"},
         {"mig-create-wait", 0, 1, "mig-create-wait <index> [<milliseconds>]"},
         {"mig-create-fail", 0, 1, "mig-create-fail <index> [any|gi|ci]"},
+        {"procs", 0, 1, "procs <index> [<pid>[:<MiB>][,<pid>[:<MiB>]...]]"},
+        {"graphics-procs", 0, 1, "graphics-procs <index> [<pid>[:<MiB>][,<pid>[:<MiB>]...]]"},
+        {"persistence", 1, 1, "persistence <index> on|off"},
+        {"resetfail", 0, 1, "resetfail <index> [any|remove|discover]"},
+        {"comebackbroken", 0, 1, "comebackbroken <index> [reset|reboot|drain|drain-and-reset]"},
     };
     const char *usage = NULL;
     int min = 0, max = 0;
@@ -1228,7 +1290,8 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         }
     if (!usage) {
         snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, recovery, remap, transient, "
-                              "mig-create-pause, mig-create-resume, mig-create-wait, mig-create-fail, fail or unfail)", cmd);
+                              "mig-create-pause, mig-create-resume, mig-create-wait, mig-create-fail, procs, graphics-procs, "
+                              "persistence, resetfail, comebackbroken, fail, unfail, unprivileged or privileged)", cmd);
         return -1;
     }
     unsigned long long idx, v = 0;
@@ -1295,6 +1358,55 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         }
         return 0;
     }
+    if (!strcmp(cmd, "procs") || !strcmp(cmd, "graphics-procs")) {
+        struct proc list[MAX_PROCS] = {{0, 0}};
+        unsigned count = 0;
+        if (n == 3 && parse_procs(tok[2], list, &count) != 0) {
+            snprintf(err, errlen, "%s: %s is not a list of <pid>[:<MiB>] (at most %d, pids from 1, no repeats)", cmd, tok[2],
+                     MAX_PROCS);
+            return -1;
+        }
+        unsigned kind = !strcmp(cmd, "procs") ? PROCS_COMPUTE : PROCS_GRAPHICS;
+        memcpy(g->procs[kind], list, sizeof list);
+        g->nprocs[kind] = count;
+        return 0;
+    }
+    if (!strcmp(cmd, "persistence")) {
+        if (strcmp(tok[2], "on") != 0 && strcmp(tok[2], "off") != 0) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->persistence = !strcmp(tok[2], "on");
+        return 0;
+    }
+    if (!strcmp(cmd, "resetfail")) {
+        static const char *const steps[] = {"any", "remove", "discover"};
+        unsigned k = 0;
+        while (n == 3 && k < 3 && strcmp(steps[k], tok[2]) != 0)
+            k++;
+        if (k == 3) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->reset_fail = RESET_FAIL_ANY + k; /* the order of RESET_FAIL_* */
+        return 0;
+    }
+    if (!strcmp(cmd, "comebackbroken")) {
+        static const char *const actions[] = {"none", "reset", "reboot", "drain", "drain-and-reset"};
+        unsigned a = 1;
+        while (n == 3 && a < sizeof actions / sizeof actions[0] && strcmp(actions[a], tok[2]) != 0)
+            a++;
+        if (a == sizeof actions / sizeof actions[0]) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->comeback_broken = 1;
+        g->comeback_action = a; /* the order of nvmlDeviceGpuRecoveryAction_t */
+        return 0;
+    }
+    if (g->removed && (!strcmp(cmd, "xid") || !strcmp(cmd, "ecc") || !strcmp(cmd, "lost") || !strcmp(cmd, "recovery")))
+        log_line("%s: gpu %llu is removed (nvmlDeviceRemoveGpu): no event set holds it, so no event is delivered", cmd,
+                 idx);
     if (!strcmp(cmd, "xid")) {
         if (parse_uint(tok[2], 10, ~0ULL, &v)) {
             snprintf(err, errlen, "xid: %s is not a decimal XID", tok[2]);
@@ -1368,6 +1480,8 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         reset_faults(g);
         g->mig_pause = MIG_PAUSE_NONE;
         g->mig_fail = MIG_FAIL_NONE;
+        g->reset_fail = RESET_FAIL_NONE;
+        g->comeback_broken = 0;
         g->mig_resumes++; /* a paused creation goes on */
         pthread_cond_broadcast(&mig_cond);
     }
@@ -1606,6 +1720,7 @@ static nvmlReturn_t init(void)
     pthread_mutex_lock(&mu);
     prof = *p;
     failing = 0;
+    unprivileged = 0;
     for (unsigned i = 0; i < prof.ngpus; i++) {
         memset(prof.gpus[i].gis, 0, sizeof prof.gpus[i].gis);
         set_declared(&prof.gpus[i]);
@@ -1784,12 +1899,16 @@ static struct nvmlDevice_st *gi_slot(const void *h, unsigned *k)
 /* mig_handle is the nvmlDevice_t of a MIG device: it points at the mig_dev, never dereferenced as a GPU. */
 static struct nvmlDevice_st *mig_handle(struct mig_dev *m) { return (struct nvmlDevice_st *)(void *)m; }
 
-/* gpu_state answers for the GPU a call reaches, MIG handles included: fail, lost, transient. */
+/*
+ * gpu_state answers for the GPU a call reaches, MIG handles included: fail,
+ * lost, transient. A handle held across nvmlDeviceRemoveGpu answers
+ * GPU_IS_LOST until the GPU is rediscovered.
+ */
 static nvmlReturn_t gpu_state(struct nvmlDevice_st *g)
 {
     if (failing)
         return NVML_ERROR_UNKNOWN;
-    if (g->lost)
+    if (g->removed || g->lost)
         return NVML_ERROR_GPU_IS_LOST;
     if (g->transient > 0) {
         g->transient--;
@@ -1890,6 +2009,8 @@ static nvmlReturn_t count(unsigned int *deviceCount)
         ret = NVML_ERROR_UNINITIALIZED;
     else
         *deviceCount = prof.ngpus;
+    for (unsigned i = 0; ret == NVML_SUCCESS && i < prof.ngpus; i++)
+        *deviceCount -= (unsigned)prof.gpus[i].removed;
     pthread_mutex_unlock(&mu);
     return ret;
 }
@@ -1897,7 +2018,7 @@ static nvmlReturn_t count(unsigned int *deviceCount)
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return count(deviceCount); }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) { return count(deviceCount); }
 
-/* handle_by returns the handle of the GPU match picks; lookups obey fail and lost. */
+/* handle_by returns the handle of the GPU match picks; lookups obey fail and lost, and never find a removed GPU. */
 static nvmlReturn_t handle_by(int (*match)(const struct nvmlDevice_st *, const void *), const void *key,
                               nvmlReturn_t none, nvmlDevice_t *device)
 {
@@ -1909,7 +2030,7 @@ static nvmlReturn_t handle_by(int (*match)(const struct nvmlDevice_st *, const v
         ret = NVML_ERROR_UNINITIALIZED;
     } else {
         for (unsigned i = 0; i < prof.ngpus; i++)
-            if (match(&prof.gpus[i], key)) {
+            if (!prof.gpus[i].removed && match(&prof.gpus[i], key)) {
                 ret = device_check(&prof.gpus[i]);
                 if (ret == NVML_SUCCESS)
                     device->handle = &prof.gpus[i];
@@ -1920,7 +2041,21 @@ static nvmlReturn_t handle_by(int (*match)(const struct nvmlDevice_st *, const v
     return ret;
 }
 
-static int match_index(const struct nvmlDevice_st *g, const void *key) { return g->index == *(const unsigned *)key; }
+/*
+ * nvml_index is a GPU's index as NVML enumerates it now: its place among the
+ * GPUs not removed, so removing GPU 1 of four makes the others 0 to 2
+ * ("the new enumeration will be 0-2", nvml.h on nvmlDeviceRemoveGpu). The
+ * profile's index (g->index) never changes; control commands take it.
+ */
+static unsigned nvml_index(const struct nvmlDevice_st *g)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < g->index; i++)
+        n += !prof.gpus[i].removed;
+    return n;
+}
+
+static int match_index(const struct nvmlDevice_st *g, const void *key) { return nvml_index(g) == *(const unsigned *)key; }
 static int match_uuid(const struct nvmlDevice_st *g, const void *key) { return strcmp(g->uuid, key) == 0; }
 static int match_pci(const struct nvmlDevice_st *g, const void *key) { return same_pci(&g->pci, key); }
 
@@ -1945,7 +2080,7 @@ static nvmlReturn_t mig_by_uuid(const char *uuid, nvmlDevice_t *device)
         mig_sync();
     for (unsigned i = 0; refcount > 0 && i < prof.ngpus; i++)
         for (unsigned k = 0; k < MAX_MIG; k++)
-            if (prof.gpus[i].migs[k].used && !strcmp(prof.gpus[i].migs[k].uuid, uuid)) {
+            if (!prof.gpus[i].removed && prof.gpus[i].migs[k].used && !strcmp(prof.gpus[i].migs[k].uuid, uuid)) {
                 ret = gpu_state(&prof.gpus[i]);
                 if (ret == NVML_SUCCESS)
                     device->handle = mig_handle(&prof.gpus[i].migs[k]);
@@ -1985,7 +2120,7 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    DEVICE_QUERY(device, index, *index = g->index);
+    DEVICE_QUERY(device, index, *index = nvml_index(g));
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
@@ -3848,6 +3983,264 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
     return ret;
 }
 
+/* -------------------------------------------------------------- processes */
+
+/*
+ * running lists the processes of a kind on a GPU (the procs and
+ * graphics-procs commands), with nvml.h's count protocol: a *infoCount too
+ * small (0 with infos NULL included) is INSUFFICIENT_SIZE with *infoCount
+ * set to the number, or SUCCESS when there are none. Not on MIG devices,
+ * nor a GPU whose profile says unsupported=procs.
+ */
+static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos, unsigned kind)
+{
+    DEVICE_QUERY(device, infoCount, {
+        unsigned n = g->nprocs[kind];
+        if (g->unsupported & UNSUP_PROCS) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else if (*infoCount < n) {
+            *infoCount = n;
+            ret_ = NVML_ERROR_INSUFFICIENT_SIZE;
+        } else if (n > 0 && !infos) {
+            ret_ = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            for (unsigned k = 0; k < n; k++)
+                infos[k] = (nvmlProcessInfo_t){.pid = g->procs[kind][k].pid,
+                                               .usedGpuMemory = g->procs[kind][k].memory,
+                                               .gpuInstanceId = NO_INSTANCE,
+                                               .computeInstanceId = NO_INSTANCE};
+            *infoCount = n;
+        }
+    });
+}
+
+/* v2 (R450+) and v3 (R510+) take the same struct; go-nvml calls the newest exported, R470 has v2. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
+{
+    return running(device, infoCount, infos, PROCS_COMPUTE);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
+{
+    return running(device, infoCount, infos, PROCS_GRAPHICS);
+}
+
+#ifndef MOCK_R470
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    return running(device, infoCount, infos, PROCS_COMPUTE);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    return running(device, infoCount, infos, PROCS_GRAPHICS);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    DEVICE_QUERY(device, mode, *mode = g->persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED);
+}
+
+/* ------------------------------------------------------------ drain states */
+
+/*
+ * Drain, removal and rediscovery, as nvml.h's "Drain states" chapter says:
+ * a GPU is named by its PCI address (the domain, bus and device fields of
+ * nvmlPciInfo_t); persistence mode counts as an attachment (IN_USE); the
+ * calls that change anything need root (the unprivileged command answers
+ * NO_PERMISSION in its place); a GPU whose profile says unsupported=drain
+ * answers NOT_SUPPORTED, as a vGPU guest does. nvmlDeviceRemoveGpu answers
+ * IN_USE while a process runs on the GPU, and here also while it is not
+ * draining (nvml.h returns a refused GPU "to its original draining state",
+ * so a removal starts from one). A removed GPU leaves the enumeration (the
+ * others' indices close up), handle lookups do not find it, its handles
+ * answer GPU_IS_LOST and its event registrations are dropped.
+ * nvmlDeviceDiscoverGpus brings it back initialised, as a reset leaves a
+ * GPU: the same UUID and handle, drain off, no process, no MIG instance
+ * (MIG mode kept), compute mode default, and the faults recover clears gone;
+ * comebackbroken then sets a recovery action again.
+ */
+
+/* gpu_at_pci is the GPU at the PCI address in p (removed ones too); NULL if none. */
+static struct nvmlDevice_st *gpu_at_pci(const nvmlPciInfo_t *p)
+{
+    for (unsigned i = 0; i < prof.ngpus; i++) {
+        const struct pci *a = &prof.gpus[i].pci;
+        if (a->domain == p->domain && a->bus == p->bus && a->dev == p->device)
+            return &prof.gpus[i];
+    }
+    return NULL;
+}
+
+/*
+ * drain_begin locks mu and finds the GPU a drain-state call names: not
+ * removed, answering, supporting drain states and, when admin, called by
+ * root. On success the caller must device_end.
+ */
+static nvmlReturn_t drain_begin(const nvmlPciInfo_t *pciInfo, int admin, struct nvmlDevice_st **gpu)
+{
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    struct nvmlDevice_st *g = pciInfo ? gpu_at_pci(pciInfo) : NULL;
+    if (!g || g->removed)
+        return device_end(NVML_ERROR_INVALID_ARGUMENT);
+    nvmlReturn_t ret = gpu_state(g);
+    if (ret == NVML_SUCCESS && (g->unsupported & UNSUP_DRAIN))
+        ret = NVML_ERROR_NOT_SUPPORTED;
+    else if (ret == NVML_SUCCESS && admin && unprivileged)
+        ret = NVML_ERROR_NO_PERMISSION;
+    if (ret != NVML_SUCCESS)
+        return device_end(ret);
+    *gpu = g;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t newState)
+{
+    if (newState != NVML_FEATURE_DISABLED && newState != NVML_FEATURE_ENABLED)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlDevice_st *g;
+    nvmlReturn_t ret = drain_begin(pciInfo, 1, &g);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (g->persistence) {
+        log_line("nvmlDeviceModifyDrainState: gpu %u: persistence mode is on: IN_USE", g->index);
+        return device_end(NVML_ERROR_IN_USE);
+    }
+    g->draining = newState == NVML_FEATURE_ENABLED;
+    log_line("nvmlDeviceModifyDrainState: gpu %u: drain state %s", g->index, g->draining ? "on" : "off");
+    return device_end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
+{
+    if (!currentState)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlDevice_st *g;
+    nvmlReturn_t ret = drain_begin(pciInfo, 0, &g);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    *currentState = g->draining ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return device_end(NVML_SUCCESS);
+}
+
+/* take_reset_fail consumes an injected resetfail for step on g. */
+static int take_reset_fail(struct nvmlDevice_st *g, unsigned step, const char *call)
+{
+    if (g->reset_fail != RESET_FAIL_ANY && g->reset_fail != step)
+        return 0;
+    g->reset_fail = RESET_FAIL_NONE;
+    log_line("%s: gpu %u: failing as injected (resetfail)", call, g->index);
+    return 1;
+}
+
+static nvmlReturn_t remove_gpu(nvmlPciInfo_t *pciInfo, const char *call)
+{
+    struct nvmlDevice_st *g;
+    nvmlReturn_t ret = drain_begin(pciInfo, 1, &g);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    const char *why = NULL;
+    if (g->persistence)
+        why = "persistence mode is on";
+    else if (g->nprocs[PROCS_COMPUTE] + g->nprocs[PROCS_GRAPHICS] > 0)
+        why = "processes are attached";
+    else if (!g->draining)
+        why = "it is not draining (nvmlDeviceModifyDrainState first)";
+    if (why) {
+        log_line("%s: gpu %u: %s: IN_USE", call, g->index, why);
+        return device_end(NVML_ERROR_IN_USE);
+    }
+    if (take_reset_fail(g, RESET_FAIL_REMOVE, call))
+        return device_end(NVML_ERROR_UNKNOWN);
+    g->removed = 1;
+    for (struct nvmlEventSet_st *s = sets; s; s = s->next)
+        s->mask[g->index] = 0;
+    log_line("%s: gpu %u: removed", call, g->index);
+    return device_end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo, nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState)
+{
+    if ((gpuState != NVML_DETACH_GPU_KEEP && gpuState != NVML_DETACH_GPU_REMOVE) ||
+        (linkState != NVML_PCIE_LINK_KEEP && linkState != NVML_PCIE_LINK_SHUT_DOWN))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return remove_gpu(pciInfo, "nvmlDeviceRemoveGpu_v2");
+}
+
+/* The R384-era call, still exported by current drivers: as _v2 with the GPU and its link kept. */
+nvmlReturn_t nvmlDeviceRemoveGpu(nvmlPciInfo_t *pciInfo)
+{
+    return remove_gpu(pciInfo, "nvmlDeviceRemoveGpu");
+}
+
+/* mig_clear destroys every MIG instance of g, as a reset does (MIG mode stays); call with mu held. */
+static void mig_clear(struct nvmlDevice_st *g)
+{
+    int lock;
+    if (mig_begin(&lock) != NVML_SUCCESS) {
+        log_line("nvmlDeviceDiscoverGpus: gpu %u: MIG state not cleared", g->index);
+        return;
+    }
+    int had = 0;
+    for (unsigned k = 0; k < MAX_MIG; k++) {
+        if (g->migs[k].used) {
+            cap_remove(g, g->migs[k].gi, g->migs[k].ci);
+            had = 1;
+        }
+    }
+    for (unsigned k = 0; k < MAX_MIG; k++) {
+        if (g->gis[k].used) {
+            cap_remove(g, g->gis[k].id, NO_INSTANCE);
+            had = 1;
+        }
+    }
+    memset(g->migs, 0, sizeof g->migs);
+    memset(g->gis, 0, sizeof g->gis);
+    mig_end(lock, had || g->in_state ? g : NULL);
+}
+
+nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
+{
+    if (!pciInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&mu);
+    if (refcount == 0)
+        return device_end(NVML_ERROR_UNINITIALIZED);
+    if (failing)
+        return device_end(NVML_ERROR_UNKNOWN);
+    if (unprivileged)
+        return device_end(NVML_ERROR_NO_PERMISSION);
+    /* Only the domain, bus and device fields narrow the search; all zero searches everything (nvml.h). */
+    int all = pciInfo->domain == 0 && pciInfo->bus == 0 && pciInfo->device == 0;
+    nvmlReturn_t ret = NVML_SUCCESS;
+    for (unsigned i = 0; i < prof.ngpus; i++) {
+        struct nvmlDevice_st *g = &prof.gpus[i];
+        if (!g->removed || (!all && gpu_at_pci(pciInfo) != g))
+            continue;
+        if (take_reset_fail(g, RESET_FAIL_DISCOVER, "nvmlDeviceDiscoverGpus")) {
+            ret = NVML_ERROR_UNKNOWN; /* it stays removed */
+            continue;
+        }
+        reset_faults(g);
+        g->removed = 0;
+        g->draining = 0;
+        g->compute_mode = NVML_COMPUTEMODE_DEFAULT;
+        memset(g->nprocs, 0, sizeof g->nprocs);
+        mig_clear(g);
+        if (g->comeback_broken) {
+            g->recovery = g->comeback_action;
+            g->comeback_broken = 0;
+            log_line("nvmlDeviceDiscoverGpus: gpu %u: rediscovered broken (comebackbroken)", g->index);
+        } else {
+            log_line("nvmlDeviceDiscoverGpus: gpu %u: rediscovered", g->index);
+        }
+    }
+    return device_end(ret);
+}
+
 /* ------------------------------------------------------------------ stubs */
 
 /*
@@ -3862,13 +4255,11 @@ nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo,
 nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos) { return NVML_ERROR_NOT_SUPPORTED; }
 #endif
 nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) { return NVML_ERROR_NOT_SUPPORTED; }
-nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending) { return NVML_ERROR_NOT_SUPPORTED; }
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version) { return NVML_ERROR_NOT_SUPPORTED; }

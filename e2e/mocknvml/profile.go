@@ -172,8 +172,9 @@ type GPU struct {
 	MIG string
 	// MIGDevices are the GPU's MIG devices (mig lines), by MIG device index.
 	MIGDevices []MIGDevice
-	// Unsupported are the signals the GPU answers NOT_SUPPORTED to, in
-	// the order Signals lists them: temp, throttle, recovery, remap.
+	// Unsupported are the signals and calls the GPU answers NOT_SUPPORTED
+	// to, in the order Signals lists them: temp, throttle, recovery, remap,
+	// drain, procs.
 	Unsupported []string
 }
 
@@ -235,8 +236,10 @@ func GICapMinor(gpuMinor, gi int) int { return 3 + gpuMinor*(maxGIID+1)*(maxCIID
 func CICapMinor(gpuMinor, gi, ci int) int { return GICapMinor(gpuMinor, gi) + 1 + ci }
 
 // Signals are the names the unsupported key takes: temperature, clocks
-// event (throttle) reasons, the recovery-action field, remapped rows.
-func Signals() []string { return []string{"temp", "throttle", "recovery", "remap"} }
+// event (throttle) reasons, the recovery-action field, remapped rows, and
+// two groups of calls: drain states with removal and rediscovery (as in a
+// vGPU guest), and the running-process lists.
+func Signals() []string { return []string{"temp", "throttle", "recovery", "remap", "drain", "procs"} }
 
 // MemoryBytes is the total memory NVML reports.
 func (g GPU) MemoryBytes() uint64 { return g.MemoryMiB << 20 }
@@ -768,7 +771,7 @@ func (ps *parser) parseNVLinks(val string) ([]string, error) {
 	return links, nil
 }
 
-// parseUnsupported reads "temp,throttle,recovery,remap" or "none".
+// parseUnsupported reads "temp,throttle,recovery,remap,drain,procs" or "none".
 func (ps *parser) parseUnsupported(val string) ([]string, error) {
 	if val == "none" {
 		return nil, nil
@@ -779,7 +782,7 @@ func (ps *parser) parseUnsupported(val string) ([]string, error) {
 			continue // the C parser's strtok skips empty items
 		}
 		if !contains(Signals(), item) {
-			return nil, ps.errorf("unsupported: %s is not one of temp throttle recovery remap", item)
+			return nil, ps.errorf("unsupported: %s is not one of temp throttle recovery remap drain procs", item)
 		}
 		set[item] = true
 	}

@@ -7,6 +7,10 @@
 // looked up once (CheckSymbols) and called only where the library has them:
 // go-nvml binds lazily, and a missing symbol kills the process.
 //
+// Resetter is this package's one actuator: it resets a GPU the NVML way
+// (drain, remove, rediscover) when told to, and reads what a caller needs
+// to decide; when to reset is not decided here.
+//
 // PCI facts NVML does not own (the NUMA node the kernel assigns) come from
 // the sysfs package.
 package nvml

@@ -39,6 +39,14 @@ type Library interface {
 	// EventSetCreate is for health watching (XID and other critical events).
 	EventSetCreate() (gonvml.EventSet, gonvml.Return)
 
+	// Drain states, for resetting a GPU (Resetter). A GPU is named by its
+	// PCI info; DeviceDiscoverGpus searches the whole PCI tree.
+	DeviceModifyDrainState(*gonvml.PciInfo, gonvml.EnableState) gonvml.Return
+	DeviceQueryDrainState(*gonvml.PciInfo) (gonvml.EnableState, gonvml.Return)
+	DeviceRemoveGpu(*gonvml.PciInfo) gonvml.Return
+	DeviceRemoveGpu_v2(*gonvml.PciInfo, gonvml.DetachGpuState, gonvml.PcieLinkState) gonvml.Return
+	DeviceDiscoverGpus() (gonvml.PciInfo, gonvml.Return)
+
 	// Extensions looks up symbols, so functions newer than the oldest
 	// supported driver are called only where they exist (CheckSymbols).
 	Extensions() gonvml.ExtendedInterface

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -145,10 +147,13 @@ func (s Sample) Has(sig Signal) bool { return (s.Unsupported|s.Failed)&sig == 0 
 // Monitor reads the health signals of discovered GPUs. Thresholds are
 // static per GPU, so they are read once and only re-read while unknown.
 // A signal the GPU answers NOT_SUPPORTED to is turned off for that GPU and
-// logged once. Sample must be called from one goroutine.
+// logged once. Sample and Rebind must be called from one goroutine.
 type Monitor struct {
-	lib       Library
+	lib Library
+	// mu guards handles: Rebind replaces one while WatchEvents reads them.
+	mu        sync.Mutex
 	handles   []gonvml.Device
+	rebound   chan int // GPUs Rebind gave a new handle, for WatchEvents to register
 	uuids     []string
 	mig       []bool
 	syms      Symbols
@@ -167,7 +172,8 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 	n := len(inv.handles)
 	m := &Monitor{
 		lib:       lib,
-		handles:   inv.handles,
+		handles:   slices.Clone(inv.handles),
+		rebound:   make(chan int, n),
 		uuids:     make([]string, n),
 		mig:       make([]bool, n),
 		syms:      inv.syms,
@@ -179,19 +185,7 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 	}
 	// Signals whose functions the driver lacks are off for every GPU;
 	// Discover has said so in one line.
-	var off Signal
-	if !m.syms.Has(symTemperatureV) && !m.syms.Has(symTemperature) {
-		off |= SignalTemperature
-	}
-	if !m.syms.Has(symClocksEventReasons) && !m.syms.Has(symClocksThrottleReasons) {
-		off |= SignalClockReasons
-	}
-	if !m.syms.Has(symFieldValues) {
-		off |= SignalRecoveryAction
-	}
-	if !m.syms.Has(symRemappedRows) {
-		off |= SignalRemappedRows
-	}
+	off := unsupportedByDriver(m.syms)
 	for i := range m.handles {
 		m.uuids[i], m.mig[i], m.off[i] = inv.GPUs[i].UUID, inv.GPUs[i].MIGEnabled, off
 		if off&SignalTemperature == 0 {
@@ -202,12 +196,49 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 }
 
 func (m *Monitor) readThresholds(i int) {
-	if v, ret := m.handles[i].GetTemperatureThreshold(gonvml.TEMPERATURE_THRESHOLD_SLOWDOWN); ret == gonvml.SUCCESS {
-		m.slowdown[i] = int(v)
+	m.slowdown[i], m.shutdown[i] = readThresholds(m.handle(i))
+}
+
+// readThresholds reads a GPU's slowdown and shutdown temperatures; 0 for
+// one NVML does not give.
+func readThresholds(h gonvml.Device) (slowdown, shutdown int) {
+	if v, ret := h.GetTemperatureThreshold(gonvml.TEMPERATURE_THRESHOLD_SLOWDOWN); ret == gonvml.SUCCESS {
+		slowdown = int(v)
 	}
-	if v, ret := m.handles[i].GetTemperatureThreshold(gonvml.TEMPERATURE_THRESHOLD_SHUTDOWN); ret == gonvml.SUCCESS {
-		m.shutdown[i] = int(v)
+	if v, ret := h.GetTemperatureThreshold(gonvml.TEMPERATURE_THRESHOLD_SHUTDOWN); ret == gonvml.SUCCESS {
+		shutdown = int(v)
 	}
+	return slowdown, shutdown
+}
+
+// handle is GPU i's handle now.
+func (m *Monitor) handle(i int) gonvml.Device {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.handles[i]
+}
+
+// Rebind looks GPU i up again by its UUID and reads it through the new
+// handle from now on: NVML's handles are not valid after the GPU was
+// removed and rediscovered (Reset). WatchEvents registers the new handle
+// for events at its next turn, since the removal dropped the old one's.
+// Call it from Sample's goroutine.
+func (m *Monitor) Rebind(i int) error {
+	h, ret := m.lib.DeviceGetHandleByUUID(m.uuids[i])
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("looking GPU %s up again: %w", m.uuids[i], ret)
+	}
+	m.mu.Lock()
+	m.handles[i] = h
+	m.mu.Unlock()
+	if m.off[i]&SignalTemperature == 0 {
+		m.readThresholds(i)
+	}
+	select {
+	case m.rebound <- i:
+	default: // already queued: WatchEvents reads the handle afresh
+	}
+	return nil
 }
 
 // GPUs is the number of GPUs monitored.
@@ -218,42 +249,57 @@ func (m *Monitor) GPUs() int { return len(m.handles) }
 // valid. After a GPU_IS_LOST answer the rest are not tried.
 func (m *Monitor) Sample(i int) Sample {
 	s := Sample{MIGEnabled: m.mig[i]}
+	if m.off[i]&SignalTemperature == 0 {
+		if m.slowdown[i] == 0 {
+			m.readThresholds(i)
+		}
+		s.SlowdownC, s.ShutdownC = m.slowdown[i], m.shutdown[i]
+	}
+	unsupported := readSignals(m.handle(i), m.syms, m.off[i], &s)
+	for _, sig := range []Signal{SignalTemperature, SignalClockReasons, SignalRecoveryAction, SignalRemappedRows} {
+		if unsupported&sig != 0 {
+			// vGPU guests and some SKUs: the signal says nothing here.
+			m.off[i] |= sig
+			m.log.Info("GPU does not support this health signal; its check is off for this GPU", "device", m.uuids[i], "signal", sig.String())
+		}
+	}
+	s.Unsupported = m.off[i]
+	return s
+}
+
+// readSignals reads every signal not in off from h into s, one NVML call
+// each, and sets s.Failed, s.Lost and s.Err. It returns the signals h
+// answered NOT_SUPPORTED to, leaving s.Unsupported to the caller. The
+// thresholds in s are the caller's too.
+func readSignals(h gonvml.Device, syms Symbols, off Signal, s *Sample) (unsupported Signal) {
 	var errs []error
 	for _, sig := range []Signal{SignalTemperature, SignalClockReasons, SignalRecoveryAction, SignalRemappedRows} {
-		if m.off[i]&sig != 0 {
+		if off&sig != 0 {
 			continue
 		}
 		if s.Lost {
 			s.Failed |= sig
 			continue
 		}
-		switch ret := m.read(i, sig, &s); ret {
+		switch ret := readSignal(h, syms, sig, s); ret {
 		case gonvml.SUCCESS:
 		case gonvml.ERROR_NOT_SUPPORTED:
-			// vGPU guests and some SKUs: the signal says nothing here.
-			m.off[i] |= sig
-			m.log.Info("GPU does not support this health signal; its check is off for this GPU", "device", m.uuids[i], "signal", sig.String())
+			unsupported |= sig
 		default:
 			s.Failed |= sig
 			s.Lost = ret == gonvml.ERROR_GPU_IS_LOST
 			errs = append(errs, fmt.Errorf("reading %s: %w", sig, ret))
 		}
 	}
-	s.Unsupported = m.off[i]
 	s.Err = errors.Join(errs...)
-	return s
+	return unsupported
 }
 
-// read reads one signal of GPU i into s.
-func (m *Monitor) read(i int, sig Signal, s *Sample) gonvml.Return {
-	h := m.handles[i]
+// readSignal reads one signal of the GPU h into s.
+func readSignal(h gonvml.Device, syms Symbols, sig Signal, s *Sample) gonvml.Return {
 	switch sig {
 	case SignalTemperature:
-		if m.slowdown[i] == 0 {
-			m.readThresholds(i)
-		}
-		s.SlowdownC, s.ShutdownC = m.slowdown[i], m.shutdown[i]
-		if m.syms.Has(symTemperatureV) {
+		if syms.Has(symTemperatureV) {
 			t, ret := h.GetTemperatureV().V1()
 			s.TempC = int(t.Temperature)
 			return ret
@@ -263,7 +309,7 @@ func (m *Monitor) read(i int, sig Signal, s *Sample) gonvml.Return {
 		return ret
 	case SignalClockReasons:
 		var ret gonvml.Return
-		if m.syms.Has(symClocksEventReasons) {
+		if syms.Has(symClocksEventReasons) {
 			s.Reasons, ret = h.GetCurrentClocksEventReasons()
 		} else {
 			s.Reasons, ret = h.GetCurrentClocksThrottleReasons()
@@ -290,6 +336,48 @@ func (m *Monitor) read(i int, sig Signal, s *Sample) gonvml.Return {
 		return ret
 	}
 	return gonvml.ERROR_INVALID_ARGUMENT
+}
+
+// register registers GPU i's handle in set for the events the health
+// watcher reads; false, logged, when it cannot (the GPU is left to polling).
+func (m *Monitor) register(set gonvml.EventSet, byHandle map[gonvml.Device]int, i int) bool {
+	h := m.handle(i)
+	byHandle[h] = i
+	supported, ret := h.GetSupportedEventTypes()
+	if ret != gonvml.SUCCESS {
+		m.log.Warn("reading supported NVML events; GPU left to polling", "index", i, "reason", ret.Error())
+		return false
+	}
+	mask := supported & (gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeGpuRecoveryAction)
+	if mask == 0 {
+		m.log.Warn("GPU reports no XID or ECC events; left to polling", "index", i)
+		return false
+	}
+	if ret := h.RegisterEvents(mask, set); ret != gonvml.SUCCESS {
+		m.log.Warn("registering NVML events; GPU left to polling", "index", i, "reason", ret.Error())
+		return false
+	}
+	return true
+}
+
+// registerRebound registers the GPUs Rebind gave a new handle since the
+// last turn, and forgets their old handles.
+func (m *Monitor) registerRebound(set gonvml.EventSet, byHandle map[gonvml.Device]int) {
+	for {
+		select {
+		case i := <-m.rebound:
+			for h, j := range byHandle {
+				if j == i {
+					delete(byHandle, h)
+				}
+			}
+			if m.register(set, byHandle, i) {
+				m.log.Info("watching NVML events again for a GPU looked up anew", "device", m.uuids[i])
+			}
+		default:
+			return
+		}
+	}
 }
 
 // noInstance is what NVML puts in an event's instance ids when the
@@ -335,23 +423,10 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 	defer set.Free()
 	byHandle := make(map[gonvml.Device]int, len(m.handles))
 	registered := 0
-	for i, h := range m.handles {
-		byHandle[h] = i
-		supported, ret := h.GetSupportedEventTypes()
-		if ret != gonvml.SUCCESS {
-			m.log.Warn("reading supported NVML events; GPU left to polling", "index", i, "reason", ret.Error())
-			continue
+	for i := range m.handles {
+		if m.register(set, byHandle, i) {
+			registered++
 		}
-		mask := supported & (gonvml.EventTypeXidCriticalError | gonvml.EventTypeDoubleBitEccError | gonvml.EventTypeGpuRecoveryAction)
-		if mask == 0 {
-			m.log.Warn("GPU reports no XID or ECC events; left to polling", "index", i)
-			continue
-		}
-		if ret := h.RegisterEvents(mask, set); ret != gonvml.SUCCESS {
-			m.log.Warn("registering NVML events; GPU left to polling", "index", i, "reason", ret.Error())
-			continue
-		}
-		registered++
 	}
 	if registered == 0 && len(m.handles) > 0 {
 		return errors.New("no GPU could register for NVML events")
@@ -362,6 +437,7 @@ func (m *Monitor) WatchEvents(ctx context.Context, out chan<- Event) error {
 	waitMs := uint32(m.eventWait / time.Millisecond)
 	failures := 0
 	for ctx.Err() == nil {
+		m.registerRebound(set, byHandle)
 		data, ret := set.Wait(waitMs)
 		switch ret {
 		case gonvml.SUCCESS:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
@@ -136,5 +137,73 @@ func TestWatchEventsMIG(t *testing.T) {
 				t.Fatal("no event")
 			}
 		})
+	}
+}
+
+// TestRebind: after a reset a GPU is looked up again by UUID; the monitor
+// reads it through the new handle and WatchEvents registers that handle,
+// so its events reach the watcher again.
+func TestRebind(t *testing.T) {
+	s := nvmltest.NewDGXA100()
+	events := nvmltest.WithEvents(s)
+	inv := discover(t, s)
+	registered := make(chan uint64, 1)
+	fresh := &mock.Device{
+		GetTemperatureFunc: func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 55, gonvml.SUCCESS },
+		GetTemperatureThresholdFunc: func(gonvml.TemperatureThresholds) (uint32, gonvml.Return) {
+			return 80, gonvml.SUCCESS
+		},
+		GetCurrentClocksEventReasonsFunc: func() (uint64, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetFieldValuesFunc:               nvmltest.RecoveryActionValues(func() gonvml.DeviceGpuRecoveryAction { return gonvml.GPU_RECOVERY_ACTION_NONE }),
+		GetRemappedRowsFunc:              func() (int, int, bool, bool, gonvml.Return) { return 0, 0, false, false, gonvml.SUCCESS },
+		GetSupportedEventTypesFunc: func() (uint64, gonvml.Return) {
+			return gonvml.EventTypeXidCriticalError, gonvml.SUCCESS
+		},
+		RegisterEventsFunc: func(mask uint64, _ gonvml.EventSet) gonvml.Return {
+			select { // once or twice: at WatchEvents' start if Rebind came first, and at its next turn
+			case registered <- mask:
+			default:
+			}
+			return gonvml.SUCCESS
+		},
+	}
+	byUUID := s.DeviceGetHandleByUUIDFunc
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (gonvml.Device, gonvml.Return) {
+		if uuid == inv.GPUs[1].UUID {
+			return fresh, gonvml.SUCCESS
+		}
+		return byUUID(uuid)
+	}
+	m := nvml.NewMonitor(s, inv, nil)
+	out := make(chan nvml.Event)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.WatchEvents(ctx, out)
+
+	if err := m.Rebind(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Sample(1); got.TempC != 55 || got.SlowdownC != 80 {
+		t.Errorf("sample after Rebind = %+v, want the new handle's 55C of 80C", got)
+	}
+	select {
+	case mask := <-registered:
+		if mask != gonvml.EventTypeXidCriticalError {
+			t.Errorf("registered %#x", mask)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new handle was not registered for events")
+	}
+	events <- gonvml.EventData{Device: fresh, EventType: gonvml.EventTypeXidCriticalError, EventData: 48}
+	select {
+	case got := <-out:
+		if got.GPU != 1 || got.XID != 48 {
+			t.Errorf("event = %+v, want XID 48 on GPU 1", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event from the new handle")
+	}
+	if err := m.Rebind(1); err != nil { // again: fine
+		t.Fatal(err)
 	}
 }

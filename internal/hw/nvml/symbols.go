@@ -74,7 +74,7 @@ func CheckSymbols(lib Library) Symbols {
 	if ext == nil {
 		return s
 	}
-	for _, name := range optionalSymbols() {
+	for _, name := range append(optionalSymbols(), resetSymbols()...) {
 		s.has[name] = ext.LookupSymbol(name) == nil
 	}
 	return s

@@ -8,6 +8,8 @@ package nvmltest
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -145,6 +147,8 @@ func NewDGXA100() *dgxa100.Server {
 		d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
 			return gonvml.SUCCESS
 		}
+		// Nothing runs on it (SetProcesses).
+		SetProcesses(s, i, nil, nil)
 		// MIG off; a GPU put in MIG mode has no instances until WithMIG.
 		WithMIG(s, i)
 		d.MigMode = gonvml.DEVICE_MIG_DISABLE
@@ -353,4 +357,163 @@ func MIGHandle(parent *dgxa100.Device, m *MIG) *mock.Device {
 		IsMigDeviceHandleFunc:                  func() (bool, gonvml.Return) { return true, gonvml.SUCCESS },
 		GetDeviceHandleFromMigDeviceHandleFunc: func() (gonvml.Device, gonvml.Return) { return parent, gonvml.SUCCESS },
 	}
+}
+
+// SetProcesses makes mock GPU i list these compute and graphics processes.
+func SetProcesses(s *dgxa100.Server, i int, compute, graphics []gonvml.ProcessInfo) {
+	d := Device(s, i)
+	d.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return compute, gonvml.SUCCESS }
+	d.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return graphics, gonvml.SUCCESS }
+}
+
+// Drain is NVML's drain states on a mock server (WithDrain), as the C
+// mock models them: a GPU must be draining and idle to be removed (else
+// IN_USE); a removed GPU is not found by UUID (its old handle still
+// answers here, unlike NVML's); rediscovery brings every removed GPU back,
+// drain off.
+// Fail makes the next call of a kind answer an error instead.
+type Drain struct {
+	mu       sync.Mutex
+	draining map[string]bool // by canonical PCI address
+	removed  map[string]bool
+	fail     map[string]gonvml.Return
+	calls    []string
+}
+
+// Calls the Drain records and Fail takes.
+const (
+	CallModifyDrain = "ModifyDrainState"
+	CallQueryDrain  = "QueryDrainState"
+	CallRemove      = "RemoveGpu"
+	CallDiscover    = "DiscoverGpus"
+)
+
+// Fail makes the next call named call answer ret, changing nothing.
+func (d *Drain) Fail(call string, ret gonvml.Return) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail[call] = ret
+}
+
+// Calls are the calls made so far, each "<call> <address>[ <arg>]".
+func (d *Drain) Calls() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.calls...)
+}
+
+// Draining and Removed say how GPU i of the server stands.
+func (d *Drain) Draining(i int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.draining[GPUAddress(i)]
+}
+
+func (d *Drain) Removed(i int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.removed[GPUAddress(i)]
+}
+
+// call records a call and answers an injected failure, if any; d.mu held.
+func (d *Drain) call(name, addr, arg string) gonvml.Return {
+	d.calls = append(d.calls, strings.TrimSpace(name+" "+addr+" "+arg))
+	if ret, ok := d.fail[name]; ok {
+		delete(d.fail, name)
+		return ret
+	}
+	return gonvml.SUCCESS
+}
+
+// WithDrain gives s NVML's drain-state calls, over the GPUs' processes
+// (SetProcesses), and returns the state to inspect and inject into.
+func WithDrain(s *dgxa100.Server) *Drain {
+	d := &Drain{draining: map[string]bool{}, removed: map[string]bool{}, fail: map[string]gonvml.Return{}}
+	byAddr := map[string]int{}
+	for i := range s.Devices {
+		byAddr[GPUAddress(i)] = i
+	}
+	address := func(p *gonvml.PciInfo) (string, bool) {
+		if p == nil {
+			return "", false
+		}
+		addr := fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
+		_, ok := byAddr[addr]
+		return addr, ok
+	}
+	busy := func(i int) bool {
+		dev := Device(s, i)
+		c, _ := dev.GetComputeRunningProcessesFunc()
+		g, _ := dev.GetGraphicsRunningProcessesFunc()
+		return len(c)+len(g) > 0
+	}
+	s.DeviceModifyDrainStateFunc = func(p *gonvml.PciInfo, state gonvml.EnableState) gonvml.Return {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		addr, ok := address(p)
+		if !ok || d.removed[addr] {
+			return gonvml.ERROR_INVALID_ARGUMENT
+		}
+		if ret := d.call(CallModifyDrain, addr, fmt.Sprint(state == gonvml.FEATURE_ENABLED)); ret != gonvml.SUCCESS {
+			return ret
+		}
+		d.draining[addr] = state == gonvml.FEATURE_ENABLED
+		return gonvml.SUCCESS
+	}
+	s.DeviceQueryDrainStateFunc = func(p *gonvml.PciInfo) (gonvml.EnableState, gonvml.Return) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		addr, ok := address(p)
+		if !ok || d.removed[addr] {
+			return 0, gonvml.ERROR_INVALID_ARGUMENT
+		}
+		if ret := d.call(CallQueryDrain, addr, ""); ret != gonvml.SUCCESS {
+			return 0, ret
+		}
+		if d.draining[addr] {
+			return gonvml.FEATURE_ENABLED, gonvml.SUCCESS
+		}
+		return gonvml.FEATURE_DISABLED, gonvml.SUCCESS
+	}
+	remove := func(p *gonvml.PciInfo) gonvml.Return {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		addr, ok := address(p)
+		if !ok || d.removed[addr] {
+			return gonvml.ERROR_INVALID_ARGUMENT
+		}
+		if ret := d.call(CallRemove, addr, ""); ret != gonvml.SUCCESS {
+			return ret
+		}
+		if !d.draining[addr] || busy(byAddr[addr]) {
+			return gonvml.ERROR_IN_USE
+		}
+		d.removed[addr] = true
+		return gonvml.SUCCESS
+	}
+	s.DeviceRemoveGpuFunc = remove
+	s.DeviceRemoveGpu_v2Func = func(p *gonvml.PciInfo, _ gonvml.DetachGpuState, _ gonvml.PcieLinkState) gonvml.Return {
+		return remove(p)
+	}
+	s.DeviceDiscoverGpusFunc = func() (gonvml.PciInfo, gonvml.Return) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if ret := d.call(CallDiscover, "", ""); ret != gonvml.SUCCESS {
+			return gonvml.PciInfo{}, ret
+		}
+		for addr := range d.removed {
+			delete(d.removed, addr)
+			delete(d.draining, addr)
+		}
+		return gonvml.PciInfo{}, gonvml.SUCCESS
+	}
+	byUUID := s.DeviceGetHandleByUUIDFunc
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (gonvml.Device, gonvml.Return) {
+		h, ret := byUUID(uuid)
+		if dev, ok := h.(*dgxa100.Device); ok && ret == gonvml.SUCCESS && d.Removed(dev.Index) {
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return h, ret
+	}
+	return d
 }
