@@ -45,18 +45,25 @@ func DriverRoot(t testing.TB, conf string) (root, libDir string) {
 	return root, libDir
 }
 
-// Build compiles the mock into out, with libcuda's soname, as the cluster
-// fixture does. It skips the test where there is no C compiler.
-func Build(t testing.TB, out string) {
+// CC is the C compiler ($CC, else gcc). It skips the test where there is
+// none.
+func CC(t testing.TB) string {
 	t.Helper()
-	src := Source(t)
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "gcc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build the mock libcuda: %v", cc, err)
+		t.Skipf("no C compiler (%s) to build a stand-in libcuda: %v", cc, err)
 	}
+	return cc
+}
+
+// Build compiles the mock into out, with libcuda's soname, as the cluster
+// fixture does. It skips the test where there is no C compiler.
+func Build(t testing.TB, out string) {
+	t.Helper()
+	src, cc := Source(t), CC(t)
 	b, err := exec.Command(cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, src).CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the mock libcuda: %v\n%s", err, b)
