@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/cuda"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/cuda/cudatest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpstest"
@@ -25,62 +23,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// A node of four GPUs, as the mock's mockcuda.conf and the plugin's /dev
-// see them.
-var gpus = []struct {
-	minor     int
-	bus, uuid string
-}{
-	{0, "00000000:18:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000000"},
-	{1, "00000000:2A:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000001"},
-	{2, "00000000:3B:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000002"},
-	{3, "00000000:5D:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000003"},
-}
+var gpus = cudatest.GPUs
 
-// node is a fake node: a driver root with the mock libcuda and conf, a
-// /dev with the four GPUs' nodes (character devices 1:3, as the cluster
-// fixture makes them), and a sysfs.
-type node struct{ driverRoot, libDir, devRoot, sysRoot string }
+type node struct{ cudatest.Node }
 
+// newNode is a fake node (cudatest.NewNode), where the probe can run
+// confined.
 func newNode(t *testing.T, conf string) node {
-	t.Helper()
-	var lines []string
-	for _, g := range gpus {
-		lines = append(lines, fmt.Sprintf("gpu %d %s %s", g.minor, g.bus, g.uuid))
-	}
-	root, libDir := cudatest.DriverRoot(t, strings.Join(append(lines, conf), "\n")+"\n")
-	n := node{driverRoot: root, libDir: libDir, devRoot: filepath.Join(t.TempDir(), "dev"), sysRoot: filepath.Join(t.TempDir(), "sys")}
-	for _, d := range []string{n.devRoot, filepath.Join(n.sysRoot, "bus", "pci")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, name := range []string{"nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "null"} {
-		if err := unix.Mknod(filepath.Join(n.devRoot, name), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return n
-}
-
-// addConf adds lines to the mock's switches.
-func (n node) addConf(t *testing.T, lines ...string) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(n.libDir, "mockcuda.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(strings.Join(lines, "\n") + "\n"); err != nil {
-		t.Fatal(err)
-	}
+	mpstest.NeedConfinement(t)
+	return node{cudatest.NewNode(t, conf)}
 }
 
 // options probe GPU i of n.
 func (n node) options(t *testing.T, i int) Options {
 	return Options{
-		Self: mpstest.NeedConfinement(t), DriverRoot: n.driverRoot, DevRoot: n.devRoot, SysRoot: n.sysRoot,
-		PCIBusID: gpus[i].bus, UUID: gpus[i].uuid, Minor: gpus[i].minor, Timeout: time.Minute,
+		Self: mpstest.NeedConfinement(t), DriverRoot: n.DriverRoot, DevRoot: n.DevRoot, SysRoot: n.SysRoot,
+		PCIBusID: gpus[i].BusID, UUID: gpus[i].UUID, Minor: gpus[i].Minor, Timeout: time.Minute,
 	}
 }
 
@@ -95,28 +53,28 @@ func TestRunMockLibcuda(t *testing.T) {
 		want   cuda.Result // Duration and Stderr not compared
 	}{
 		{name: "a working GPU, with an allocation", change: func(o *Options) { o.AllocBytes = 1 << 20 },
-			want: cuda.Result{OK: true, UUID: gpus[2].uuid}},
+			want: cuda.Result{OK: true, UUID: gpus[2].UUID}},
 		{name: "found by UUID alone", change: func(o *Options) { o.PCIBusID = "" },
-			want: cuda.Result{OK: true, UUID: gpus[2].uuid}},
+			want: cuda.Result{OK: true, UUID: gpus[2].UUID}},
 		{name: "the bus ID in CUDA's short form", change: func(o *Options) { o.PCIBusID = "0000:3b:00.0" },
-			want: cuda.Result{OK: true, UUID: gpus[2].uuid}},
+			want: cuda.Result{OK: true, UUID: gpus[2].UUID}},
 		{name: "cuInit fails", conf: "fail cuInit 100",
 			want: cuda.Result{Step: cuda.StepInit, Code: 100, Name: "CUDA_ERROR_NO_DEVICE", Message: "cuInit(0)"}},
 		// GPU 1 exists on the node and in the mock's list, but its node is
 		// not in the probe's /dev: CUDA does not see it.
-		{name: "another GPU is out of sight", change: func(o *Options) { o.PCIBusID = gpus[1].bus; o.UUID = "" },
-			want: cuda.Result{Step: cuda.StepDevice, Code: 101, Name: "CUDA_ERROR_INVALID_DEVICE", Message: "no CUDA device at " + gpus[1].bus}},
+		{name: "another GPU is out of sight", change: func(o *Options) { o.PCIBusID = gpus[1].BusID; o.UUID = "" },
+			want: cuda.Result{Step: cuda.StepDevice, Code: 101, Name: "CUDA_ERROR_INVALID_DEVICE", Message: "no CUDA device at " + gpus[1].BusID}},
 		{name: "a bus ID no GPU has", change: func(o *Options) { o.PCIBusID = "00000000:99:00.0" },
 			want: cuda.Result{Step: cuda.StepDevice, Code: 101, Name: "CUDA_ERROR_INVALID_DEVICE", Message: "no CUDA device at 00000000:99:00.0"}},
-		{name: "the GPU at the bus ID is another", change: func(o *Options) { o.UUID = gpus[3].uuid },
-			want: cuda.Result{Step: cuda.StepUUID, UUID: gpus[2].uuid,
-				Message: fmt.Sprintf("the CUDA device at %s is %s, not %s", gpus[2].bus, gpus[2].uuid, gpus[3].uuid)}},
+		{name: "the GPU at the bus ID is another", change: func(o *Options) { o.UUID = gpus[3].UUID },
+			want: cuda.Result{Step: cuda.StepUUID, UUID: gpus[2].UUID,
+				Message: fmt.Sprintf("the CUDA device at %s is %s, not %s", gpus[2].BusID, gpus[2].UUID, gpus[3].UUID)}},
 		{name: "no context", conf: "fail cuCtxCreate 999",
-			want: cuda.Result{Step: cuda.StepContext, Code: 999, Name: "CUDA_ERROR_UNKNOWN", Message: "cuCtxCreate on device 0", UUID: gpus[2].uuid}},
+			want: cuda.Result{Step: cuda.StepContext, Code: 999, Name: "CUDA_ERROR_UNKNOWN", Message: "cuCtxCreate on device 0", UUID: gpus[2].UUID}},
 		{name: "the allocation fails", conf: "fail cuMemAlloc 2", change: func(o *Options) { o.AllocBytes = 1 << 20 },
-			want: cuda.Result{Step: cuda.StepAlloc, Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY", Message: "cuMemAlloc of 1048576 bytes", UUID: gpus[2].uuid}},
+			want: cuda.Result{Step: cuda.StepAlloc, Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY", Message: "cuMemAlloc of 1048576 bytes", UUID: gpus[2].UUID}},
 		{name: "a CUresult the driver cannot name", conf: "fail cuCtxDestroy 12345",
-			want: cuda.Result{Step: cuda.StepDestroy, Code: 12345, Message: "cuCtxDestroy", UUID: gpus[2].uuid}},
+			want: cuda.Result{Step: cuda.StepDestroy, Code: 12345, Message: "cuCtxDestroy", UUID: gpus[2].UUID}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, tc.conf)
@@ -154,7 +112,7 @@ func TestRunHangAndCrash(t *testing.T) {
 			t.Errorf("duration %v, shorter than the timeout", r.Duration)
 		}
 		// Its namespace went with it: nothing runs with its arguments.
-		if left := processes(n.driverRoot); len(left) > 0 {
+		if left := processes(n.DriverRoot); len(left) > 0 {
 			t.Errorf("processes left after the timeout: %v", left)
 		}
 	})
@@ -173,7 +131,7 @@ func TestRunHangAndCrash(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || r.OK || r.TimedOut {
 			t.Errorf("%+v, %v; want the caller's context.DeadlineExceeded, no verdict", r, err)
 		}
-		if left := processes(n.driverRoot); len(left) > 0 {
+		if left := processes(n.DriverRoot); len(left) > 0 {
 			t.Errorf("processes left: %v", left)
 		}
 	})
@@ -199,7 +157,7 @@ func TestRunConfinement(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := newNode(t, "report")
-	n.addConf(t, "exists "+hostFile, "exists "+n.driverRoot, "exists /proc/1/root/etc")
+	n.AddConf(t, "exists "+hostFile, "exists "+n.DriverRoot, "exists /proc/1/root/etc")
 	// A descriptor the plugin leaked: no close-on-exec.
 	canary := filepath.Join(t.TempDir(), "leaked-canary")
 	if err := os.WriteFile(canary, nil, 0o600); err != nil {
@@ -239,7 +197,7 @@ func TestRunConfinement(t *testing.T) {
 		{"a read-only root", seen["rootWritable"], "no"},
 		{"a network namespace with only lo", seen["netInterfaces"], "1"},
 		{"the plugin's files out of reach", seen["exists "+hostFile], "no"},
-		{"the driver root out of reach", seen["exists "+n.driverRoot], "no"},
+		{"the driver root out of reach", seen["exists "+n.DriverRoot], "no"},
 		{"no way out through /proc/1/root", seen["exists /proc/1/root/etc"], "no"},
 	} {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {

@@ -4,11 +4,15 @@
 package cudatest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
@@ -67,5 +71,63 @@ func Build(t testing.TB, out string) {
 	b, err := exec.Command(cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, src).CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the mock libcuda: %v\n%s", err, b)
+	}
+}
+
+// GPU is one GPU of Node: its /dev/nvidia<Minor> and who the mock says it is.
+type GPU struct {
+	Minor       int
+	BusID, UUID string
+}
+
+// GPUs are Node's four GPUs.
+var GPUs = []GPU{
+	{0, "00000000:18:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000000"},
+	{1, "00000000:2A:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000001"},
+	{2, "00000000:3B:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000002"},
+	{3, "00000000:5D:00.0", "GPU-8c1e7d5a-0000-4000-8000-000000000003"},
+}
+
+// Node is a fake node of four GPUs: a driver root with the mock libcuda
+// (DriverRoot), a /dev with the GPUs' nodes, nvidiactl and null (character
+// devices 1:3, as the cluster fixture makes them), and a sysfs.
+type Node struct {
+	DriverRoot, LibDir, DevRoot, SysRoot string
+}
+
+// NewNode makes a Node whose mockcuda.conf names GPUs, then conf's lines.
+// It needs root, for mknod.
+func NewNode(t testing.TB, conf ...string) Node {
+	t.Helper()
+	var lines []string
+	for _, g := range GPUs {
+		lines = append(lines, fmt.Sprintf("gpu %d %s %s", g.Minor, g.BusID, g.UUID))
+	}
+	root, libDir := DriverRoot(t, strings.Join(append(lines, conf...), "\n")+"\n")
+	n := Node{DriverRoot: root, LibDir: libDir, DevRoot: filepath.Join(t.TempDir(), "dev"), SysRoot: filepath.Join(t.TempDir(), "sys")}
+	for _, d := range []string{n.DevRoot, filepath.Join(n.SysRoot, "bus", "pci")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "null"} {
+		if err := unix.Mknod(filepath.Join(n.DevRoot, name), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// AddConf adds lines to the mock's switches; the probe reads them when it
+// loads the library.
+func (n Node) AddConf(t testing.TB, lines ...string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(n.LibDir, "mockcuda.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(strings.Join(lines, "\n") + "\n"); err != nil {
+		t.Fatal(err)
 	}
 }
