@@ -139,23 +139,27 @@ func run(ctx context.Context, self string, args []string, timeout time.Duration)
 		Setpgid:      true,
 		Pdeathsig:    syscall.SIGKILL,
 	}
-	stdout, err := pipeTo(cmd, &cmd.Stdout)
+	stdout, stdoutW, err := os.Pipe()
 	if err != nil {
-		return cuda.Result{}, err
-	}
-	stderr, err := pipeTo(cmd, &cmd.Stderr)
-	if err != nil {
-		stdout.Close()
 		return cuda.Result{}, err
 	}
 	defer stdout.Close()
+	stderr, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutW.Close()
+		return cuda.Result{}, err
+	}
 	defer stderr.Close()
-	if err := cmd.Start(); err != nil {
+	// Files, not io.Writers, so exec starts no copying goroutine that a
+	// child stuck in the driver would hold.
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	err = cmd.Start()
+	// Only the child holds the write ends now.
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
 		return cuda.Result{}, fmt.Errorf("starting %s %s: %w", self, HelperCommand, err)
 	}
-	// Only the child holds the write ends now.
-	cmd.Stdout.(*os.File).Close()
-	cmd.Stderr.(*os.File).Close()
 
 	rep := newReport()
 	read := make(chan struct{})
@@ -249,18 +253,6 @@ var errTimedOut = errors.New("timed out")
 // CUDA has been called.
 func gpuStep(s cuda.Step) bool {
 	return s != "" && s != cuda.StepLoad && s != cuda.StepConfine
-}
-
-// pipeTo makes a pipe whose write end is *w, the child's, and returns the
-// read end. Files, not io.Writers, so exec starts no copying goroutine
-// that a stuck child would hold.
-func pipeTo(cmd *exec.Cmd, w *io.Writer) (*os.File, error) {
-	r, wf, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("cuda probe: %w", err)
-	}
-	*w = wf
-	return r, nil
 }
 
 // The lines of the helper's stdout.
