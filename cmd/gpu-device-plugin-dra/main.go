@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
@@ -30,9 +31,10 @@ var (
 
 func main() {
 	// The MPS control daemons run through their own executable, and ask
-	// the MPS launcher for a daemon through it.
+	// the MPS launcher for a daemon through it; so does the CUDA probe.
 	mpsexec.RunIfHelper()
 	launcher.RunIfHelper()
+	cudaprobe.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

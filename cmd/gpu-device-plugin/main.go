@@ -18,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
@@ -261,6 +262,14 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 				Hidden:          true,
 				SkipFlagParsing: true,
 				Action:          func(c *cli.Context) error { return mpsexec.Main(c.Args().First()) },
+			},
+			{
+				// The plugin proves a GPU works through this, confined (see
+				// cudaprobe); its report is on stdout.
+				Name:            cudaprobe.HelperCommand,
+				Hidden:          true,
+				SkipFlagParsing: true,
+				Action:          func(c *cli.Context) error { return cudaprobe.Main(c.Args().Slice()) },
 			},
 			mpsLauncherCommand(stderr),
 			probeCommand(stdout),

@@ -60,6 +60,7 @@ func TestMPSLauncherCommands(t *testing.T) {
 // The test binary is the helper too, as the plugin's executable is.
 func TestMain(m *testing.M) {
 	mpsexec.RunIfHelper()
+	runIfCUDAProbe()
 	os.Exit(m.Run())
 }
 
