@@ -277,14 +277,14 @@ func boolean(field func(*Config) *bool) setter {
 
 // Setting categories, in the order help and docs show them.
 const (
-	CategoryKubelet   = "Kubelet"
-	CategoryDriver    = "NVML and driver"
-	CategoryHealth    = "Health"
+	CategoryKubelet = "Kubelet"
+	CategoryDriver  = "NVML and driver"
+	CategoryHealth  = "Health"
 	// CategoryRemediation: GPUs that heal themselves.
 	CategoryRemediation = "Remediation"
-	CategoryCDI       = "CDI"
-	CategoryNICs      = "NICs"
-	CategoryDRA       = "DRA"
-	CategoryReporting = "Reporting"
-	CategoryLogging   = "Logging"
+	CategoryCDI         = "CDI"
+	CategoryNICs        = "NICs"
+	CategoryDRA         = "DRA"
+	CategoryReporting   = "Reporting"
+	CategoryLogging     = "Logging"
 )
