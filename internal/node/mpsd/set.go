@@ -78,7 +78,9 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 // the daemon quits. Its directories stay, so the pods that mount them
 // reach the daemon started again once the hold is lifted. A hold outlasts
 // Set, and applies to a daemon started later.
-func (m *Manager) Hold(uuid string, held bool, reason string) { m.HoldFor(uuid, HolderHealth, held, reason) }
+func (m *Manager) Hold(uuid string, held bool, reason string) {
+	m.HoldFor(uuid, HolderHealth, held, reason)
+}
 
 // The holders of Hold and HoldFor.
 const (

@@ -97,9 +97,9 @@ type Driver struct {
 	byName   map[string]*draslice.Device
 	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
 	// report before the devices are set.
-	health   map[string]*devHealth
+	health map[string]*devHealth
 	// evict are the GPUs whose devices' taints are NoExecute (Evict).
-	evict map[string]bool
+	evict    map[string]bool
 	reported map[string]bool // sources that have reported
 	cp       checkpoint
 	// rebuild says why the checkpoint's claims must be rebuilt from the
