@@ -70,5 +70,5 @@ func resolvedConfig(args []string) (config.Config, error) {
 	if cfg.KubeletAPI != config.KubeletAPIDRA {
 		return cfg, fmt.Errorf("--resolved-config: kubeletAPI is %q; this program serves only %q", cfg.KubeletAPI, config.KubeletAPIDRA)
 	}
-	return cfg, cfg.Validate()
+	return cfg, daemon.ValidateConfig(cfg, nil)
 }

@@ -363,7 +363,7 @@ func loadSettings(c *cli.Context) (config.Config, origin, error) {
 			o.from[s.Key] = "--" + s.Flag
 		}
 	}
-	if err := cfg.ValidateFrom(func(key string) string { return o.from[key] }); err != nil {
+	if err := daemon.ValidateConfig(cfg, func(key string) string { return o.from[key] }); err != nil {
 		return cfg, o, err
 	}
 	return cfg, o, nil

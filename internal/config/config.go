@@ -94,6 +94,9 @@ type Config struct {
 	NICResources []NICResource `json:"nicResources,omitempty"`
 	// Sharing is device sharing (time-slicing), file-only: see sharing.go.
 	Sharing Sharing `json:"sharing,omitempty"`
+	// Remediation is what the plugin may do to heal a faulted GPU: see
+	// remediation.go.
+	Remediation Remediation `json:"remediation"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -332,6 +333,13 @@ func TestSettingsSetTheFieldOfTheirKey(t *testing.T) {
 		if err := json.Unmarshal(data, &m); err != nil {
 			t.Fatal(err)
 		}
+		// A section's keys are settings of their own (remediation.reset).
+		for k := range sectionKeys {
+			for sub, v := range m[k].(map[string]any) {
+				m[k+"."+sub] = v
+			}
+			delete(m, k)
+		}
 		return m
 	}
 	zero := asMap(Config{})
@@ -369,5 +377,61 @@ func wantConfigErrors(t *testing.T, body string, want ...string) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not mention %q", err, w)
 		}
+	}
+}
+
+// The remediation section: each key from the file, a flag or a variable,
+// and the checks that depend on the rest of the configuration, each one
+// line naming its key and where it came from.
+func TestRemediationSettings(t *testing.T) {
+	d := Default().Remediation
+	if !d.Reset || d.Evict || d.GracePeriod.Duration != 10*time.Minute || d.MaxResets != 3 || d.Window.Duration != 24*time.Hour || d.ResetPeers || d.Cordon || d.UsagePoll.Duration != 5*time.Second {
+		t.Fatalf("defaults %+v", d)
+	}
+	c, err := Parse("f.yaml", []byte("remediation:\n  reset: false\n  gracePeriod: 1m\n  maxResets: 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Remediation; r.Reset || r.GracePeriod.Duration != time.Minute || r.MaxResets != 5 || r.Window.Duration != 24*time.Hour || r.UsagePoll.Duration != 5*time.Second {
+		t.Fatalf("from the file: %+v (the keys it leaves out keep their defaults)", r)
+	}
+	if v := c.Values(); v["remediation.reset"] != "false" || v["remediation.maxResets"] != "5" || v["remediation"] != "" {
+		t.Errorf("Values: %v", v)
+	}
+	if err := c.Set("remediation.window", "1h"); err != nil || c.Remediation.Window.Duration != time.Hour {
+		t.Errorf("Set: %v %+v", err, c.Remediation)
+	}
+	if _, err := Parse("f.yaml", []byte("remediation:\n  resets: 2\n")); err == nil || !strings.Contains(err.Error(), "resets") {
+		t.Errorf("an unknown key of the section: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"evict in device-plugin mode", func(c *Config) { c.Remediation.Evict = true },
+			"config: remediation.evict (--remediation-evict): true needs kubeletAPI dra: eviction is DRA-only, through the device taint's NoExecute effect; in device-plugin mode set it to false (a withheld GPU then waits for its pods to end)"},
+		{"usage poll too short", func(c *Config) { c.Remediation.UsagePoll = Duration{time.Millisecond} },
+			"config: remediation.usagePoll (--remediation-usage-poll): 1ms is too short; use at least 100ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.edit(&c)
+			err := c.Validate()
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+	c = Default()
+	c.KubeletAPI, c.DRAPluginDir, c.Remediation.Evict = KubeletAPIDRA, "/x", true
+	if err := c.Validate(); err != nil {
+		t.Errorf("evict in DRA mode: %v", err)
+	}
+	check := func(c Config, field func(string) string) []error {
+		return []error{fmt.Errorf("config: %s: checked", field("remediation.maxResets"))}
+	}
+	if err := Default().ValidateWith(func(string) string { return "in f.yaml" }, check); err == nil || err.Error() != "config: remediation.maxResets (in f.yaml): checked" {
+		t.Errorf("ValidateWith: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ func Parse(path string, data []byte) (Config, error) {
 		}
 		return c, fmt.Errorf("config: %s: %s", path, fieldError(err))
 	}
-	known := keys()
+	known := fileKeys()
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(top)) {
 		if !slices.Contains(known, key) {
@@ -109,7 +109,7 @@ func fieldError(err error) string {
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: ")
 	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return fmt.Sprintf("unknown key %s; known keys: %s", rest, strings.Join(keys(), ", "))
+		return fmt.Sprintf("unknown key %s; known keys: %s", rest, strings.Join(fileKeys(), ", "))
 	}
 	return msg
 }

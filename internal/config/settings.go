@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ type setter func(c *Config, key, value string) error
 
 // Categories lists the setting categories in order.
 func Categories() []string {
-	return []string{CategoryKubelet, CategoryDriver, CategoryHealth, CategoryCDI, CategoryNICs, CategoryDRA, CategoryReporting, CategoryLogging}
+	return []string{CategoryKubelet, CategoryDriver, CategoryHealth, CategoryRemediation, CategoryCDI, CategoryNICs, CategoryDRA, CategoryReporting, CategoryLogging}
 }
 
 // EnvPrefix starts every environment variable the plugin reads.
@@ -133,6 +134,7 @@ func Settings() []Setting {
 		{Key: "nodeCondition", Category: CategoryReporting, Flag: "node-condition", Default: "false", Usage: "true: keep the Node conditions GPUHealthy (and NICHealthy with NIC pools) False while a device is unhealthy (needs API access)",
 			set: boolean(func(c *Config) *bool { return &c.NodeCondition })},
 	}
+	s = append(s, remediationSettings()...)
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
 	}
@@ -172,6 +174,23 @@ func keys() []string {
 	var out []string
 	for _, s := range Settings() {
 		out = append(out, s.Key)
+	}
+	for _, f := range fileOnly {
+		out = append(out, f.key)
+	}
+	return out
+}
+
+// fileKeys are the config file's top-level keys: a setting's key, or the
+// section a dotted key is in (remediation.reset is reset in the
+// remediation section), and the file-only keys.
+func fileKeys() []string {
+	var out []string
+	for _, s := range Settings() {
+		k, _, _ := strings.Cut(s.Key, ".")
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
 	}
 	for _, f := range fileOnly {
 		out = append(out, f.key)
@@ -258,12 +277,14 @@ func boolean(field func(*Config) *bool) setter {
 
 // Setting categories, in the order help and docs show them.
 const (
-	CategoryKubelet   = "Kubelet"
-	CategoryDriver    = "NVML and driver"
-	CategoryHealth    = "Health"
-	CategoryCDI       = "CDI"
-	CategoryNICs      = "NICs"
-	CategoryDRA       = "DRA"
-	CategoryReporting = "Reporting"
-	CategoryLogging   = "Logging"
+	CategoryKubelet = "Kubelet"
+	CategoryDriver  = "NVML and driver"
+	CategoryHealth  = "Health"
+	// CategoryRemediation: GPUs that heal themselves.
+	CategoryRemediation = "Remediation"
+	CategoryCDI         = "CDI"
+	CategoryNICs        = "NICs"
+	CategoryDRA         = "DRA"
+	CategoryReporting   = "Reporting"
+	CategoryLogging     = "Logging"
 )

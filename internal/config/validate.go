@@ -21,7 +21,17 @@ func (c Config) Validate() error { return c.ValidateFrom(nil) }
 // ValidateFrom is Validate naming each key with where its value came
 // from: from(key) is "--flag", "env GPU_DEVICE_PLUGIN_..." or "in <file>";
 // "" names the key's flag.
-func (c Config) ValidateFrom(from func(key string) string) error {
+func (c Config) ValidateFrom(from func(key string) string) error { return c.ValidateWith(from) }
+
+// Check is a check of the configuration by a part below it that owns the
+// rules of its values (the remediation's policy, package remedy, which
+// config may not import); field names a key with where its value came
+// from, as every message starts.
+type Check func(c Config, field func(key string) string) []error
+
+// ValidateWith is ValidateFrom with more checks, whose errors are
+// reported among the others.
+func (c Config) ValidateWith(from func(key string) string, more ...Check) error {
 	var errs []error
 	flags := map[string]string{}
 	for _, s := range Settings() {
@@ -165,6 +175,10 @@ func (c Config) ValidateFrom(from func(key string) string) error {
 		strategies = append(slices.Clone(strategies), "cdi-cri")
 	}
 	errs = append(errs, ValidateNICResources(c.NICResources, strategies)...)
+	errs = append(errs, validateRemediation(c, field)...)
+	for _, check := range more {
+		errs = append(errs, check(c, field)...)
+	}
 	for _, err := range validateSharing(c, true) {
 		errs = append(errs, fmt.Errorf("config: %w", err))
 	}

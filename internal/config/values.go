@@ -24,10 +24,21 @@ func (c Config) Values() map[string]string {
 	}
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
+		var section map[string]json.RawMessage
+		if sectionKeys[k] && json.Unmarshal(v, &section) == nil {
+			// A section's keys are settings of their own: remediation.reset.
+			for sub, sv := range section {
+				out[k+"."+sub] = text(sv)
+			}
+			continue
+		}
 		out[k] = text(v)
 	}
 	return out
 }
+
+// sectionKeys are the top-level keys whose keys are settings of their own.
+var sectionKeys = map[string]bool{"remediation": true}
 
 func text(v json.RawMessage) string {
 	var s string

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -295,9 +296,23 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	if rep != nil {
 		notify = rep.takeGPUs(units, notify)
 	}
-	notify, runMPS, err := mpsDaemons(ctx, cfg, lib, fe, units, notify, mets, log)
+	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
+	parts := withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)
+	// The remediation withholds a GPU behind the MPS gate, which stops its
+	// daemon while health says it faulted.
+	rem, remMPS, remGPUs, err := remediation(cfg, lib, inv, units, parts, fe, rep, mets, notify, log)
 	if err != nil {
 		return err
+	}
+	if rem != nil {
+		notify = rem
+	}
+	notify, runMPS, mpsMgr, err := mpsDaemons(ctx, cfg, lib, fe, units, notify, mets, log)
+	if err != nil {
+		return err
+	}
+	if remMPS != nil {
+		remMPS.m = mpsMgr
 	}
 
 	// Health reaches the front-end, which tells the kubelet at once.
@@ -307,12 +322,27 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		rec = recorder(units, mets)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
-	partitioned := migPartitions(cfg, lib, fe, inv.GPUs, log)
-	opts := append(keptHealth(cfg, log), health.WithParts(withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)),
+	if remGPUs != nil {
+		// A reset gives the GPU a new NVML handle: health reads it anew.
+		remGPUs.Rebound = func(uuid string) {
+			if i := slices.Index(ids, uuid); i >= 0 {
+				if err := mon.Rebind(i); err != nil {
+					log.Warn("health cannot read a GPU its reset brought back; it reads as lost", "device", uuid, "err", err)
+				}
+			}
+		}
+	}
+	opts := append(keptHealth(cfg, log), health.WithParts(parts),
 		health.OnTurn(func() { status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
+	if rem != nil {
+		opts = append(opts, health.OnFacts(rem.Facts))
+	}
 	watcher, err := health.NewWatcher(HealthPolicy(cfg), ids, mon, notify, rec, log, opts...)
 	if err != nil {
 		return err
+	}
+	if rem != nil {
+		rem.UseHealth(watcher)
 	}
 	// One poll before the kubelet can see the GPUs, so one that must not
 	// be handed out (MIG enabled, a pending reset) is never offered healthy.
@@ -330,6 +360,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		}
 	})
 	wg.Go(func() { watcher.Run(ctx, events) })
+	if rem != nil {
+		wg.Go(func() { rem.Run(ctx) })
+	}
 	if runMPS != nil {
 		wg.Go(func() { runMPS(ctx) })
 	}

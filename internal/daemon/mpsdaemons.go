@@ -23,11 +23,11 @@ import (
 // returns the notifier that holds each such GPU down while its daemon is.
 // With none, daemons an earlier run left are stopped; a daemon is run
 // confined in the driver root (package mpsexec), through this executable.
-func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe FrontEnd, units []servedUnit, next health.Notifier, mets *metrics.Metrics, log *slog.Logger) (health.Notifier, func(context.Context), error) {
+func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe FrontEnd, units []servedUnit, next health.Notifier, mets *metrics.Metrics, log *slog.Logger) (health.Notifier, func(context.Context), *mpsd.Manager, error) {
 	if c, ok := fe.(mpsClaims); ok {
 		m, err := mpsManager(cfg, lib, log)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		// The GPUs are gated as claims start their daemons.
 		gate := mpsd.NewGate(next, m, nil)
@@ -36,7 +36,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		}
 		self, err := os.Executable()
 		if err != nil {
-			return nil, nil, fmt.Errorf("finding this executable, which runs nvidia-smi confined: %w", err)
+			return nil, nil, nil, fmt.Errorf("finding this executable, which runs nvidia-smi confined: %w", err)
 		}
 		timeSlice := func(ctx context.Context, uuid string, level int) (string, error) {
 			return mpsexec.SetTimeSlice(ctx, self, cfg.DriverRoot, cfg.DevRoot, uuid, level)
@@ -44,7 +44,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		return gate, func(ctx context.Context) {
 			c.UseSharing(ctx, m, timeSlice)
 			gate.Run(ctx)
-		}, nil
+		}, m, nil
 	}
 	var gpus []mpsd.GPU
 	var uuids []string
@@ -60,11 +60,11 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 	}
 	m, err := mpsManager(cfg, lib, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(gpus) == 0 {
 		m.Set(ctx, nil) // what an earlier run left
-		return next, nil, nil
+		return next, nil, nil, nil
 	}
 	log.Info("sharing GPUs through MPS; each is offered once its control daemon is up", "gpus", len(gpus), "mpsRoot", cfg.MPSRoot)
 	gate := mpsd.NewGate(next, m, uuids)
@@ -75,7 +75,7 @@ func mpsDaemons(ctx context.Context, cfg config.Config, lib nvml.Library, fe Fro
 		m.Set(ctx, gpus)
 		gate.Run(ctx)
 	}
-	return gate, run, nil
+	return gate, run, m, nil
 }
 
 // mpsClaims is a front-end whose claims start and stop MPS daemons and

@@ -10,8 +10,10 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 
@@ -115,4 +117,19 @@ func NICPools(c config.Config, log *slog.Logger) (*nic.Pools, error) {
 // scans go.
 func NICScan(c config.Config) nicscan.Options {
 	return nicscan.Options{SysfsRoot: c.SysfsRoot, ProcRoot: c.ProcRoot, Interval: c.NICRescanInterval.Duration}
+}
+
+// RemediationPolicy is what the remediation section allows.
+func RemediationPolicy(c config.Config) remedy.Policy {
+	r := c.Remediation
+	return remedy.Policy{
+		Reset: r.Reset, Evict: r.Evict, GracePeriod: r.GracePeriod.Duration, MaxResets: r.MaxResets,
+		Window: r.Window.Duration, ResetPeers: r.ResetPeers, Cordon: r.Cordon,
+	}
+}
+
+// RemediationOptions are the remediation's settings; the daemon adds the
+// GPUs and what carries the commands out.
+func RemediationOptions(c config.Config) remediate.Options {
+	return remediate.Options{Policy: RemediationPolicy(c), UsagePoll: c.Remediation.UsagePoll.Duration}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -147,13 +148,16 @@ func (s Sample) Has(sig Signal) bool { return (s.Unsupported|s.Failed)&sig == 0 
 // Monitor reads the health signals of discovered GPUs. Thresholds are
 // static per GPU, so they are read once and only re-read while unknown.
 // A signal the GPU answers NOT_SUPPORTED to is turned off for that GPU and
-// logged once. Sample and Rebind must be called from one goroutine.
+// logged once. Sample must be called from one goroutine.
 type Monitor struct {
 	lib Library
 	// mu guards handles: Rebind replaces one while WatchEvents reads them.
-	mu        sync.Mutex
-	handles   []gonvml.Device
-	rebound   chan int // GPUs Rebind gave a new handle, for WatchEvents to register
+	mu      sync.Mutex
+	handles []gonvml.Device
+	rebound chan int // GPUs Rebind gave a new handle, for WatchEvents to register
+	// stale marks the GPUs Rebind gave a new handle whose thresholds
+	// Sample has not read again yet.
+	stale     []atomic.Bool
 	uuids     []string
 	mig       []bool
 	syms      Symbols
@@ -174,6 +178,7 @@ func NewMonitor(lib Library, inv *Inventory, log *slog.Logger) *Monitor {
 		lib:       lib,
 		handles:   slices.Clone(inv.handles),
 		rebound:   make(chan int, n),
+		stale:     make([]atomic.Bool, n),
 		uuids:     make([]string, n),
 		mig:       make([]bool, n),
 		syms:      inv.syms,
@@ -222,7 +227,8 @@ func (m *Monitor) handle(i int) gonvml.Device {
 // handle from now on: NVML's handles are not valid after the GPU was
 // removed and rediscovered (Reset). WatchEvents registers the new handle
 // for events at its next turn, since the removal dropped the old one's.
-// Call it from Sample's goroutine.
+// Any goroutine may call it: Sample reads the GPU's thresholds again
+// through the new handle at its next call.
 func (m *Monitor) Rebind(i int) error {
 	h, ret := m.lib.DeviceGetHandleByUUID(m.uuids[i])
 	if ret != gonvml.SUCCESS {
@@ -231,9 +237,7 @@ func (m *Monitor) Rebind(i int) error {
 	m.mu.Lock()
 	m.handles[i] = h
 	m.mu.Unlock()
-	if m.off[i]&SignalTemperature == 0 {
-		m.readThresholds(i)
-	}
+	m.stale[i].Store(true)
 	select {
 	case m.rebound <- i:
 	default: // already queued: WatchEvents reads the handle afresh
@@ -250,7 +254,7 @@ func (m *Monitor) GPUs() int { return len(m.handles) }
 func (m *Monitor) Sample(i int) Sample {
 	s := Sample{MIGEnabled: m.mig[i]}
 	if m.off[i]&SignalTemperature == 0 {
-		if m.slowdown[i] == 0 {
+		if m.stale[i].Swap(false) || m.slowdown[i] == 0 {
 			m.readThresholds(i)
 		}
 		s.SlowdownC, s.ShutdownC = m.slowdown[i], m.shutdown[i]

@@ -200,3 +200,19 @@ func (c Client) List(ctx context.Context) (*v1.ListPodResourcesResponse, error) 
 	}
 	return resp, nil
 }
+
+// DRADevicesWhere returns the containers whose claims hold any device of
+// a DRA driver's pool whose name match accepts (a GPU's own device, its
+// MIG devices and placements), sorted, each once; nil when none.
+func (h Holders) DRADevicesWhere(driver, pool string, match func(device string) bool) []Holder {
+	var lists [][]Holder
+	for k, l := range h.dra {
+		if k.driver == driver && k.pool == pool && match(k.device) {
+			lists = append(lists, l)
+		}
+	}
+	if len(lists) == 0 {
+		return nil
+	}
+	return Merge(lists...)
+}

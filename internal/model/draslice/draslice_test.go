@@ -23,6 +23,7 @@ func TestTaintsOf(t *testing.T) {
 		"RDMA port down: mlx5_1/1":              "d/rdma-port-down=mlx5_1-1",
 		"recovery-action=reset, xid=48":         "d/recovery-action=reset;d/xid=48",
 		"xid=1, xid=2":                          "d/xid=1",
+		"remediation: draining: xid=48: double-bit ECC error, a reset clears it; row-remap-pending: x": "d/remediation=draining",
 	} {
 		var got []string
 		for _, tt := range TaintsOf("d", reason) {

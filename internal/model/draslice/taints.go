@@ -9,6 +9,24 @@ import (
 // EffectNoSchedule keeps new claims off a device and leaves running ones.
 const EffectNoSchedule = "NoSchedule"
 
+// EffectNoExecute also evicts the pods whose claims allocate the device
+// (Kubernetes' device-taint eviction), unless they tolerate it.
+const EffectNoExecute = "NoExecute"
+
+// RemediationPrefix starts the health reason of a GPU its remediation
+// withholds ("remediation: draining: xid=48: ..."): one taint,
+// <domain>/remediation, valued with its state.
+const RemediationPrefix = "remediation: "
+
+// Evicting returns ts with the NoExecute effect.
+func Evicting(ts []Taint) []Taint {
+	out := slices.Clone(ts)
+	for i := range out {
+		out[i].Effect = EffectNoExecute
+	}
+	return out
+}
+
 // Taint is a device taint. TimeAdded is when its condition was first seen;
 // nil where nobody watched (list).
 type Taint struct {
@@ -25,6 +43,11 @@ type Taint struct {
 // joined with "+" (hw-slowdown+hw-power-brake) one taint per part.
 // TaintsOf turns a health reason into NoSchedule taints, without times.
 func TaintsOf(domain, reason string) []Taint {
+	if rest, ok := strings.CutPrefix(reason, RemediationPrefix); ok {
+		// Its own why is free text with commas: one taint says it all.
+		state, _, _ := strings.Cut(rest, ":")
+		return []Taint{{Key: domain + "/remediation", Value: labelish(state), Effect: EffectNoSchedule}}
+	}
 	var out []Taint
 	seen := map[string]bool{}
 	for _, cond := range strings.Split(reason, ", ") {

@@ -8,7 +8,10 @@
 // restored across restarts (Watcher.Sticky, WithSticky).
 //
 // Each transition and state also goes to a Recorder, when given (package
-// metrics exports them).
+// metrics exports them). OnFacts hands the same findings, structured (the
+// recovery action, new XIDs, row remaps, a lost GPU), to the remediation,
+// and ClearSticky drops a GPU's XID and ECC conditions once it was reset
+// and proven.
 //
 // It reads hardware only through the Sampler it is given and keeps all
 // state in the one goroutine that runs Watcher.Run.

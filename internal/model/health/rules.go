@@ -93,7 +93,7 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 	w.applyHW(g, s)
 	switch {
 	case !p.Enabled(policy.CheckRecoveryAction) || s.Unsupported&nvml.SignalRecoveryAction != 0:
-		g.conds[condRecovery] = nil
+		g.conds[condRecovery], g.action = nil, nvml.RecoveryNone
 	case s.Has(nvml.SignalRecoveryAction):
 		w.applyRecovery(i, s.RecoveryAction)
 	}
@@ -102,9 +102,9 @@ func (w *Watcher) apply(i int, s nvml.Sample, nvmlDown bool, now time.Time) {
 		g.conds[condRemap] = nil
 	case !s.Has(nvml.SignalRemappedRows):
 	case s.RowRemapFailure:
-		g.set(condRemap, "row-remap-failure")
+		g.set(condRemap, reasonRemapFailure)
 	case s.RowRemapPending:
-		g.set(condRemap, "row-remap-pending")
+		g.set(condRemap, reasonRemapPending)
 	default:
 		g.conds[condRemap] = nil
 	}
@@ -175,6 +175,7 @@ func (w *Watcher) applyRecovery(i int, a nvml.RecoveryAction) {
 		return
 	}
 	g := &w.gpus[i]
+	g.action = a
 	sticky := []**condition{&g.conds[condXID], &g.conds[condECC]}
 	for k := range w.parts[i] {
 		sticky = append(sticky, &w.parts[i][k].xid)

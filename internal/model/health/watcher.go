@@ -75,6 +75,12 @@ type gpuState struct {
 	thermalGood, hwGood, lostGood, hwBad int
 	healthy                              bool
 	reason                               string
+	// action is the driver's recovery action last read; newXIDs the
+	// XIDs not yet passed to OnFacts, lastFacts the Facts last passed.
+	action    nvml.RecoveryAction
+	newXIDs   []uint64
+	lastFacts Facts
+	factsSent bool
 }
 
 // set makes condition k hold reason, keeping one that already does.
@@ -97,6 +103,7 @@ type options struct {
 	sticky   []StickyCondition
 	onSticky func([]StickyCondition)
 	onTurn   func()
+	onFacts  func(string, Facts)
 	parts    [][]Part
 }
 
@@ -127,6 +134,13 @@ type Watcher struct {
 	warned      map[string]warnState
 	onSticky    func([]StickyCondition)
 	onTurn      func()
+	onFacts     func(string, Facts)
+
+	// clears are the GPUs ClearSticky named, not yet applied; clearWake
+	// wakes Run.
+	clearMu   sync.Mutex
+	clears    []string
+	clearWake chan struct{}
 
 	// foreign are the saved sticky conditions of kinds this release does
 	// not know, exported again unchanged.
@@ -153,7 +167,7 @@ func NewWatcher(p policy.Policy, ids []string, s Sampler, n Notifier, rec Record
 	w := &Watcher{
 		policy: p, ids: ids, sampler: s, notify: n, rec: rec, log: log, now: time.Now,
 		gpus: make([]gpuState, len(ids)), warned: map[string]warnState{}, onSticky: o.onSticky,
-		onTurn: o.onTurn, parts: make([][]partState, len(ids)),
+		onTurn: o.onTurn, onFacts: o.onFacts, parts: make([][]partState, len(ids)), clearWake: make(chan struct{}, 1),
 	}
 	for i := range w.gpus {
 		w.gpus[i].healthy = true
@@ -225,6 +239,8 @@ func (w *Watcher) Run(ctx context.Context, events <-chan nvml.Event) {
 		case <-tick.C:
 			w.Poll()
 			w.turned()
+		case <-w.clearWake:
+			w.applyClears()
 		}
 	}
 }
@@ -241,6 +257,7 @@ func (w *Watcher) turned() {
 
 // Event applies one NVML event.
 func (w *Watcher) Event(ev nvml.Event) {
+	w.applyClears()
 	if ev.GPU < 0 || ev.GPU >= len(w.gpus) {
 		w.log.Warn("health event for an unknown GPU", "index", ev.GPU)
 		return
@@ -258,6 +275,7 @@ func (w *Watcher) Event(ev nvml.Event) {
 			w.log.Info("ignoring application XID", "device", w.ids[ev.GPU], "xid", ev.XID)
 			return
 		}
+		w.seenXID(ev.GPU, ev.XID)
 		if ev.MIG != nil && len(w.parts[ev.GPU]) > 0 {
 			// The XID names a MIG instance: only its devices are hit.
 			hit := 0
@@ -296,6 +314,7 @@ func (w *Watcher) Event(ev nvml.Event) {
 
 // Poll samples every GPU once and applies the results.
 func (w *Watcher) Poll() {
+	w.applyClears()
 	w.polled = true
 	samples := make([]nvml.Sample, len(w.gpus))
 	allFailed := len(w.gpus) > 0
@@ -334,6 +353,9 @@ func (w *Watcher) publish(i int) {
 		}
 	}
 	healthy, reason := len(reasons) == 0, strings.Join(reasons, ", ")
+	// The remediation hears the facts before the notifier chain, which it
+	// is part of, hears the health.
+	w.passFacts(i)
 	if len(w.parts[i]) == 0 {
 		w.report(w.ids[i], &g.healthy, &g.reason, healthy, reason)
 		return

@@ -149,7 +149,7 @@ type Manager struct {
 	// drift a step or two apart; older steps are forgotten.
 	warned map[int]string
 	// held is, by GPU UUID, why a GPU's daemon is held stopped (Hold).
-	held map[string]string
+	held map[string]map[string]string
 }
 
 type daemon struct {
@@ -189,7 +189,7 @@ func New(o Options) *Manager {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{}), warned: map[int]string{}, held: map[string]string{}}
+	return &Manager{o: o, changes: make(chan struct{}, 1), daemons: map[string]*daemon{}, states: map[string]State{}, swept: !sweepable(o.Root), changed: make(chan struct{}), warned: map[int]string{}, held: map[string]map[string]string{}}
 }
 
 // sweepable says whether root may hold daemons of an earlier process.

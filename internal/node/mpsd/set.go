@@ -79,18 +79,38 @@ func (m *Manager) Set(ctx context.Context, gpus []GPU) {
 // reach the daemon started again once the hold is lifted. A hold outlasts
 // Set, and applies to a daemon started later.
 func (m *Manager) Hold(uuid string, held bool, reason string) {
+	m.HoldFor(uuid, HolderHealth, held, reason)
+}
+
+// The holders of Hold and HoldFor.
+const (
+	HolderHealth      = "health"
+	HolderRemediation = "remediation"
+)
+
+// HoldFor is Hold on behalf of one holder: the daemon stays stopped while
+// any holder holds it (health while the GPU is faulted, the remediation
+// until it gives the GPU back).
+func (m *Manager) HoldFor(uuid, holder string, held bool, reason string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, was := m.held[uuid]
+	_, was := m.held[uuid][holder]
 	if held == was {
 		return
 	}
+	wasHeld := len(m.held[uuid]) > 0
 	if held {
-		m.held[uuid] = reason
+		if m.held[uuid] == nil {
+			m.held[uuid] = map[string]string{}
+		}
+		m.held[uuid][holder] = reason
 	} else {
-		delete(m.held, uuid)
+		delete(m.held[uuid], holder)
+		if len(m.held[uuid]) == 0 {
+			delete(m.held, uuid)
+		}
 	}
-	if d, ok := m.daemons[uuid]; ok {
+	if d, ok := m.daemons[uuid]; ok && wasHeld != (len(m.held[uuid]) > 0) {
 		poke(d.poke)
 	}
 }
@@ -106,8 +126,12 @@ func poke(ch chan struct{}) {
 func (m *Manager) wanted(d *daemon) (GPU, string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	why, held := m.held[d.gpu.UUID]
-	return d.gpu, why, held
+	by := m.held[d.gpu.UUID]
+	var why []string
+	for _, h := range slices.Sorted(maps.Keys(by)) {
+		why = append(why, by[h])
+	}
+	return d.gpu, strings.Join(why, "; "), len(by) > 0
 }
 
 // sweep stops the daemons an earlier process left for GPUs not in want

@@ -22,6 +22,7 @@ import (
 type Metrics struct {
 	transitions *prometheus.CounterVec
 	requests    *prometheus.CounterVec
+	remediation *Remediation
 
 	mu      sync.Mutex
 	devices map[deviceKey]*deviceMetrics
@@ -125,8 +126,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	var err error
+	if m.remediation, err = NewRemediation(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
+
+// Remediation is the recorder of the GPUs' remediation.
+func (m *Metrics) Remediation() *Remediation { return m.remediation }
 
 // ObserveRequest counts one API request (kubeapi.RequestObserver).
 func (m *Metrics) ObserveRequest(verb, resource, code string) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -259,5 +260,36 @@ func TestRuntimeDoorMetric(t *testing.T) {
 			m.SetRuntimeDoor(tt.open, tt.runtime, tt.reason)
 			compare(t, reg, tt.want, "gpu_device_plugin_runtime_envvar_door_open")
 		})
+	}
+}
+
+func TestRemediationMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := NewRemediation(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.State("GPU-0", "serving")
+	r.State("GPU-0", "draining")
+	r.State("GPU-1", "serving")
+	r.Reset("success")
+	r.Recovered(90 * time.Second)
+	want := `
+# HELP gpu_device_plugin_remediation_resets_total GPU resets the remediation made, by result (success, failure); a reset of NVLink peers together counts once.
+# TYPE gpu_device_plugin_remediation_resets_total counter
+gpu_device_plugin_remediation_resets_total{result="success"} 1
+# HELP gpu_device_plugin_remediation_recoveries_total GPUs given back after their remediation (reset or drain, then probe), or released by a human.
+# TYPE gpu_device_plugin_remediation_recoveries_total counter
+gpu_device_plugin_remediation_recoveries_total 1
+# HELP gpu_device_plugin_remediation_state 1 for the remediation state each GPU is in: serving, watching, draining, waitingIdle, resetting, probing, needsHuman, needsReboot.
+# TYPE gpu_device_plugin_remediation_state gauge
+gpu_device_plugin_remediation_state{gpu="GPU-0",state="draining"} 1
+gpu_device_plugin_remediation_state{gpu="GPU-1",state="serving"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_device_plugin_remediation_resets_total", "gpu_device_plugin_remediation_recoveries_total", "gpu_device_plugin_remediation_state"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "gpu_device_plugin_remediation_recovery_seconds"); err != nil || n != 1 {
+		t.Fatalf("recovery_seconds: %d series, %v", n, err)
 	}
 }

@@ -52,6 +52,21 @@ func (r *Reporter) SetRemark(c Class, message string) {
 	r.signal()
 }
 
+// SetReboot says class c's devices need the node rebooted, and why (empty
+// clears it): the condition is then False with reason
+// ReasonNodeRebootRequired, whatever the devices' health, and its message
+// starts with why.
+func (r *Reporter) SetReboot(c Class, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reboots[c] == why {
+		return
+	}
+	r.reboots[c] = why
+	r.dirty[c] = true
+	r.signal()
+}
+
 // condState is what the Node was last told of one condition.
 type condState struct {
 	read    bool // the Node's own copy was read, for its transition time
@@ -187,6 +202,18 @@ func (r *Reporter) conditionLocked(c Class) kubeapi.NodeCondition {
 			msg += "; " + remark
 		}
 		return msg
+	}
+	if why := r.reboots[c]; why != "" {
+		msg := "the node needs a reboot: " + why
+		if len(bads) > 0 {
+			slices.SortFunc(bads, func(a, b bad) int { return cmp.Or(cmp.Compare(a.label, b.label), cmp.Compare(a.resource, b.resource)) })
+			items := make([]string, len(bads))
+			for i, b := range bads {
+				items[i] = describe(b.resource, b.label, b.reason)
+			}
+			msg += "; " + joinLimited(items, maxMessage-len(msg)-2)
+		}
+		return kubeapi.NodeCondition{Type: info.condType, Status: kubeapi.ConditionFalse, Reason: ReasonNodeRebootRequired, Message: truncate(withNote(msg), maxMessage)}
 	}
 	if len(bads) == 0 {
 		msg := fmt.Sprintf("all %d %ss are healthy", n, info.noun)

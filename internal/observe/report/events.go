@@ -33,7 +33,13 @@ func (r *Reporter) observe(ctx context.Context, t transition) {
 	c := classes[ClassOf(t.resource)]
 	reason, typ := c.unhealthy, kubeapi.EventWarning
 	msg := describe(t.resource, t.label, t.reason)
-	if t.healthy {
+	switch {
+	case t.event != nil:
+		reason, msg, typ = t.event.reason, deviceName(t.resource, t.label)+": "+t.event.message, kubeapi.EventNormal
+		if t.event.warning {
+			typ = kubeapi.EventWarning
+		}
+	case t.healthy:
 		reason, typ = c.recovered, kubeapi.EventNormal
 		msg = deviceName(t.resource, t.label) + " is healthy again"
 		if t.oldReason != "" {

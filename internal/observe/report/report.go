@@ -44,6 +44,9 @@ const (
 	ConditionNICHealthy  = "NICHealthy"
 	ReasonAllGPUsHealthy = "AllGPUsHealthy"
 	ReasonAllNICsHealthy = "AllNICsHealthy"
+	// ReasonNodeRebootRequired is the GPUHealthy condition's reason
+	// while a GPU's remediation says the node needs a reboot (SetReboot).
+	ReasonNodeRebootRequired = "NodeRebootRequired"
 )
 
 type classInfo struct {
@@ -136,6 +139,14 @@ type transition struct {
 	healthy             bool
 	reason, oldReason   string
 	at                  time.Time
+	// event is set for an Event of its own (Reporter.Event), not a change
+	// of health.
+	event *event
+}
+
+type event struct {
+	reason, message string
+	warning         bool
 }
 
 // Reporter turns health transitions into Events and Node conditions.
@@ -154,6 +165,7 @@ type Reporter struct {
 	dirty        [numClasses]bool
 	notices      [numClasses]notice
 	remarks      [numClasses]string
+	reboots      [numClasses]string
 	dropped      int // since the last log line
 	droppedTotal int
 
@@ -245,6 +257,28 @@ func (r *Reporter) Transition(resource, deviceID, label string, healthy bool, re
 			r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, healthy: healthy, reason: reason, oldReason: oldReason, at: r.now()})
 		}
 	}
+	r.signal()
+}
+
+// Event reports something that happened to a device beyond its health
+// (a remediation withheld, reset or gave back a GPU): an Event with
+// reason and message on the Node and on the pods holding the device,
+// aggregated and rate-limited as health's. It never blocks.
+func (r *Reporter) Event(resource, deviceID, label, reason, message string, warning bool) {
+	if label == "" {
+		label = deviceID
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.o.Events {
+		return
+	}
+	if len(r.queue) >= queueSize {
+		r.dropped++
+		r.droppedTotal++
+		return
+	}
+	r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, at: r.now(), event: &event{reason, message, warning}})
 	r.signal()
 }
 

@@ -741,3 +741,51 @@ func TestConditionRemark(t *testing.T) {
 		})
 	}
 }
+
+// An Event of its own (a remediation's) goes to the Node and the device's
+// holders with its reason and message.
+func TestEventOfItsOwn(t *testing.T) {
+	api := newFakeAPI()
+	r, _ := newReporter(t, api, Options{Events: true, Holders: holders(Pod{"ml", "trainer-0", "uid-t0"})})
+	r.Event(resname.GPU, "GPU-1", label1, "GPUWithheld", "withheld until it is remediated: xid=48", true)
+	r.Event(resname.GPU, "GPU-1", label1, "GPUGivenBack", "given back after 2m0s", false)
+	r.pump(context.Background())
+	creates := ops(api.take(), "create")
+	if len(creates) != 4 {
+		t.Fatalf("%d Events, want 4 (node and pod, twice): %+v", len(creates), creates)
+	}
+	for i, w := range []struct{ kind, reason, typ, msg string }{
+		{"Node", "GPUWithheld", kubeapi.EventWarning, label1 + ": withheld until it is remediated: xid=48"},
+		{"Pod", "GPUWithheld", kubeapi.EventWarning, label1 + ": withheld until it is remediated: xid=48"},
+		{"Node", "GPUGivenBack", kubeapi.EventNormal, label1 + ": given back after 2m0s"},
+		{"Pod", "GPUGivenBack", kubeapi.EventNormal, label1 + ": given back after 2m0s"},
+	} {
+		e := creates[i].event
+		if e.InvolvedObject.Kind != w.kind || e.Reason != w.reason || e.Type != w.typ || e.Message != w.msg {
+			t.Errorf("Event %d: %s %s %s %q, want %+v", i, e.InvolvedObject.Kind, e.Type, e.Reason, e.Message, w)
+		}
+	}
+}
+
+// While the node needs a reboot, GPUHealthy says so, whatever the GPUs'
+// health; cleared, it is the GPUs' again.
+func TestConditionNodeReboot(t *testing.T) {
+	api := newFakeAPI()
+	r, clk := newReporter(t, api, Options{NodeCondition: true})
+	ctx := context.Background()
+	r.Transition(resname.GPU, "GPU-1", label1, false, "remediation: needsReboot: gpu-lost")
+	r.Synced(GPU)
+	r.SetReboot(GPU, "1 GPU(s) need a node reboot: GPU-1: gpu-lost")
+	r.pump(ctx)
+	c := lastCondition(t, api)
+	if c.Status != "False" || c.Reason != ReasonNodeRebootRequired || !strings.HasPrefix(c.Message, "the node needs a reboot: 1 GPU(s) need a node reboot: GPU-1: gpu-lost; "+label1) {
+		t.Fatalf("condition %+v", c)
+	}
+	clk.advance(time.Minute)
+	r.SetReboot(GPU, "")
+	r.Transition(resname.GPU, "GPU-1", label1, true, "")
+	r.pump(ctx)
+	if c := lastCondition(t, api); c.Status != "True" || c.Reason != ReasonAllGPUsHealthy {
+		t.Fatalf("condition %+v", c)
+	}
+}

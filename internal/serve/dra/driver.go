@@ -97,7 +97,9 @@ type Driver struct {
 	byName   map[string]*draslice.Device
 	// health is by model ID (GPU UUID, NIC PCI address): the watcher may
 	// report before the devices are set.
-	health   map[string]*devHealth
+	health map[string]*devHealth
+	// evict are the GPUs whose devices' taints are NoExecute (Evict).
+	evict    map[string]bool
 	reported map[string]bool // sources that have reported
 	cp       checkpoint
 	// rebuild says why the checkpoint's claims must be rebuilt from the
@@ -199,6 +201,7 @@ func New(o Options) (*Driver, error) {
 		nics:          map[string][]draslice.Device{},
 		byName:        map[string]*draslice.Device{},
 		health:        map[string]*devHealth{},
+		evict:         map[string]bool{},
 		reported:      map[string]bool{},
 		cp:            cp,
 		changed:       make(chan struct{}),

@@ -489,3 +489,26 @@ func TestHealthReports(t *testing.T) {
 		t.Errorf("WatchHealthStatus = %v", err)
 	}
 }
+
+// A GPU being evicted has its taints NoExecute, until that ends; another
+// GPU's stay NoSchedule. The remediation's reason is one taint.
+func TestEvictMakesTaintsNoExecute(t *testing.T) {
+	d, pub := newTestDriver(t, t.TempDir(), Options{Sources: 1})
+	d.SetGPUs(context.Background(), testGPUs())
+	d.SetHealth("GPU-a", false, "xid=79")
+	d.SetHealth("GPU-b", false, "remediation: draining: xid=48: double-bit ECC error, a reset clears it")
+	d.Evict("GPU-b", true)
+	pub.settle()
+	devs := byName(pub.last(t))
+	if ts := devs["gpu-1"].Taints; len(ts) != 1 || ts[0].Key != testDriver+"/remediation" || ts[0].Value != "draining" || ts[0].Effect != resourceapi.DeviceTaintEffectNoExecute {
+		t.Fatalf("taints of the GPU evicted = %+v", ts)
+	}
+	if ts := devs["gpu-0"].Taints; len(ts) != 1 || ts[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Fatalf("taints of another GPU = %+v", ts)
+	}
+	d.Evict("GPU-b", false)
+	pub.settle()
+	if ts := byName(pub.last(t))["gpu-1"].Taints; len(ts) != 1 || ts[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Fatalf("taints once the eviction ended = %+v", ts)
+	}
+}

@@ -424,3 +424,7 @@ func (f *FrontEnd) UseReadiness(ready func(name, why string)) {
 
 // NoGPUs publishes none, so the NIC pools need not wait for a driver.
 func (f *FrontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{}) }
+
+// Evict makes the taints of a GPU's devices NoExecute while on (see
+// Driver.Evict): the remediation's eviction, found by type assertion.
+func (f *FrontEnd) Evict(uuid string, on bool) { f.drv.Evict(uuid, on) }

@@ -55,6 +55,35 @@ func (d *Driver) setHealthLocked(id string, healthy bool, reason string) bool {
 	return true
 }
 
+// Evict makes the taints of the GPU with uuid, and of its MIG devices and
+// placements, NoExecute while on: Kubernetes' device-taint eviction then
+// evicts the pods whose claims allocate them, honouring their
+// tolerations. The remediation asks it, after the grace period; the
+// plugin itself evicts nothing.
+func (d *Driver) Evict(uuid string, on bool) {
+	d.mu.Lock()
+	if d.evict[uuid] == on {
+		d.mu.Unlock()
+		return
+	}
+	if on {
+		d.evict[uuid] = true
+	} else {
+		delete(d.evict, uuid)
+	}
+	d.mu.Unlock()
+	d.schedulePublish()
+}
+
+// gpuOf is the UUID of the GPU a device is (of): its own ID, or a MIG
+// device's parent's.
+func gpuOf(e draslice.Device) string {
+	if a, ok := e.Attributes["parentUUID"]; ok && a.String != nil {
+		return *a.String
+	}
+	return e.ID
+}
+
 // WatchHealthStatus sends every device's health now, at every change, and
 // at least every HealthResend, until ctx ends. The message is the reason,
 // spelled out (xid=79: fallen off the bus).

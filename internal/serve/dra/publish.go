@@ -80,6 +80,9 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 					h.taints = draslice.Backdate(h.taints, s)
 				}
 				taints = h.taints
+				if d.evict[gpuOf(e)] {
+					taints = draslice.Evicting(taints)
+				}
 			}
 			devs = append(devs, apiDevice(e, taints))
 		}

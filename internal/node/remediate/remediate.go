@@ -1,0 +1,573 @@
+package remediate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
+)
+
+// Resetter resets GPUs and reads them after; package nvml's is one.
+type Resetter interface {
+	// Processes counts the compute and graphics processes on the GPU;
+	// an error means they are not known (never "none").
+	Processes(uuid string) (int, error)
+	// Reset resets the GPUs, by UUID, in one go.
+	Reset(ctx context.Context, uuids []string) error
+	// Verify checks that the GPU reads clean after a reset.
+	Verify(uuid string) error
+}
+
+// Prober proves a GPU works (the confined CUDA probe).
+type Prober interface {
+	Probe(ctx context.Context, uuid string) error
+}
+
+// MPS is the GPUs' MPS control daemons (package mpsd's Manager).
+type MPS interface {
+	// Running says whether the GPU's daemon is up now.
+	Running(uuid string) bool
+	// Stop holds the GPU's daemon stopped until Start, whatever else
+	// would start it again.
+	Stop(ctx context.Context, uuid string) error
+	Start(uuid string)
+}
+
+// Evicter evicts the pods holding a GPU: the DRA front-end, whose device
+// taints take the NoExecute effect while on. Device-plugin mode has none.
+type Evicter interface {
+	Evict(uuid string, on bool)
+}
+
+// Reporter tells the cluster: Events on the GPU's holders and the Node,
+// and the Node condition while the node needs a reboot.
+type Reporter interface {
+	Event(gpu, reason, msg string)
+	NodeReboot(reason string, on bool)
+}
+
+// Recorder passes the remediation to metrics.
+type Recorder interface {
+	// Reset counts a reset's result: ResultSuccess or ResultFailure.
+	Reset(result string)
+	// Recovered counts a GPU given back, and how long it was out.
+	Recovered(took time.Duration)
+	// State is the GPU's state now.
+	State(gpu, state string)
+}
+
+// The results Recorder.Reset counts.
+const (
+	ResultSuccess = "success"
+	ResultFailure = "failure"
+)
+
+// Store keeps the Machine's state across restarts (package state's Store).
+type Store interface {
+	Load(v any) (bool, error)
+	Save(v any) error
+}
+
+// Health is the health watcher, whose conditions from before a proven
+// reset are dropped when the GPU is given back.
+type Health interface {
+	ClearSticky(gpu string)
+}
+
+// Clock is the time the service reads and waits on; tests pass a fake.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// GPU is one GPU of the node as remediation knows it.
+type GPU struct {
+	remedy.GPU
+	// Units are the device IDs its health is reported as: its UUID, or
+	// its MIG devices' when it reports through them. Empty: its UUID.
+	Units []string
+	// Names are every name the kubelet's PodResources may know the GPU or
+	// a unit of it by (device IDs under a resource, one per replica).
+	Names []podresources.Names
+	// DRADevice is its device name in this node's DRA pool ("gpu-3"): a
+	// claim on that device or on any named "gpu-3-..." (its MIG devices,
+	// placements) holds it. Empty outside DRA mode.
+	DRADevice string
+}
+
+// Options configure a Service.
+type Options struct {
+	Policy        remedy.Policy
+	GPUs          []GPU
+	FabricManager remedy.FabricManager
+	// UsagePoll is how often a withheld GPU's users are looked at; Tick
+	// how often time passes for the Machine (grace periods, the budget's
+	// window). Zero: DefaultUsagePoll, DefaultTick.
+	UsagePoll, Tick time.Duration
+	// Holders lists the holders of every device (PodResources); nil: who
+	// holds a GPU is never known, so a withheld GPU is never reset.
+	Holders func(ctx context.Context) (podresources.Holders, error)
+	// Driver and Pool name this node's DRA pool, for DRADevice.
+	Driver, Pool string
+
+	Resetter Resetter
+	Prober   Prober
+	MPS      MPS      // nil: no MPS daemons
+	Evicter  Evicter  // nil: no eviction (device-plugin mode)
+	Reporter Reporter // nil: no Events, no condition
+	Metrics  Recorder // nil: none
+	Store    Store    // nil: nothing kept across restarts
+	Clock    Clock
+	Log      *slog.Logger
+}
+
+// The defaults of Options.
+const (
+	DefaultUsagePoll = 5 * time.Second
+	DefaultTick      = 10 * time.Second
+)
+
+// ReasonPrefix starts the health reason of a withheld GPU's units:
+// "remediation: <state>: <why>".
+const ReasonPrefix = "remediation: "
+
+// Event reasons.
+const (
+	EventWithheld     = "GPUWithheld"
+	EventResetStarted = "GPUResetStarted"
+	EventGivenBack    = "GPUGivenBack"
+	EventNeedsHuman   = "GPUNeedsHuman"
+	EventNeedsReboot  = "GPUNeedsNodeReboot"
+)
+
+// Service owns the Machine. It is the health notifier that withholds
+// (SetHealth), and takes the watcher's facts (Facts).
+type Service struct {
+	o    Options
+	log  *slog.Logger
+	gate *gate
+	// byUUID are the GPUs by UUID.
+	byUUID map[string]GPU
+
+	// Run's goroutine only, after New.
+	m       *remedy.Machine
+	pending []remedy.Command // from New, carried out when Run starts
+	health  Health
+	reboot  string // the reason the node needs a reboot; "" none
+	states  map[string]remedy.State
+	// usageErr is why a GPU's usage is not known, for its reason.
+	usageErr   map[string]string
+	cordonSaid bool
+	saveFailed bool
+
+	// facts from the watcher, to Run.
+	mu    sync.Mutex
+	facts []fact
+	wake  chan struct{}
+
+	results chan result
+	queries chan chan []remedy.Status
+	wg      sync.WaitGroup
+	// handled is called after each result is handled (tests).
+	handled func()
+}
+
+type fact struct {
+	gpu string
+	f   health.Facts
+}
+
+// result is what a reset or probe in flight came back with.
+type result struct {
+	gpu   string
+	probe bool
+	err   error
+}
+
+// New restores the saved remediation (a withheld GPU is withheld at once,
+// before the watcher's first report passes) and returns the service; next
+// is where health goes on (the front-end's notifier).
+func New(o Options, next health.Notifier) (*Service, error) {
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.UsagePoll <= 0 {
+		o.UsagePoll = DefaultUsagePoll
+	}
+	if o.Tick <= 0 {
+		o.Tick = DefaultTick
+	}
+	s := &Service{
+		o: o, log: o.Log, byUUID: map[string]GPU{}, states: map[string]remedy.State{}, usageErr: map[string]string{},
+		wake: make(chan struct{}, 1), results: make(chan result, len(o.GPUs)+1), queries: make(chan chan []remedy.Status),
+	}
+	node := remedy.Node{FabricManager: o.FabricManager}
+	units := map[string][]string{}
+	for _, g := range o.GPUs {
+		s.byUUID[g.UUID] = g
+		node.GPUs = append(node.GPUs, g.GPU)
+		units[g.UUID] = g.Units
+		if len(g.Units) == 0 {
+			units[g.UUID] = []string{g.UUID}
+		}
+	}
+	s.gate = newGate(next, units)
+	var saved remedy.Saved
+	if o.Store != nil {
+		found, err := o.Store.Load(&saved)
+		switch {
+		case err != nil:
+			s.log.Warn("reading the remediation kept from an earlier run; starting without it", "err", err)
+			saved = remedy.Saved{}
+		case found && len(saved.GPUs) > 0:
+			s.log.Info("restoring the remediation kept from an earlier run on this boot", "gpus", len(saved.GPUs))
+		}
+	}
+	m, cmds, err := remedy.New(o.Policy, node, saved, o.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.m, s.pending = m, cmds
+	if o.Holders == nil {
+		s.log.Warn("remediation: who holds a GPU cannot be known without the kubelet's PodResources API (podResourcesSocket); a withheld GPU is never reset")
+	}
+	s.syncGate()
+	return s, nil
+}
+
+// SetHealth is health.Notifier: health's word on a device passes on,
+// unless its GPU is withheld.
+func (s *Service) SetHealth(id string, healthy bool, reason string) bool {
+	return s.gate.SetHealth(id, healthy, reason)
+}
+
+// Facts takes the health watcher's facts of a GPU (health.OnFacts); it
+// never blocks.
+func (s *Service) Facts(gpu string, f health.Facts) {
+	s.mu.Lock()
+	s.facts = append(s.facts, fact{gpu, f})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// UseHealth has a GPU given back cleared of its sticky conditions;
+// called before Run.
+func (s *Service) UseHealth(h Health) { s.health = h }
+
+// Status is every GPU's remediation now, from Run's goroutine; nil once
+// ctx ends or before Run.
+func (s *Service) Status(ctx context.Context) []remedy.Status {
+	ch := make(chan []remedy.Status, 1)
+	select {
+	case s.queries <- ch:
+	case <-ctx.Done():
+		return nil
+	}
+	select {
+	case st := <-ch:
+		return st
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// Run carries out the remediation until ctx ends; a reset or probe in
+// flight is cancelled and waited for.
+func (s *Service) Run(ctx context.Context) {
+	defer s.wg.Wait()
+	pending := s.pending
+	s.pending = nil
+	for _, st := range s.m.Status() {
+		s.record(st.GPU, st.State)
+	}
+	s.carryOut(ctx, pending)
+	tick := s.o.Clock.After(s.o.Tick)
+	var poll <-chan time.Time
+	for {
+		if s.waiting() {
+			if poll == nil {
+				poll = s.o.Clock.After(s.o.UsagePoll)
+			}
+		} else {
+			poll = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+			s.takeFacts(ctx)
+		case r := <-s.results:
+			now := s.o.Clock.Now()
+			if r.probe {
+				s.handle(ctx, s.m.ProbeDone(r.gpu, r.err, now))
+			} else {
+				s.handle(ctx, s.m.ResetDone(r.gpu, r.err, now))
+			}
+			if s.handled != nil {
+				s.handled()
+			}
+		case <-tick:
+			tick = s.o.Clock.After(s.o.Tick)
+			s.handle(ctx, s.m.Tick(s.o.Clock.Now()))
+		case <-poll:
+			poll = nil
+			s.pollUsage(ctx)
+		case q := <-s.queries:
+			// Facts given before the question are answered for.
+			s.takeFacts(ctx)
+			q <- s.m.Status()
+		}
+	}
+}
+
+func (s *Service) takeFacts(ctx context.Context) {
+	s.mu.Lock()
+	facts := s.facts
+	s.facts = nil
+	s.mu.Unlock()
+	for _, f := range facts {
+		s.fact(ctx, f)
+	}
+}
+
+func (s *Service) fact(ctx context.Context, f fact) {
+	now := s.o.Clock.Now()
+	h := f.f
+	if h.Healthy && len(h.XIDs) == 0 && !h.Lost && !h.RowRemapFailure && !h.RowRemapPending && h.Action == 0 {
+		s.handle(ctx, s.m.Healthy(f.gpu, now))
+		return
+	}
+	s.handle(ctx, s.m.Fault(f.gpu, remedy.Facts{
+		Action: h.Action, XIDs: h.XIDs, RowRemapPending: h.RowRemapPending, RowRemapFailure: h.RowRemapFailure,
+		Lost: h.Lost, Health: h.Reason,
+	}, now))
+}
+
+// handle saves the Machine's state, then carries out its commands.
+func (s *Service) handle(ctx context.Context, cmds []remedy.Command) {
+	if len(cmds) == 0 {
+		return
+	}
+	s.save()
+	s.carryOut(ctx, cmds)
+}
+
+func (s *Service) save() {
+	if s.o.Store == nil {
+		return
+	}
+	err := s.o.Store.Save(s.m.Save())
+	switch {
+	case err != nil && !s.saveFailed:
+		s.log.Warn("saving the remediation; a restarted plugin would not know it (a GPU being reset may be reset again)", "err", err)
+	case err == nil && s.saveFailed:
+		s.log.Info("saving the remediation works again")
+	}
+	s.saveFailed = err != nil
+}
+
+func (s *Service) carryOut(ctx context.Context, cmds []remedy.Command) {
+	withheld := false
+	for _, c := range cmds {
+		s.do(ctx, c)
+		withheld = withheld || c.Kind == remedy.CmdWithhold
+	}
+	s.syncGate()
+	s.syncReboot()
+	if withheld && s.waiting() {
+		// At once: the Machine waits for a report made since it withheld.
+		s.pollUsage(ctx)
+	}
+}
+
+func (s *Service) do(ctx context.Context, c remedy.Command) {
+	log := s.log.With("gpu", c.GPU)
+	switch c.Kind {
+	case remedy.CmdWithhold:
+		log.Warn("withholding the GPU for its remediation", "reason", c.Reason)
+		s.event(c.GPU, EventWithheld, "withheld until it is remediated: "+c.Reason)
+	case remedy.CmdEvict:
+		if s.o.Evicter == nil {
+			log.Info("eviction asked, but this front-end evicts nothing; waiting for the GPU's pods to end", "reason", c.Reason)
+			return
+		}
+		log.Warn("evicting the pods holding the GPU (its device taint is NoExecute)", "reason", c.Reason)
+		s.o.Evicter.Evict(c.GPU, true)
+	case remedy.CmdStopMPS:
+		if s.o.MPS == nil {
+			return
+		}
+		if err := s.o.MPS.Stop(ctx, c.GPU); err != nil {
+			log.Warn("stopping the GPU's MPS control daemon", "err", err)
+		}
+	case remedy.CmdReset:
+		log.Warn("resetting", "gpus", c.GPUs, "reason", c.Reason)
+		for _, id := range c.GPUs {
+			s.event(id, EventResetStarted, fmt.Sprintf("resetting %v: %s", c.GPUs, c.Reason))
+		}
+		gpus := slices.Clone(c.GPUs)
+		s.wg.Go(func() {
+			err := s.reset(ctx, gpus)
+			s.metric(func(r Recorder) {
+				if err != nil {
+					r.Reset(ResultFailure)
+				} else {
+					r.Reset(ResultSuccess)
+				}
+			})
+			s.deliver(ctx, result{gpu: c.GPU, err: err})
+		})
+	case remedy.CmdProbe:
+		log.Info("probing before the GPU is given back")
+		s.wg.Go(func() { s.deliver(ctx, result{gpu: c.GPU, probe: true, err: s.probe(ctx, c.GPU)}) })
+	case remedy.CmdGiveBack:
+		log.Info("giving the GPU back", "took", c.Took.String(), "reason", c.Reason)
+		if s.o.Evicter != nil {
+			s.o.Evicter.Evict(c.GPU, false)
+		}
+		if s.o.MPS != nil {
+			s.o.MPS.Start(c.GPU)
+		}
+		if s.health != nil {
+			s.health.ClearSticky(c.GPU)
+		}
+		delete(s.usageErr, c.GPU)
+		s.metric(func(r Recorder) { r.Recovered(c.Took) })
+		s.event(c.GPU, EventGivenBack, fmt.Sprintf("given back after %s: %s", c.Took.Round(time.Second), c.Reason))
+	case remedy.CmdNeedsHuman:
+		log.Error("the GPU stays out until a human acts", "reason", c.Reason)
+		s.event(c.GPU, EventNeedsHuman, "out until a human acts: "+c.Reason)
+	case remedy.CmdNodeReboot:
+		log.Error("the node needs a reboot", "reason", c.Reason)
+		s.event(c.GPU, EventNeedsReboot, "the node needs a reboot: "+c.Reason)
+	case remedy.CmdCordon:
+		if !s.cordonSaid {
+			s.cordonSaid = true
+			log.Warn("remediation.cordon is not yet supported by this release: the node is not cordoned (logged once)", "reason", c.Reason)
+		}
+	case remedy.CmdTransition:
+		log.Info("remediation", "from", string(c.From), "to", string(c.To), "reason", c.Reason)
+		s.record(c.GPU, c.To)
+	case remedy.CmdNote:
+		log.Info("remediation: " + c.Reason)
+	default:
+		log.Warn("remediation command of a kind this service does not know", "kind", string(c.Kind), "reason", c.Reason)
+	}
+}
+
+// reset resets gpus; Reset's error, or none.
+func (s *Service) reset(ctx context.Context, gpus []string) error {
+	if s.o.Resetter == nil {
+		return ErrUnavailable
+	}
+	return s.o.Resetter.Reset(ctx, gpus)
+}
+
+// probe checks that gpu reads clean, then runs the probe.
+func (s *Service) probe(ctx context.Context, gpu string) error {
+	if s.o.Resetter == nil || s.o.Prober == nil {
+		return ErrUnavailable
+	}
+	if err := s.o.Resetter.Verify(gpu); err != nil {
+		return fmt.Errorf("NVML does not read it clean: %w", err)
+	}
+	return s.o.Prober.Probe(ctx, gpu)
+}
+
+// ErrUnavailable is the result of a reset or probe with nothing to do it.
+var ErrUnavailable = errors.New("not available: no resetter or prober was given")
+
+func (s *Service) deliver(ctx context.Context, r result) {
+	select {
+	case s.results <- r:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Service) event(gpu, reason, msg string) {
+	if s.o.Reporter != nil {
+		s.o.Reporter.Event(gpu, reason, msg)
+	}
+}
+
+func (s *Service) metric(f func(Recorder)) {
+	if s.o.Metrics != nil {
+		f(s.o.Metrics)
+	}
+}
+
+func (s *Service) record(gpu string, st remedy.State) {
+	if s.states[gpu] == st {
+		return
+	}
+	s.states[gpu] = st
+	s.metric(func(r Recorder) { r.State(gpu, string(st)) })
+}
+
+// syncGate withholds each GPU the Machine withholds, with its state and
+// reason, and lets the others' health pass.
+func (s *Service) syncGate() {
+	for _, st := range s.m.Status() {
+		if !st.State.IsWithheld() {
+			s.gate.release(st.GPU)
+			continue
+		}
+		reason := ReasonPrefix + string(st.State) + ": " + st.Reason
+		if e := s.usageErr[st.GPU]; e != "" && (st.State == remedy.StateDraining || st.State == remedy.StateWaitingIdle) {
+			reason += " (its usage is not known: " + e + ")"
+		}
+		s.gate.withhold(st.GPU, reason)
+	}
+}
+
+// syncReboot keeps the node's reboot condition in step with the GPUs.
+func (s *Service) syncReboot() {
+	var why []string
+	for _, st := range s.m.Status() {
+		if st.State == remedy.StateNeedsReboot {
+			why = append(why, st.GPU+": "+st.Reason)
+		}
+	}
+	reason := ""
+	if len(why) > 0 {
+		reason = fmt.Sprint(len(why), " GPU(s) need a node reboot: ", why[0])
+		if len(why) > 1 {
+			reason += fmt.Sprintf(" (and %d more)", len(why)-1)
+		}
+	}
+	if reason == s.reboot {
+		return
+	}
+	s.reboot = reason
+	if s.o.Reporter != nil {
+		s.o.Reporter.NodeReboot(reason, reason != "")
+	}
+}
+
+// waiting says whether any GPU waits for its users to go.
+func (s *Service) waiting() bool {
+	for _, st := range s.m.Status() {
+		if st.State == remedy.StateDraining || st.State == remedy.StateWaitingIdle {
+			return true
+		}
+	}
+	return false
+}
