@@ -276,6 +276,7 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 			},
 			mpsLauncherCommand(stderr),
 			probeCommand(stdout),
+			remediationCommand(stdout),
 			{
 				// The plugin asks the MPS launcher for a daemon through this
 				// (see package launcher).
