@@ -28,7 +28,7 @@ func TestStrayArgumentsAreUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, migrate, mps-launcher, probe, version`},
+		{[]string{"lst"}, `unknown command "lst"; commands: serve, list, allocate, cdi, migrate, mps-launcher, probe, remediation, version`},
 		{[]string{"--log-level=debug", "lst"}, `unknown command "lst"`},
 		{[]string{"serve", "extra-arg"}, `serve: unexpected argument "extra-arg"`},
 		{[]string{"list", "x"}, `list: unexpected argument "x"`},
@@ -204,7 +204,7 @@ func TestBadFlagsAreOneLine(t *testing.T) {
 		{[]string{"--bogus", "list"}, "unknown flag --bogus (see gpu-device-plugin --help)"},
 		{[]string{"version", "--xid-ignore", "13"}, "version: unknown flag --xid-ignore (see gpu-device-plugin version --help)"},
 		{[]string{"cdi", "generate", "--nope"}, "cdi generate: unknown flag --nope (see gpu-device-plugin cdi generate --help)"},
-		{[]string{"--output", "json", "list"}, "unknown flag --output before the command; it is a flag of list, allocate, cdi generate, migrate: give it after the command name (see gpu-device-plugin list --help)"},
+		{[]string{"--output", "json", "list"}, "unknown flag --output before the command; it is a flag of list, allocate, cdi generate, migrate, remediation status: give it after the command name (see gpu-device-plugin list --help)"},
 		{[]string{"list", "--output"}, "list: flag --output needs a value (see gpu-device-plugin list --help)"},
 		{[]string{"list", "--dra=maybe"}, `list: flag --dra: "maybe" is not true or false (see gpu-device-plugin list --help)`},
 		{[]string{"allocate", "--size", "two"}, `allocate: flag --size: "two" is not allowed (see gpu-device-plugin allocate --help)`},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,12 +16,13 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/snapshot"
 )
 
 // The types below are the `list -o json` interface: scripts read it, so
 // every key is lowerCamelCase, always present (empty rather than left
-// out), listed in docs/cli.md and pinned by testdata/list.golden.json.
+// out; a GPU's mps and remediation only where it has them), listed in docs/cli.md and pinned by testdata/list.golden.json.
 // newListing maps them from the node's snapshot (its nvml.GPU and sysfs.NIC
 // values) field by field, so a field added there does not change the
 // output by accident.
@@ -119,9 +121,12 @@ type listedGPU struct {
 	// or snapshot.SharingMPS; "" when it is not shared.
 	Sharing string `json:"sharing"`
 	// MPS is its MPS control daemon, for a GPU shared through MPS.
-	MPS         *listedMPS     `json:"mps,omitempty"`
-	AllocatedTo []listedHolder `json:"allocatedTo"`
-	MIG         []listedMIG    `json:"mig"`
+	MPS *listedMPS `json:"mps,omitempty"`
+	// Remediation is its remediation as the running plugin saved it;
+	// left out when there is none to say.
+	Remediation *listedRemediation `json:"remediation,omitempty"`
+	AllocatedTo []listedHolder     `json:"allocatedTo"`
+	MIG         []listedMIG        `json:"mig"`
 }
 
 // listedMPS is what a GPU's MPS control daemon says of itself.
@@ -131,6 +136,31 @@ type listedMPS struct {
 	Servers int    `json:"servers"`
 	Clients int    `json:"clients"`
 	Error   string `json:"error,omitempty"`
+}
+
+// listedRemediation is a GPU's remediation, from remediation.json in
+// stateDir as the running plugin saved it on this boot: its state and
+// since when (RFC 3339), the decision its faults called for and why, the
+// resets its faults caused in remediation.window, and the NVLink peer
+// whose reset holds it ("" none).
+type listedRemediation struct {
+	State    string `json:"state"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Since    string `json:"since"`
+	Resets   int    `json:"resets"`
+	HeldFor  string `json:"heldFor"`
+}
+
+func newListedRemediation(st *remedy.Status) *listedRemediation {
+	if st == nil {
+		return nil
+	}
+	l := &listedRemediation{State: string(st.State), Decision: string(st.Decision), Reason: st.Reason, Resets: st.Resets, HeldFor: st.HeldFor}
+	if !st.Since.IsZero() {
+		l.Since = st.Since.UTC().Format(time.RFC3339)
+	}
+	return l
 }
 
 // listedMIG is one MIG device of a listed GPU; Resource and DeviceIDs as
@@ -216,6 +246,7 @@ func newListing(n *snapshot.Node) listing {
 		for _, m := range g.MIG {
 			lg.MIG = append(lg.MIG, newListedMIG(m))
 		}
+		lg.Remediation = newListedRemediation(g.Remediation)
 		if s := g.MPS; s != nil {
 			lg.MPS = &listedMPS{Daemon: "down", Servers: s.Servers, Clients: s.Clients}
 			if s.Up {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,8 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs/sysfstest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.* from what list prints now")
@@ -390,4 +393,112 @@ func podResourcesNotes(stderr string) []string {
 		}
 	}
 	return out
+}
+
+// openNamed is the mock DGX A100 with UUIDs GPU-rem-0 to GPU-rem-7.
+func openNamed(string) (nvml.Library, error) {
+	s := nvmltest.NewDGXA100()
+	for i := range s.Devices {
+		nvmltest.Device(s, i).UUID = fmt.Sprintf("GPU-rem-%d", i)
+	}
+	return s, nil
+}
+
+// list shows each GPU's remediation as the running plugin saved it, read
+// as the plugin reads it: only this boot's file, only with remediation
+// on. A GPU with nothing to say has no "remediation" key, and the table
+// gets its REMEDIATION column and lines only while one is under way.
+func TestListRemediation(t *testing.T) {
+	stateDir, procRoot := t.TempDir(), t.TempDir()
+	bootID := filepath.Join(procRoot, "sys", "kernel", "random", "boot_id")
+	setBoot := func(id string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(bootID), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bootID, []byte(id+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setBoot("boot-1")
+	now := time.Now()
+	saved := remedy.Saved{GPUs: []remedy.SavedGPU{
+		{UUID: "GPU-rem-0", State: remedy.StateNeedsHuman, Decision: remedy.DecisionHuman, Reason: "the reset failed: not supported",
+			Since: time.Date(2026, 11, 27, 6, 1, 0, 0, time.UTC), Resets: []time.Time{now.Add(-time.Hour)}},
+		{UUID: "GPU-rem-1", State: remedy.StateServing, Resets: []time.Time{now.Add(-time.Hour)}},
+		{UUID: "GPU-rem-2", State: remedy.StateServing, Resets: []time.Time{now.Add(-30 * time.Hour)}},
+	}}
+	if err := (state.Store{Path: filepath.Join(stateDir, "remediation.json"), BootIDPath: bootID}).Save(saved); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--sysfs-root", t.TempDir(), "--proc-root", procRoot, "--state-dir", stateDir, "--pod-resources-socket", "", "--node-name", "n"}
+	list := func(t *testing.T, extra ...string) (listing, string) {
+		t.Helper()
+		out, stderr, err := run(t, openNamed, append(append([]string{"list", "-o", "json"}, args...), extra...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		var l listing
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatal(err)
+		}
+		table, stderr, err := run(t, openNamed, append(append([]string{"list"}, args...), extra...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		return l, table
+	}
+	remediationOf := func(l listing, i int) string {
+		if l.GPUs[i].Remediation == nil {
+			return ""
+		}
+		b, _ := json.Marshal(l.GPUs[i].Remediation)
+		return string(b)
+	}
+
+	t.Run("on, this boot's file", func(t *testing.T) {
+		l, table := list(t, "--remediation-enabled", "true")
+		if got, want := remediationOf(l, 0), `{"state":"needsHuman","decision":"human","reason":"the reset failed: not supported","since":"2026-11-27T06:01:00Z","resets":1,"heldFor":""}`; got != want {
+			t.Errorf("GPU 0's remediation\n%s\nwant\n%s", got, want)
+		}
+		if got, want := remediationOf(l, 1), `{"state":"serving","decision":"","reason":"","since":"","resets":1,"heldFor":""}`; got != want {
+			t.Errorf("GPU 1, serving with a reset in the window:\n%s\nwant\n%s", got, want)
+		}
+		for i := 2; i < len(l.GPUs); i++ {
+			if got := remediationOf(l, i); got != "" {
+				t.Errorf("GPU %d has nothing to say, yet %s", i, got)
+			}
+		}
+		header, _, _ := strings.Cut(table, "\n")
+		if !strings.Contains(header, "HEALTH") || !strings.Contains(header, "REMEDIATION") {
+			t.Errorf("no REMEDIATION column:\n%s", table)
+		}
+		if !strings.Contains(table, "GPU 0 remediation: needsHuman since 2026-11-27T06:01:00Z (decision human, 1 reset(s) in the window): the reset failed: not supported; once fixed, give it back: gpu-device-plugin remediation release GPU-rem-0\n") {
+			t.Errorf("no line for GPU 0:\n%s", table)
+		}
+		if strings.Contains(table, "GPU 1 remediation") {
+			t.Errorf("a line for a serving GPU:\n%s", table)
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		boot  string
+		extra []string
+	}{
+		{"off: the plugin does not act on the file", "boot-1", nil},
+		{"another boot's file", "boot-2", []string{"--remediation-enabled", "true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setBoot(tc.boot)
+			l, table := list(t, tc.extra...)
+			for i := range l.GPUs {
+				if got := remediationOf(l, i); got != "" {
+					t.Errorf("GPU %d: %s", i, got)
+				}
+			}
+			if strings.Contains(table, "REMEDIATION") || strings.Contains(table, "remediation") {
+				t.Errorf("the table shows a remediation:\n%s", table)
+			}
+		})
+	}
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/runtimes"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/snapshot"
 )
 
@@ -55,26 +57,91 @@ func orDash(s string) string {
 	return s
 }
 
+// underWay says whether g has a remediation under way: any state but
+// serving.
+func underWay(g listedGPU) bool {
+	return g.Remediation != nil && g.Remediation.State != string(remedy.StateServing)
+}
+
+// remediationLine is one GPU's remediation under the table: "GPU 3
+// needsHuman since ... (decision human, 1 reset in the window): why", and
+// for a GPU that waits for a human, the command that gives it back.
+func remediationLine(g listedGPU) string {
+	r := g.Remediation
+	var b strings.Builder
+	fmt.Fprintf(&b, "GPU %d remediation: %s", g.Index, r.State)
+	if r.Since != "" {
+		b.WriteString(" since " + r.Since)
+	}
+	var about []string
+	if r.Decision != "" {
+		about = append(about, "decision "+r.Decision)
+	}
+	if r.Resets > 0 {
+		about = append(about, fmt.Sprintf("%d reset(s) in the window", r.Resets))
+	}
+	if r.HeldFor != "" {
+		about = append(about, "held for "+r.HeldFor)
+	}
+	if len(about) > 0 {
+		b.WriteString(" (" + strings.Join(about, ", ") + ")")
+	}
+	if r.Reason != "" {
+		b.WriteString(": " + r.Reason)
+	}
+	if remedy.State(r.State).IsTerminal() {
+		b.WriteString("; once fixed, give it back: gpu-device-plugin remediation release " + g.UUID)
+		if r.State == string(remedy.StateNeedsReboot) {
+			b.WriteString(", or reboot the node")
+		}
+	}
+	return b.String()
+}
+
 // writeTable prints the listing; the DRA devices only when showDRA (a
 // device-plugin node's operator rarely wants them).
 func writeTable(w io.Writer, l listing, showDRA bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\tRESOURCE\tREPLICAS\tHOLDER")
+	// REMEDIATION only while one is under way somewhere, so a healthy
+	// node's table stays as it was.
+	remediating := slices.ContainsFunc(l.GPUs, underWay)
+	remCol := func(r *listedRemediation) string {
+		if !remediating {
+			return ""
+		}
+		if r == nil || !underWay(listedGPU{Remediation: r}) {
+			return "-\t"
+		}
+		return r.State + "\t"
+	}
+	head := "INDEX\tUUID\tNAME\tMEMORY\tPCI BUS ID\tNUMA\tHEALTH\t"
+	if remediating {
+		head += "REMEDIATION\t"
+	}
+	fmt.Fprintln(tw, head+"RESOURCE\tREPLICAS\tHOLDER")
 	for _, g := range l.GPUs {
 		numa := "-"
 		if g.NUMANode >= 0 {
 			numa = fmt.Sprint(g.NUMANode)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa,
-			healthColumn(g.Health, g.Reason), orDash(g.Resource), replicasColumn(g.DeviceIDs, g.Sharing, g.MPS), holderColumn(g.AllocatedTo))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.MemoryBytes>>20, g.PCIBusID, numa,
+			healthColumn(g.Health, g.Reason), remCol(g.Remediation), orDash(g.Resource), replicasColumn(g.DeviceIDs, g.Sharing, g.MPS), holderColumn(g.AllocatedTo))
 		// MIG devices under their GPU, indented, by NVIDIA's index form.
 		for _, m := range g.MIG {
-			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, m.Index, m.UUID, m.Profile, m.MemoryBytes>>20, g.PCIBusID, numa,
-				healthColumn(m.Health, m.Reason), orDash(m.Resource), replicasColumn(m.DeviceIDs, m.Sharing, nil), holderColumn(m.AllocatedTo))
+			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s%s\t%s\t%s\n", g.Index, m.Index, m.UUID, m.Profile, m.MemoryBytes>>20, g.PCIBusID, numa,
+				healthColumn(m.Health, m.Reason), remCol(nil), orDash(m.Resource), replicasColumn(m.DeviceIDs, m.Sharing, nil), holderColumn(m.AllocatedTo))
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	// Each remediation under way in words, and how a human ends one that
+	// waits for them.
+	for _, g := range l.GPUs {
+		if !underWay(g) {
+			continue
+		}
+		fmt.Fprintln(w, remediationLine(g))
 	}
 	if len(l.NICs) > 0 {
 		fmt.Fprintln(tw, "\nNIC\tVENDOR:DEVICE\tDRIVER\tNETDEVS\tRDMA\tNUMA\tPOOL\tHEALTH\tHOLDER")

@@ -59,7 +59,10 @@ var (
 	// setUp reads these for list, allocate and cdi generate.
 	nodeKeys = slices.Concat(driverKeys, []string{"excludeGPUs", "includeGPUs"}, loggingKeys)
 
-	listKeys     = slices.Concat(nodeKeys, servedKeys, healthKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"})
+	// list reads the running plugin's remediation.json with these.
+	remediationKeys = []string{"stateDir", "remediation.enabled", "remediation.window"}
+
+	listKeys     = slices.Concat(nodeKeys, servedKeys, healthKeys, remediationKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"})
 	allocateKeys = slices.Concat(nodeKeys, servedKeys)
 	cdiKeys      = slices.Concat(nodeKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"})
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
@@ -273,6 +276,7 @@ func newApp(open daemon.OpenFunc, stdout, stderr io.Writer) *cli.App {
 			},
 			mpsLauncherCommand(stderr),
 			probeCommand(stdout),
+			remediationCommand(stdout),
 			{
 				// The plugin asks the MPS launcher for a daemon through this
 				// (see package launcher).

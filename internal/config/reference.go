@@ -37,8 +37,9 @@ func Reference() string {
 	b.WriteString("the environment variable, the `--config` file (`" + EnvName("config") + "`), the default.\n")
 	b.WriteString("An empty environment variable counts as unset, except for the settings whose empty value turns\n")
 	b.WriteString("something off, where it turns it off as an empty flag does: " + strings.Join(off, ", ") + ".\n")
-	b.WriteString("`serve` takes every flag; `list`, `allocate`, `cdi generate`, `mps-launcher` and `version` take\n")
-	b.WriteString("the ones they read (their `--help` lists them) after the command, and every flag before it.\n")
+	b.WriteString("`serve` takes every flag; `list`, `allocate`, `cdi generate`, `mps-launcher`, `probe`, `remediation`\n")
+	b.WriteString("and `version` take the ones they read (their `--help` lists them) after the command, and every\n")
+	b.WriteString("flag before it.\n")
 	for _, cat := range Categories() {
 		fmt.Fprintf(&b, "\n## %s\n\n| key | flag | environment | default | meaning |\n|---|---|---|---|---|\n", cat)
 		for _, s := range settings {

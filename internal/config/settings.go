@@ -85,7 +85,7 @@ func Settings() []Setting {
 			set: number(func(c *Config) *int { return &c.HealthRecoveryPolls })},
 		{Key: "metricsAddress", EmptyOff: true, Category: CategoryReporting, Flag: "metrics-address", Default: "", Usage: "host:port to serve Prometheus metrics on; empty turns them off",
 			set: str(func(c *Config) *string { return &c.MetricsAddress })},
-		{Key: "healthSocket", EmptyOff: true, Category: CategoryReporting, Flag: "health-socket", Default: "", Usage: "a Unix socket answering /livez and /readyz, which `gpu-device-plugin probe` asks (the chart's liveness and readiness probes); empty turns it off",
+		{Key: "healthSocket", EmptyOff: true, Category: CategoryReporting, Flag: "health-socket", Default: "", Usage: "a Unix socket answering /livez and /readyz, which `gpu-device-plugin probe` asks (the chart's liveness and readiness probes), and the remediation's status and release, which `gpu-device-plugin remediation` asks; empty turns both off",
 			set: str(func(c *Config) *string { return &c.HealthSocket })},
 		{Key: "deviceListStrategy", Category: CategoryKubelet, Flag: "device-list-strategy", Default: "envvar", Usage: "comma-separated: envvar, cdi-cri, cdi-annotations",
 			set: words(func(c *Config) *[]string { return &c.DeviceListStrategy })},

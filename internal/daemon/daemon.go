@@ -26,6 +26,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
@@ -112,14 +113,24 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	if len(cfg.NICResources) > 0 {
 		status.Gate(gateNICs, "scanning NICs")
 	}
+	// A human's release of a GPU comes on the health socket only, never
+	// the metrics port: only who can exec into the pod reaches it.
+	remEndpoint := &remediate.Endpoint{}
+	if why := remediationOff(cfg); why != "" {
+		remEndpoint.Off(why)
+	}
 	if cfg.HealthSocket != "" {
 		ln, err := probe.Listen(cfg.HealthSocket)
 		if err != nil {
 			return fmt.Errorf("healthSocket (--health-socket): %w", err)
 		}
 		log.Info("answering liveness and readiness probes", "socket", cfg.HealthSocket)
+		mux := http.NewServeMux()
+		mux.Handle("/", status.Handler())
+		mux.Handle(remediate.PathStatus, remEndpoint.Handler())
+		mux.Handle(remediate.PathStatus+"/", remEndpoint.Handler())
 		wg.Go(func() {
-			if err := probe.Serve(ctx, ln, status.Handler()); err != nil {
+			if err := probe.Serve(ctx, ln, mux); err != nil {
 				log.Error("health socket stopped", "err", err)
 			}
 		})
@@ -234,7 +245,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		}
 	}
 	wg.Go(func() {
-		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, status, log))
+		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, status, remEndpoint, log))
 	})
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, status, log)) })
@@ -251,8 +262,9 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
 // watches their health until ctx ends. rep is nil without reporting;
 // labelsTo is where the node labels go; labelsAPI is the API client for
-// nodeLabels: node, nil in other modes.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, status *probe.Status, log *slog.Logger) error {
+// nodeLabels: node, nil in other modes. remEndpoint answers for the
+// remediation once it runs.
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
@@ -362,6 +374,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	wg.Go(func() { watcher.Run(ctx, events) })
 	if rem != nil {
 		wg.Go(func() { rem.Run(ctx) })
+		remEndpoint.Serve(rem)
 	}
 	if runMPS != nil {
 		wg.Go(func() { runMPS(ctx) })

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 )
 
@@ -81,6 +84,10 @@ func TestProbesFollowDriverAndRegistration(t *testing.T) {
 	if text, err := ask("livez"); err != nil {
 		t.Errorf("without a driver: livez %q, %v; want live", text, err)
 	}
+	// The same socket answers for the remediation, which is off.
+	if _, err := (remediate.Client{Socket: cfg.HealthSocket}).Status(ctx); !errors.Is(err, remediate.ErrOff) || !strings.Contains(err.Error(), "remediation.enabled is false") {
+		t.Errorf("remediation status with remediation off: %v", err)
+	}
 	close(driver)
 
 	if r := <-k.asked; r != "nvidia.com/gpu" {
@@ -109,6 +116,51 @@ func TestProbesFollowDriverAndRegistration(t *testing.T) {
 	}
 	if text, err := ask("livez"); err != nil || text != "ok" {
 		t.Errorf("serving: livez %q, %v", text, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With remediation on, the health socket answers for it once the GPUs are
+// found: every GPU serving, and a release of one that is not out for a
+// human refused with its state. The probes answer as before.
+func TestRemediationOnTheHealthSocket(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.HealthSocket = filepath.Join(t.TempDir(), "health.sock")
+	cfg.Remediation.Enabled = true
+	startKubelet(t, cfg.DevicePluginDir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, func(string) (nvml.Library, error) { return nvmltest.NewDGXA100(), nil }, nil)
+	}()
+	c := remediate.Client{Socket: cfg.HealthSocket}
+	var all []remedy.Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		var err error
+		all, err = c.Status(actx)
+		acancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, remediate.ErrStarting) && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			t.Fatalf("remediation status: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(all) != 8 || all[0].State != remedy.StateServing {
+		t.Fatalf("status %+v", all)
+	}
+	var nt *remedy.NotTerminalError
+	if _, err := c.Release(ctx, all[0].GPU); !errors.As(err, &nt) || nt.State != remedy.StateServing {
+		t.Errorf("release of a serving GPU: %v", err)
+	}
+	if _, err := probe.Ask(ctx, cfg.HealthSocket, "livez"); err != nil {
+		t.Errorf("livez: %v", err)
 	}
 	cancel()
 	if err := <-done; err != nil {

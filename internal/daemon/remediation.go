@@ -33,11 +33,12 @@ const remediationStateFile = "remediation.json"
 // parts are the device IDs health reports each GPU as, by position. The
 // returned MPS holder gets the MPS manager once there is one.
 func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units []servedUnit, parts [][]health.Part, fe FrontEnd, rep *reporting, mets *metrics.Metrics, next health.Notifier, log *slog.Logger) (*remediate.Service, *mpsHold, *remediate.NVMLGPUs, error) {
-	if !cfg.Remediation.Enabled {
-		return nil, nil, nil, nil
-	}
-	if cfg.StateDir == "" {
+	switch remediationOff(cfg) {
+	case "":
+	case offNoStateDir:
 		log.Warn("GPU remediation is off: it keeps its state in stateDir, which is empty; set stateDir (--state-dir), or remediation.enabled to false")
+		return nil, nil, nil, nil
+	default:
 		return nil, nil, nil, nil
 	}
 	self, err := os.Executable()
@@ -85,10 +86,7 @@ func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units
 	if mets != nil {
 		o.Metrics = mets.Remediation()
 	}
-	store := state.Store{
-		Path:       filepath.Join(cfg.StateDir, remediationStateFile),
-		BootIDPath: filepath.Join(cfg.ProcRoot, "sys", "kernel", "random", "boot_id"),
-	}
+	store := remediationStore(cfg)
 	o.Store = store
 	hold := &mpsHold{}
 	o.MPS = hold
@@ -108,6 +106,32 @@ func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units
 	}
 	log.Info("remediating faulted GPUs", "reset", o.Policy.Reset, "evict", o.Evicter != nil && o.Policy.Evict, "path", store.Path)
 	return svc, hold, gpus, nil
+}
+
+// Why the remediation is off, as the release command is told.
+const (
+	offDisabled   = "remediation.enabled is false"
+	offNoStateDir = "stateDir is empty, and the remediation keeps its state there"
+)
+
+// remediationOff says why cfg runs no remediation; "" when it runs one.
+func remediationOff(cfg config.Config) string {
+	switch {
+	case !cfg.Remediation.Enabled:
+		return offDisabled
+	case cfg.StateDir == "":
+		return offNoStateDir
+	}
+	return ""
+}
+
+// remediationStore is remediation.json in stateDir, tagged with the boot:
+// the service saves there, and list reads it.
+func remediationStore(cfg config.Config) state.Store {
+	return state.Store{
+		Path:       filepath.Join(cfg.StateDir, remediationStateFile),
+		BootIDPath: filepath.Join(cfg.ProcRoot, "sys", "kernel", "random", "boot_id"),
+	}
 }
 
 // evicter is a front-end that evicts a GPU's pods through its device

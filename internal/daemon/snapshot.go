@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/snapshot"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
@@ -136,6 +138,7 @@ func observeNode(ctx context.Context, cfg config.Config, lib nvml.Library, n *sn
 		n.GPUs = append(n.GPUs, sg)
 	}
 	addMPS(cfg, n.GPUs, log)
+	addRemediation(cfg, n.GPUs, time.Now(), log)
 	// NICs come last: a sysfs without PCI devices (a container without
 	// /sys mounted) must not hide the GPUs.
 	heldNIC := func(pool, address string) []podresources.Holder {
@@ -341,6 +344,34 @@ func addMPS(cfg config.Config, gpus []snapshot.GPU, log *slog.Logger) {
 			// As serve has it: a GPU's shares are withheld while its
 			// daemon is down.
 			gpus[i].Healthy, gpus[i].Reason = false, mpsd.ReasonDown
+		}
+	}
+}
+
+// addRemediation gives each GPU its remediation as the running plugin
+// saved it, read as the plugin reads it (this boot's file only). With
+// remediation off the plugin neither reads nor acts on the file, so
+// nothing is shown: a file it left would be stale.
+func addRemediation(cfg config.Config, gpus []snapshot.GPU, now time.Time, log *slog.Logger) {
+	if remediationOff(cfg) != "" {
+		return
+	}
+	var saved remedy.Saved
+	found, err := remediationStore(cfg).Load(&saved)
+	if err != nil {
+		log.Warn("GPU remediation not shown", "err", err)
+	}
+	if !found {
+		return
+	}
+	for _, st := range saved.Status(RemediationPolicy(cfg).Window, now) {
+		if st.State == remedy.StateServing && st.Resets == 0 {
+			continue
+		}
+		for i := range gpus {
+			if gpus[i].Device.UUID == st.GPU {
+				gpus[i].Remediation = &st
+			}
 		}
 	}
 }

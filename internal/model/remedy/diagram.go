@@ -22,8 +22,8 @@ const diagram = `stateDiagram-v2
     serving --> needsReboot: GPU lost, xid 79, the driver asks for a reboot
     draining --> needsReboot: a fault calls for a reboot
     needsHuman --> needsReboot: a fault calls for a reboot
-    needsHuman --> serving: release (a human)
-    needsReboot --> serving: release (a human), or a reboot
+    needsHuman --> serving: a human's release (remediation release)
+    needsReboot --> serving: a human's release (remediation release), or a reboot
 `
 
 // Diagram is the state diagram in Mermaid (stateDiagram-v2), from which

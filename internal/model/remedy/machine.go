@@ -49,7 +49,11 @@ func (s State) IsWithheld() bool {
 	return true
 }
 
-func (s State) terminal() bool { return s == StateNeedsHuman || s == StateNeedsReboot }
+// IsTerminal reports whether a GPU in s stays out until a human releases
+// it or the node reboots.
+func (s State) IsTerminal() bool { return s == StateNeedsHuman || s == StateNeedsReboot }
+
+func (s State) terminal() bool { return s.IsTerminal() }
 
 func (s State) waiting() bool { return s == StateDraining || s == StateWaitingIdle }
 

@@ -94,6 +94,27 @@ func (m *Machine) Save() Saved {
 	return out
 }
 
+// Status is each saved GPU's status, for a look at the file without a
+// Machine (list): its resets are those within window of now. What the
+// file does not keep is left out: Waiting, and Absent (the caller knows
+// which GPUs are on the node).
+func (s Saved) Status(window time.Duration, now time.Time) []Status {
+	out := make([]Status, 0, len(s.GPUs))
+	for _, g := range s.GPUs {
+		resets := 0
+		for _, t := range g.Resets {
+			if now.Sub(t) < window {
+				resets++
+			}
+		}
+		out = append(out, Status{
+			GPU: g.UUID, State: g.State, Decision: g.Decision, Reason: g.Reason, Since: g.Since,
+			Resets: resets, HeldFor: g.HeldFor, ResetGroup: slices.Clone(g.ResetGroup),
+		})
+	}
+	return out
+}
+
 func (r *record) saved() SavedGPU {
 	return SavedGPU{
 		UUID: r.uuid, State: r.state, Decision: r.decision, Reason: r.reason,

@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 )
 
 // Node is one look at the node. Inventory, Excluded and Unmatched are
@@ -71,6 +72,11 @@ type GPU struct {
 	// MPS is what its MPS control daemon says, for a GPU shared through
 	// MPS; nil otherwise.
 	MPS *MPS
+	// Remediation is its remediation as the running plugin saved it
+	// (remediation.json in stateDir, this boot's); nil when there is none
+	// to show: remediation off, no file, or serving with no reset in the
+	// window.
+	Remediation *remedy.Status
 	// MIG are its MIG devices, in Device.MIG's order.
 	MIG []MIG
 }

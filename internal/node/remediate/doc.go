@@ -9,6 +9,11 @@
 // before each command is carried out, so a restart neither forgets a
 // withheld GPU nor resets one twice.
 //
+// A human releases a GPU out for a human or a reboot through the
+// Endpoint, which the plugin serves on its health socket (a Unix socket in
+// its pod's own emptyDir, never the metrics port), and the Client the
+// remediation command asks it with.
+//
 // One goroutine (Run) owns the Machine. It must not decide anything
 // itself: what to do and when is remedy's; how is the hardware's and the
 // reporting's, behind the interfaces.

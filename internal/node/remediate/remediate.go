@@ -177,8 +177,11 @@ type Service struct {
 	facts []fact
 	wake  chan struct{}
 
-	results chan result
-	queries chan chan []remedy.Status
+	results  chan result
+	queries  chan chan []remedy.Status
+	releases chan release
+	// stopped is closed when Run returns.
+	stopped chan struct{}
 	wg      sync.WaitGroup
 	// handled is called after each result is handled (tests).
 	handled func()
@@ -187,6 +190,18 @@ type Service struct {
 type fact struct {
 	gpu string
 	f   health.Facts
+}
+
+// release is a human's release of one GPU, for Run; the reply is the
+// GPU's status before it, or why it was refused.
+type release struct {
+	gpu   string
+	reply chan released
+}
+
+type released struct {
+	st  remedy.Status
+	err error
 }
 
 // result is what a reset or probe in flight came back with.
@@ -215,6 +230,7 @@ func New(o Options, next health.Notifier) (*Service, error) {
 	s := &Service{
 		o: o, log: o.Log, byUUID: map[string]GPU{}, states: map[string]remedy.State{}, usageErr: map[string]string{},
 		wake: make(chan struct{}, 1), results: make(chan result, len(o.GPUs)+1), queries: make(chan chan []remedy.Status),
+		releases: make(chan release), stopped: make(chan struct{}),
 	}
 	node := remedy.Node{FabricManager: o.FabricManager}
 	units := map[string][]string{}
@@ -289,9 +305,36 @@ func (s *Service) Status(ctx context.Context) []remedy.Status {
 	}
 }
 
+// ErrStopped is Release's error once Run has returned.
+var ErrStopped = errors.New("the remediation has stopped (the plugin is shutting down)")
+
+// Release is a human's word that gpu, out for a human or a reboot, may
+// serve again: on Run's goroutine the Machine gives it back (or forgets
+// it, when it is no longer on the node) and the state is saved. It
+// returns the GPU's status before the release. A GPU in another state is
+// refused with remedy's *NotTerminalError, one the node does not know
+// with remedy.ErrUnknownGPU; ErrStopped after Run, or ctx's error.
+func (s *Service) Release(ctx context.Context, gpu string) (remedy.Status, error) {
+	q := release{gpu: gpu, reply: make(chan released, 1)}
+	select {
+	case s.releases <- q:
+	case <-s.stopped:
+		return remedy.Status{}, ErrStopped
+	case <-ctx.Done():
+		return remedy.Status{}, ctx.Err()
+	}
+	select {
+	case a := <-q.reply:
+		return a.st, a.err
+	case <-ctx.Done():
+		return remedy.Status{}, ctx.Err()
+	}
+}
+
 // Run carries out the remediation until ctx ends; a reset or probe in
 // flight is cancelled and waited for.
 func (s *Service) Run(ctx context.Context) {
+	defer close(s.stopped)
 	defer s.wg.Wait()
 	pending := s.pending
 	s.pending = nil
@@ -334,8 +377,22 @@ func (s *Service) Run(ctx context.Context) {
 			// Facts given before the question are answered for.
 			s.takeFacts(ctx)
 			q <- s.m.Status()
+		case q := <-s.releases:
+			s.takeFacts(ctx)
+			q.reply <- s.release(ctx, q.gpu)
 		}
 	}
+}
+
+func (s *Service) release(ctx context.Context, gpu string) released {
+	st, err := s.m.Releasable(gpu)
+	if err != nil {
+		s.log.Info("a human's release refused", "gpu", gpu, "err", err)
+		return released{st, err}
+	}
+	s.log.Warn("released by a human", "gpu", gpu, "state", string(st.State), "reason", st.Reason)
+	s.handle(ctx, s.m.Release(gpu, s.o.Clock.Now()))
+	return released{st, nil}
 }
 
 func (s *Service) takeFacts(ctx context.Context) {
