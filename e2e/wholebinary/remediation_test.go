@@ -127,11 +127,11 @@ func metricsAddress(t *testing.T, p *harness.Plugin) string {
 	return e.String("address")
 }
 
-// restart SIGKILLs the plugin and starts it again on the same node: the
-// same state dir, PodResources, driver root and /dev. The mock NVML
+// restart SIGKILLs the plugin, calls between, and starts it again on the
+// same node: the same state dir, PodResources, driver root and /dev. The mock NVML
 // starts afresh with the new process, as the driver would after the
 // reset the old one made. It returns the new plugin's first list.
-func (r *remNode) restart(t *testing.T) harness.List {
+func (r *remNode) restart(t *testing.T, between func()) harness.List {
 	t.Helper()
 	seq := 0
 	if l, ok := r.k.Devices(harness.ResourceName); ok {
@@ -143,6 +143,7 @@ func (r *remNode) restart(t *testing.T) harness.List {
 	if _, err := r.k.WaitStats(ctx(t), "the killed plugin disconnected", func(s harness.Stats) bool { return s.Connected == 0 }); err != nil {
 		t.Fatal(err)
 	}
+	between()
 	r.p = startPlugin(t, library, r.path, r.k.Dir(), r.args...)
 	l, err := r.k.WaitDevices(ctx(t), harness.ResourceName, "a list from the new plugin", func(l harness.List) bool { return l.Seq > seq })
 	if err != nil {
@@ -498,4 +499,230 @@ func TestRemediationResetsOneGPU(t *testing.T) {
 	t.Logf("  fault -> withheld (the plugin's withhold line): %s; fault -> the kubelet lists it Unhealthy: %s", ms(drained.Sub(fault)), ms(unhealthy.Sub(fault)))
 	t.Logf("  withheld -> reset started: %s, of which the test kept a pod, then a process, on it %s; last user gone -> reset started: %s", ms(reset.Sub(drained)), ms(idle.Sub(drained)), ms(reset.Sub(idle)))
 	t.Logf("  reset started -> offered again (the kubelet lists it Healthy): %s (given back %s after the reset started; health's next poll reads the recovery action cleared)", ms(back.Sub(reset)), ms(givenBack.Sub(reset)))
+}
+
+// TestRemediationNeedsHuman: a remediation that cannot end well leaves
+// the GPU out with the reason in remediation.json, and changes nothing
+// else: a reset that fails, a GPU that comes back from its reset still
+// asking for one (NVML does not read it clean), and one on which the CUDA
+// probe fails.
+func TestRemediationNeedsHuman(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// mock is injected before the fault; cudaConf is the mock
+		// libcuda's switches.
+		mock, cudaConf string
+		// from is the state it fails in; reason what remediation.json
+		// says; mockSays what the mock NVML's log must say.
+		from, reason, mockSays string
+		success, failure       float64
+	}{
+		{
+			name: "reset fails", mock: fmt.Sprintf("resetfail %d", sick),
+			from: "resetting", reason: "the reset failed", mockSays: "failing as injected (resetfail)",
+			failure: 1,
+		},
+		{
+			name: "comes back broken", mock: fmt.Sprintf("comebackbroken %d", sick),
+			from: "probing", reason: "the probe failed: NVML does not read it clean", mockSays: "rediscovered broken (comebackbroken)",
+			success: 1,
+		},
+		{
+			name: "CUDA probe fails", cudaConf: "fail cuCtxCreate 999",
+			from: "probing", reason: "the CUDA probe failed", mockSays: "rediscovered",
+			success: 1,
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var conf []string
+			if c.cudaConf != "" {
+				conf = append(conf, c.cudaConf)
+			}
+			r := startRemediation(t, conf...)
+			if c.mock != "" {
+				r.inject(t, c.mock)
+			}
+			r.inject(t, fmt.Sprintf("recovery %d reset", sick))
+			r.waitHealth(t, sick, api.Unhealthy)
+			r.waitTransition(t, sick, c.from, "needsHuman")
+			r.waitLog(t, sick, "the GPU stays out until a human acts")
+
+			g := r.mustSaved(t, sick)
+			if g.State != "needsHuman" || !strings.Contains(g.Reason, c.reason) || !strings.Contains(g.Reason, "recovery-action=reset") {
+				t.Errorf("remediation.json: %+v; want needsHuman, saying %q and why it was out", g, c.reason)
+			}
+			if mock := r.mockLog(t); !strings.Contains(mock, c.mockSays) {
+				t.Errorf("the mock NVML's log does not say %q:\n%s", c.mockSays, mock)
+			}
+			r.wantMetrics(t, sick, c.success, c.failure, 0, "needsHuman")
+			if n := r.count("resetting"); n != 1 {
+				t.Errorf("%d resets, want 1", n)
+			}
+			if l, _ := r.k.Devices(harness.ResourceName); l.Devices[r.uuid(sick)].GetHealth() != api.Unhealthy {
+				t.Errorf("GPU %d is listed %v, want Unhealthy", sick, l.Devices[r.uuid(sick)])
+			}
+			if got, want := r.healthSeen(sick), []string{api.Healthy, api.Unhealthy}; !slices.Equal(got, want) {
+				t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
+			}
+			r.othersUntouched(t)
+		})
+	}
+}
+
+// TestRemediationXIDWhileWithheld: XIDs, a reset-class XID among them,
+// and health clearing the GPU by itself (the driver's recovery action
+// asked, then none) while a pod still holds it neither give it back early
+// nor start a second remediation: once the pod is gone it is reset once
+// and given back once.
+func TestRemediationXIDWhileWithheld(t *testing.T) {
+	r := startRemediation(t)
+	id := r.uuid(sick)
+	r.hold(sick)
+	r.inject(t, fmt.Sprintf("xid %d 48", sick))
+	r.waitTransition(t, sick, "serving", "draining")
+	r.waitHealth(t, sick, api.Unhealthy)
+
+	healthSays := func(what string, match func(harness.LogEntry) bool) {
+		t.Helper()
+		if _, err := r.p.WaitLog(ctx(t), what, func(e harness.LogEntry) bool { return e.String("device") == id && match(e) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Health's fatal XID 48 clears once the driver asked for a recovery,
+	// then none: health calls the GPU healthy while it is withheld.
+	r.inject(t, fmt.Sprintf("recovery %d reset", sick))
+	healthSays("health seeing the recovery action", func(e harness.LogEntry) bool {
+		return strings.Contains(e.String("reason"), "recovery-action=reset")
+	})
+	r.inject(t, fmt.Sprintf("recovery %d none", sick))
+	healthSays("health calling GPU 3 healthy", func(e harness.LogEntry) bool {
+		return e.String("msg") == "GPU health changed" && e.String("new") == api.Healthy
+	})
+	// More XIDs while withheld: 94 calls for a reset too, 13 for nothing.
+	r.inject(t, fmt.Sprintf("xid %d 94", sick), fmt.Sprintf("xid %d 13", sick))
+	healthSays("health seeing XID 94", func(e harness.LogEntry) bool { return strings.Contains(e.String("reason"), "xid=94") })
+
+	polls := r.pods.Lists()
+	eventually(t, "three more PodResources polls", func() bool { return r.pods.Lists() >= polls+3 })
+	if n := r.count("resetting"); n != 0 {
+		t.Fatalf("reset %d times while a pod held the GPU", n)
+	}
+	if n := r.count("giving the GPU back"); n != 0 {
+		t.Fatalf("given back %d times while a pod held it", n)
+	}
+	if g := r.mustSaved(t, sick); g.State != "draining" {
+		t.Errorf("remediation.json: %+v, want draining", g)
+	}
+
+	r.hold()
+	r.waitLog(t, sick, "giving the GPU back")
+	// XID 94's condition is dropped with the GPU given back: proven by
+	// the reset and the probe.
+	r.waitHealth(t, sick, api.Healthy)
+	if got, want := r.transitions(sick), []string{"serving", "draining", "resetting", "probing", "serving"}; !slices.Equal(got, want) {
+		t.Errorf("GPU %d went %v, want %v", sick, got, want)
+	}
+	if n := r.count("resetting"); n != 1 {
+		t.Errorf("%d resets, want 1", n)
+	}
+	if n := strings.Count(r.mockLog(t), fmt.Sprintf("gpu %d: removed", sick)); n != 1 {
+		t.Errorf("the mock NVML removed GPU %d %d times, want once", sick, n)
+	}
+	r.wantMetrics(t, sick, 1, 0, 1, "serving")
+	// Every list the kubelet got, in order: one withhold, one give back;
+	// an early one would show as a Healthy in between.
+	if got, want := r.healthSeen(sick), []string{api.Healthy, api.Unhealthy, api.Healthy}; !slices.Equal(got, want) {
+		t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
+	}
+	r.othersUntouched(t)
+}
+
+// TestRemediationSurvivesSIGKILL: the plugin is SIGKILLed after it reset
+// GPU 3 and before the probe proved it (the probe hangs in cuCtxCreate,
+// so the kill lands there every time). Started again on the same state
+// dir, it withholds the GPU from its first list, probes it, and gives it
+// back, without a second reset; the reset counts once in the budget.
+// The second case is the state file a kill between saving "resetting" and
+// the reset's end leaves (the mock's reset is too quick to kill in): the
+// reset's outcome is unknown, so it is probed too, never reset blindly.
+func TestRemediationSurvivesSIGKILL(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// killedIn is the GPU's state in remediation.json when the new
+		// plugin starts; note is what the new plugin logs of it.
+		killedIn, note string
+	}{
+		{name: "while probing", killedIn: "probing"},
+		{name: "while resetting", killedIn: "resetting", note: "remediation: found resetting after a restart"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRemediation(t, "hang cuCtxCreate")
+			id := r.uuid(sick)
+			r.inject(t, fmt.Sprintf("recovery %d reset", sick))
+			r.waitTransition(t, sick, "resetting", "probing")
+			r.waitLog(t, sick, "probing before the GPU is given back")
+			if g := r.mustSaved(t, sick); g.State != "probing" || len(g.Resets) != 1 {
+				t.Fatalf("remediation.json while probing: %+v, want probing with one reset", g)
+			}
+
+			restarted := time.Now()
+			r.restart(t, func() {
+				// The GPU works now: the next probe passes.
+				if err := os.WriteFile(r.cudaConf, []byte(strings.Join(r.gpuLines, "\n")+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if c.killedIn == "probing" {
+					return
+				}
+				path := filepath.Join(r.stateDir, "remediation.json")
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				edited := strings.Replace(string(b), `"state": "probing"`, `"state": "`+c.killedIn+`"`, 1)
+				if edited == string(b) {
+					t.Fatalf("remediation.json has no GPU probing:\n%s", b)
+				}
+				if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			})
+			// Its first list may offer the GPU already, if the probe passed
+			// before the plugin registered; never before it passed.
+			withheld := r.waitLog(t, sick, "withholding the GPU for its remediation")
+			if !strings.HasPrefix(withheld.String("reason"), "restored: ") {
+				t.Errorf("the restarted plugin withheld GPU %d for %q, want the restored remediation's reason", sick, withheld.String("reason"))
+			}
+			if c.note != "" {
+				if _, err := r.p.WaitLog(ctx(t), c.note, func(e harness.LogEntry) bool {
+					return e.String("gpu") == id && strings.HasPrefix(e.String("msg"), c.note)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.waitLog(t, sick, "probing before the GPU is given back")
+			givenBack := logTime(t, r.waitLog(t, sick, "giving the GPU back"))
+			r.waitHealth(t, sick, api.Healthy)
+			for _, l := range r.k.Lists(harness.ResourceName) {
+				if l.ReceivedAt.After(restarted) && l.ReceivedAt.Before(givenBack) && l.Devices[id].GetHealth() != api.Unhealthy {
+					t.Errorf("list %d from the restarted plugin offers GPU %d before the probe proved it", l.Seq, sick)
+				}
+			}
+
+			if n := r.count("resetting"); n != 0 {
+				t.Errorf("the restarted plugin reset %d times, want none: it probes", n)
+			}
+			if mock := r.mockLog(t); strings.Contains(mock, "removed") {
+				t.Errorf("the restarted plugin's mock NVML removed a GPU:\n%s", mock)
+			}
+			if g := r.mustSaved(t, sick); g.State != "serving" || len(g.Resets) != 1 {
+				t.Errorf("remediation.json after: %+v, want serving with the one reset in the budget", g)
+			}
+			r.wantMetrics(t, sick, 0, 0, 1, "serving")
+			if got, want := r.healthSeen(sick), []string{api.Healthy, api.Unhealthy, api.Healthy}; !slices.Equal(got, want) {
+				t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
+			}
+			r.othersUntouched(t)
+		})
+	}
 }
