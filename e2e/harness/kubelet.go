@@ -120,8 +120,9 @@ type session struct {
 	connects    []Endpoint           // every accepted connection, in order
 	rejected    []error
 	disconnects int
-	lists       map[string]List // latest ListAndWatch answer, by resource
-	removed     []string        // sockets CleanupPluginDirectory removed
+	lists       map[string]List   // latest ListAndWatch answer, by resource
+	history     map[string][]List // every ListAndWatch answer, by resource
+	removed     []string          // sockets CleanupPluginDirectory removed
 }
 
 // StartKubelet starts a registration server on dir/kubelet.sock, as the
@@ -147,6 +148,7 @@ func (k *Kubelet) start() error {
 		changed:   make(chan struct{}),
 		endpoints: map[string]*Endpoint{},
 		lists:     map[string]List{},
+		history:   map[string][]List{},
 	}
 	srv, err := v1beta1.NewServer(k.log, filepath.Join(k.dir, filepath.Base(api.KubeletSocket)), s, s)
 	if err != nil {
@@ -260,6 +262,16 @@ func (k *Kubelet) Devices(resource string) (List, bool) {
 	defer s.mu.Unlock()
 	l, ok := s.lists[resource]
 	return l, ok
+}
+
+// Lists returns every device list of resource the current kubelet
+// received, oldest first: a test that must show a device never changed
+// looks at each, not only the latest.
+func (k *Kubelet) Lists(resource string) []List {
+	s := k.session()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.history[resource])
 }
 
 // Endpoint returns the connected endpoint of resource, if any.
@@ -410,6 +422,8 @@ func (s *session) PluginListAndWatchReceiver(_ klog.Logger, resource string, res
 		byID[d.ID] = d
 	}
 	s.update(func() {
-		s.lists[resource] = List{Devices: byID, ReceivedAt: now, Seq: s.lists[resource].Seq + 1}
+		l := List{Devices: byID, ReceivedAt: now, Seq: s.lists[resource].Seq + 1}
+		s.lists[resource] = l
+		s.history[resource] = append(s.history[resource], l)
 	})
 }

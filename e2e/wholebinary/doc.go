@@ -6,6 +6,10 @@
 //
 // It has tests only, and pins what a node sees from outside the process:
 // the socket, registration, ListAndWatch, Allocate and
-// GetPreferredAllocation answers, and health changes. The process is
-// started by e2e/harness; nothing of the plugin is imported.
+// GetPreferredAllocation answers, health changes, and the remediation of a
+// faulted GPU (remediation_test.go, as root: a reset through the mock's
+// drain states, the confined CUDA probe on the mock libcuda). The process
+// is started by e2e/harness; nothing of the plugin is imported but two
+// fakes: cudatest, which builds the mock libcuda, and the PodResources
+// API of podresourcestest.
 package wholebinary
