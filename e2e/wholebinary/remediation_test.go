@@ -331,15 +331,28 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 
 // wantMetrics checks the remediation's counters: resets by result,
 // recoveries, and GPU i's state.
+// The service records a command's metrics after the log line a test waits
+// for, so the figures are read until they match, within waitTimeout.
 func (r *remNode) wantMetrics(t *testing.T, i int, success, failure, recoveries float64, state string) {
 	t.Helper()
-	got := []float64{
-		r.metric(t, "gpu_device_plugin_remediation_resets_total", map[string]string{"result": "success"}),
-		r.metric(t, "gpu_device_plugin_remediation_resets_total", map[string]string{"result": "failure"}),
-		r.metric(t, "gpu_device_plugin_remediation_recoveries_total", nil),
-		r.metric(t, "gpu_device_plugin_remediation_state", map[string]string{"gpu": r.uuid(i), "state": state}),
+	want := []float64{success, failure, recoveries, 1}
+	var got []float64
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got = []float64{
+			r.metric(t, "gpu_device_plugin_remediation_resets_total", map[string]string{"result": "success"}),
+			r.metric(t, "gpu_device_plugin_remediation_resets_total", map[string]string{"result": "failure"}),
+			r.metric(t, "gpu_device_plugin_remediation_recoveries_total", nil),
+			r.metric(t, "gpu_device_plugin_remediation_state", map[string]string{"gpu": r.uuid(i), "state": state}),
+		}
+		if slices.Equal(got, want) || time.Now().After(deadline) {
+			break
+		}
+		<-tick.C
 	}
-	if want := []float64{success, failure, recoveries, 1}; !slices.Equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("metrics: resets success %v, failure %v, recoveries %v, state %s %v; want %v", got[0], got[1], got[2], state, got[3], want)
 	}
 }
@@ -460,6 +473,8 @@ func TestRemediationResetsOneGPU(t *testing.T) {
 	reset := logTime(t, r.waitLog(t, sick, "resetting"))
 	back := r.waitHealth(t, sick, api.Healthy).ReceivedAt
 	givenBack := logTime(t, r.waitLog(t, sick, "giving the GPU back"))
+	// The transition is logged after the give-back.
+	r.waitTransition(t, sick, "probing", "serving")
 
 	if got, want := r.transitions(sick), []string{"serving", "draining", "waitingIdle", "resetting", "probing", "serving"}; !slices.Equal(got, want) {
 		t.Errorf("GPU %d went %v, want %v", sick, got, want)
@@ -616,6 +631,8 @@ func TestRemediationXIDWhileWithheld(t *testing.T) {
 
 	r.hold()
 	r.waitLog(t, sick, "giving the GPU back")
+	// The transition is logged after the give-back.
+	r.waitTransition(t, sick, "probing", "serving")
 	// XID 94's condition is dropped with the GPU given back: proven by
 	// the reset and the probe.
 	r.waitHealth(t, sick, api.Healthy)
