@@ -105,11 +105,14 @@ func TestHelmMonitoring(t *testing.T) {
 		}
 		alerts := checkRules(t, pr, job, "https://github.com/gpu-device-plugin/gpu-device-plugin/blob/main/docs/troubleshooting.md")
 		// targetAbsent is off by default: it fires where no node has a GPU.
-		want := []string{"GPUDevicePluginAPIWritesFailing", "GPUDevicePluginDeviceUnhealthy", "GPUDevicePluginMPSDaemonDown", "GPUDevicePluginNotReady", "GPUDevicePluginTargetDown"}
+		// The remediation's are on: silent while it is off.
+		want := []string{"GPUDevicePluginAPIWritesFailing", "GPUDevicePluginDeviceUnhealthy", "GPUDevicePluginGPUNeedsHuman", "GPUDevicePluginMPSDaemonDown",
+			"GPUDevicePluginNodeNeedsReboot", "GPUDevicePluginNotReady", "GPUDevicePluginResetFailing", "GPUDevicePluginTargetDown"}
 		if got := slices.Sorted(maps.Keys(alerts)); !slices.Equal(got, want) {
 			t.Errorf("alerts %v, want %v", got, want)
 		}
-		for name, severity := range map[string]string{"GPUDevicePluginDeviceUnhealthy": "warning", "GPUDevicePluginNotReady": "critical"} {
+		for name, severity := range map[string]string{"GPUDevicePluginDeviceUnhealthy": "warning", "GPUDevicePluginNotReady": "critical",
+			"GPUDevicePluginGPUNeedsHuman": "warning", "GPUDevicePluginNodeNeedsReboot": "warning"} {
 			if r, ok := alerts[name]; ok && (r.Labels["severity"] != severity || r.For == nil || *r.For == "") {
 				t.Errorf("%s: labels %v, for %v; want severity %s and values.yaml's for", name, r.Labels, r.For, severity)
 			}
@@ -120,6 +123,20 @@ func TestHelmMonitoring(t *testing.T) {
 		if r, ok := alerts["GPUDevicePluginAPIWritesFailing"]; ok {
 			checkAPIWriteSelector(t, r.Expr.String())
 		}
+		// The remediation's name the GPU and the node, and say how to look.
+		for _, name := range []string{"GPUDevicePluginGPUNeedsHuman", "GPUDevicePluginNodeNeedsReboot", "GPUDevicePluginResetFailing"} {
+			r := alerts[name]
+			text := r.Annotations["summary"] + r.Annotations["description"]
+			for _, w := range []string{"{{ $labels.node }}", "gpu-device-plugin remediation status"} {
+				if !strings.Contains(text, w) {
+					t.Errorf("%s does not say %q: %v", name, w, r.Annotations)
+				}
+			}
+			if name != "GPUDevicePluginResetFailing" && !strings.Contains(r.Annotations["summary"], "{{ $labels.gpu }}") {
+				t.Errorf("%s's summary does not name the GPU: %q", name, r.Annotations["summary"])
+			}
+		}
+		checkRemediationAlerts(t, alerts, job)
 	})
 
 	t.Run("dashboard", func(t *testing.T) {
@@ -195,6 +212,7 @@ func TestDashboard(t *testing.T) {
 	}
 	ids := map[int]bool{}
 	queries := 0
+	var exprs []string
 	for _, p := range d.Panels {
 		what := fmt.Sprintf("panel %d (%s)", p.ID, p.Title)
 		if ids[p.ID] || p.ID == 0 {
@@ -212,6 +230,7 @@ func TestDashboard(t *testing.T) {
 		}
 		for _, tg := range p.Targets {
 			queries++
+			exprs = append(exprs, tg.Expr)
 			// Grafana fills in the interval; $job and $node sit in regexes.
 			expr := regexp.MustCompile(`\$__\w+`).ReplaceAllString(tg.Expr, "5m")
 			checkPromQL(t, known, what, expr, func(vs *parser.VectorSelector) error {
@@ -227,15 +246,24 @@ func TestDashboard(t *testing.T) {
 	if queries < 10 {
 		t.Errorf("%d queries: the panels of devices, transitions, allocation, MPS, API requests and readiness are not all there", queries)
 	}
+	// The remediation's: GPUs per state, resets by result, time to recover.
+	all := strings.Join(exprs, "\n")
+	for _, want := range []string{"by (state) (gpu_device_plugin_remediation_state", "by (node, result) (increase(gpu_device_plugin_remediation_resets_total",
+		"histogram_quantile(0.5, sum by (le) (increase(gpu_device_plugin_remediation_recovery_seconds_bucket"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no panel queries %s...", want)
+		}
+	}
 }
 
 // The metric names the plugin exports, from its source: the names given
-// to prometheus.NewDesc and to a metric's Opts (Name:), under internal/.
-// A metric renamed there and not here fails TestHelmMonitoring and
-// TestDashboard.
+// to prometheus.NewDesc and to a metric's Opts (Name:), under internal/,
+// and a histogram's series (_bucket, _sum, _count). A metric renamed there
+// and not here fails TestHelmMonitoring and TestDashboard.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	re := regexp.MustCompile(`(?:prometheus\.NewDesc\(\s*|Name:\s*)"(gpu_device_plugin_[a-z0-9_]+)"`)
+	histogram := regexp.MustCompile(`HistogramOpts\{[^}]*?Name:\s*"(gpu_device_plugin_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	root := repoPath(t, "internal")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -249,13 +277,19 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		for _, m := range re.FindAllSubmatch(src, -1) {
 			names[string(m[1])] = true
 		}
+		for _, m := range histogram.FindAllSubmatch(src, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				names[string(m[1])+suffix] = true
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The scan itself works: these have been exported all along.
-	for _, n := range []string{"gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total", "gpu_device_plugin_api_requests_total", "gpu_device_plugin_mps_daemon_up"} {
+	for _, n := range []string{"gpu_device_plugin_device_healthy", "gpu_device_plugin_health_transitions_total", "gpu_device_plugin_api_requests_total", "gpu_device_plugin_mps_daemon_up",
+		"gpu_device_plugin_remediation_state", "gpu_device_plugin_remediation_resets_total", "gpu_device_plugin_remediation_recovery_seconds_bucket"} {
 		if !names[n] {
 			t.Fatalf("no %s in internal/: the scan for metric names (%s) finds %v", n, re, slices.Sorted(maps.Keys(names)))
 		}
@@ -461,7 +495,8 @@ func TestHelmMonitoringEveryOption(t *testing.T) {
 	alerts := checkRules(t, pr, "gpu-plugins", "https://wiki.example.com/gpu/troubleshooting")
 	_, mps := alerts["GPUDevicePluginMPSDaemonDown"]
 	_, absent := alerts["GPUDevicePluginTargetAbsent"]
-	check("prometheusRule.alerts.*.enabled", len(alerts) == 5 && !mps && absent)
+	_, reboot := alerts["GPUDevicePluginNodeNeedsReboot"]
+	check("prometheusRule.alerts.*.enabled", len(alerts) == 7 && !mps && absent && !reboot)
 	for name, r := range alerts {
 		check("prometheusRule.alertLabels ("+name+")", r.Labels["team"] == "ml-platform")
 	}
@@ -478,6 +513,11 @@ func TestHelmMonitoringEveryOption(t *testing.T) {
 	api := alerts["GPUDevicePluginAPIWritesFailing"]
 	check("alerts.apiWritesFailing", forOf("GPUDevicePluginAPIWritesFailing") == "30m" &&
 		strings.Contains(api.Expr.String(), "[1h]") && strings.HasSuffix(api.Expr.String(), "> 5") && strings.Contains(api.Annotations["description"], "1h"))
+	check("alerts.gpuNeedsHuman", forOf("GPUDevicePluginGPUNeedsHuman") == "15m" && alerts["GPUDevicePluginGPUNeedsHuman"].Labels["severity"] == "critical")
+	reset := alerts["GPUDevicePluginResetFailing"]
+	check("alerts.resetFailing", forOf("GPUDevicePluginResetFailing") == "10m" && reset.Labels["severity"] == "critical" &&
+		strings.Contains(reset.Expr.String(), "[6h]") && strings.Contains(reset.Expr.String(), "offset 6h") && strings.Count(reset.Expr.String(), "> 2") == 2 &&
+		strings.Contains(reset.Annotations["description"], "6h"))
 
 	check("dashboard.namespace", db.Namespace == "grafana")
 	check("dashboard.labels", db.Labels["grafana_dashboard"] == "1" && db.Labels["example.com/team"] == "ml-platform" && db.Labels["app.kubernetes.io/component"] == dashboardComponent)
@@ -567,7 +607,8 @@ func TestHelmMonitoringRefuses(t *testing.T) {
 			[]string{"metrics.dashboard.enabled", "set metrics.enabled=true too"}},
 		{"every alert off", monitoringValues(map[string]any{"prometheusRule": map[string]any{"enabled": true, "alerts": map[string]any{
 			"deviceUnhealthy": map[string]any{"enabled": false}, "notReady": map[string]any{"enabled": false}, "targetDown": map[string]any{"enabled": false},
-			"mpsDaemonDown": map[string]any{"enabled": false}, "apiWritesFailing": map[string]any{"enabled": false}}}}),
+			"mpsDaemonDown": map[string]any{"enabled": false}, "apiWritesFailing": map[string]any{"enabled": false},
+			"gpuNeedsHuman": map[string]any{"enabled": false}, "nodeNeedsReboot": map[string]any{"enabled": false}, "resetFailing": map[string]any{"enabled": false}}}}),
 			[]string{"every alert off", "metrics.prometheusRule.enabled=false"}},
 		{"enabled a string", monitoringValues(map[string]any{"serviceMonitor": map[string]any{"enabled": "false"}}),
 			[]string{`metrics.serviceMonitor.enabled "false"`, "want true or false"}},
@@ -595,6 +636,10 @@ func TestHelmMonitoringRefuses(t *testing.T) {
 			[]string{"metrics.prometheusRule.alerts.apiWritesFailing.threshold -1", "0 or more"}},
 		{"window a number", monitoringValues(map[string]any{"prometheusRule": alerts("apiWritesFailing", map[string]any{"window": 15})}),
 			[]string{"metrics.prometheusRule.alerts.apiWritesFailing.window 15", "Prometheus duration"}},
+		{"reset threshold negative", monitoringValues(map[string]any{"prometheusRule": alerts("resetFailing", map[string]any{"threshold": -1})}),
+			[]string{"metrics.prometheusRule.alerts.resetFailing.threshold -1", "0 or more (failed resets within window)"}},
+		{"reset window empty", monitoringValues(map[string]any{"prometheusRule": alerts("resetFailing", map[string]any{"window": ""})}),
+			[]string{`metrics.prometheusRule.alerts.resetFailing.window ""`, "Prometheus duration such as 1h"}},
 		{"job a number", monitoringValues(map[string]any{"prometheusRule": map[string]any{"enabled": true, "job": 5}}),
 			[]string{"metrics.prometheusRule.job 5", "want a string"}},
 	} {
@@ -702,8 +747,8 @@ func TestMonitoringDocsNameRealAlerts(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)$`).FindAllStringSubmatch(string(mustRead(t, filepath.Join(chartDir(t), "templates", "prometheusrule.yaml"))), -1) {
 		alerts = append(alerts, m[1])
 	}
-	if len(alerts) != 6 {
-		t.Fatalf("alerts %v in prometheusrule.yaml, want 6", alerts)
+	if len(alerts) != 9 {
+		t.Fatalf("alerts %v in prometheusrule.yaml, want 9", alerts)
 	}
 	install := string(mustRead(t, repoPath(t, "docs", "install.md")))
 	for _, a := range alerts {

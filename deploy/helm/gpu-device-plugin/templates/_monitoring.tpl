@@ -1,7 +1,7 @@
 {{/* The alerts of metrics.prometheusRule.alerts, in the order the rule
 lists them. */}}
 {{- define "gpu-device-plugin.alertNames" -}}
-deviceUnhealthy notReady targetDown targetAbsent mpsDaemonDown apiWritesFailing
+deviceUnhealthy notReady targetDown targetAbsent mpsDaemonDown apiWritesFailing gpuNeedsHuman nodeNeedsReboot resetFailing
 {{- end }}
 
 {{/* The job label of the plugin's series in Prometheus: the metrics
@@ -75,13 +75,18 @@ where a duration goes reaches Prometheus as a broken config. */}}
 {{- fail (printf "%s.severity: want a severity label, such as warning or critical" $p) }}
 {{- end }}
 {{- end }}
-{{- $api := $pr.alerts.apiWritesFailing }}
-{{- $durations = append $durations (list "metrics.prometheusRule.alerts.apiWritesFailing.window" $api.window "15m") }}
-{{- if not (or (kindIs "float64" $api.threshold) (kindIs "int64" $api.threshold) (kindIs "int" $api.threshold)) }}
-{{- fail (printf "metrics.prometheusRule.alerts.apiWritesFailing.threshold %s: want a number, 0 or more (failed writes within window)" (toJson $api.threshold)) }}
+{{- /* The alerts that count failures: more than threshold within window. */}}
+{{- range $c := list (list "apiWritesFailing" "15m" "failed writes") (list "resetFailing" "1h" "failed resets") }}
+{{- $name := index $c 0 }}
+{{- $a := get $pr.alerts $name }}
+{{- $p := printf "metrics.prometheusRule.alerts.%s" $name }}
+{{- $durations = append $durations (list (printf "%s.window" $p) $a.window (index $c 1)) }}
+{{- if not (or (kindIs "float64" $a.threshold) (kindIs "int64" $a.threshold) (kindIs "int" $a.threshold)) }}
+{{- fail (printf "%s.threshold %s: want a number, 0 or more (%s within window)" $p (toJson $a.threshold) (index $c 2)) }}
 {{- end }}
-{{- if lt (float64 $api.threshold) 0.0 }}
-{{- fail (printf "metrics.prometheusRule.alerts.apiWritesFailing.threshold %v: want 0 or more (failed writes within window)" $api.threshold) }}
+{{- if lt (float64 $a.threshold) 0.0 }}
+{{- fail (printf "%s.threshold %v: want 0 or more (%s within window)" $p $a.threshold (index $c 2)) }}
+{{- end }}
 {{- end }}
 {{- range $bools }}
 {{- if not (kindIs "bool" (index . 1)) }}
