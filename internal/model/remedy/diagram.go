@@ -16,7 +16,7 @@ const diagram = `stateDiagram-v2
     resetting --> needsHuman: reset failed
     probing --> serving: probe passed (give back)
     probing --> needsHuman: probe failed
-    probing --> draining: a fault calling for a reset came while probing
+    probing --> draining: a new fault calling for a reset came while probing
     serving --> needsHuman: a fault for a human (row remap failure, xid 64)
     draining --> needsHuman: budget spent, or peers must be reset with it and resetPeers is off
     serving --> needsReboot: GPU lost, xid 79, the driver asks for a reboot
