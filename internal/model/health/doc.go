@@ -10,7 +10,7 @@
 // Each transition and state also goes to a Recorder, when given (package
 // metrics exports them). OnFacts hands the same findings, structured (the
 // recovery action, new XIDs, row remaps, a lost GPU), to the remediation,
-// and ClearSticky drops a GPU's XID and ECC conditions, and the recovery
+// and ClearSticky drops a GPU's XID and ECC conditions, and the lost, recovery
 // action and pending row remap its last poll read, once it was reset and
 // proven.
 //

@@ -121,7 +121,8 @@ func TestClearSticky(t *testing.T) {
 }
 
 // ClearSticky also drops what the last poll read of the conditions a
-// reset clears (the recovery action, a pending row remap): the probe has
+// reset clears (the recovery action, a pending row remap, the GPU lost
+// while the reset had it removed): the probe has
 // just read them clean, so Facts with the old action, which would start
 // a second remediation, are not told when the XID goes. The next poll
 // reads them again.
@@ -135,8 +136,14 @@ func TestClearStickyDropsWhatTheResetCleared(t *testing.T) {
 	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 94})
 	r.take()
 	l.take()
-	// The reset cleared both; no poll has read the GPU since.
+	// The reset removed it a while: NVML answered GPU_IS_LOST.
+	s.set(0, func(x *nvml.Sample) { x.Lost, x.Err = true, fmt.Errorf("GPU is lost") })
+	w.Poll()
+	r.take()
+	l.take()
+	// The reset cleared it all; no poll has read the GPU since.
 	s.set(0, func(x *nvml.Sample) {
+		x.Lost, x.Err = false, nil
 		x.RecoveryAction = nvml.RecoveryNone
 		x.RowRemapPending = false
 	})
