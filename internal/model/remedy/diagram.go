@@ -13,7 +13,7 @@ const diagram = `stateDiagram-v2
     waitingIdle --> resetting: no process, MPS stopped (reset, peers with it where required)
     waitingIdle --> probing: a drain only, idle and the driver done (probe)
     resetting --> probing: reset done (probe), or found resetting after a restart
-    resetting --> needsHuman: reset failed
+    resetting --> needsHuman: reset failed, or found resetting after a restart with the GPU gone
     probing --> serving: probe passed (give back)
     probing --> needsHuman: probe failed
     probing --> draining: a new fault calling for a reset came while probing
