@@ -37,6 +37,9 @@ type PluginOptions struct {
 	Args []string
 	// Log, when set, also gets the plugin's stderr as it is written.
 	Log io.Writer
+	// Env is more environment for the plugin on a profile (the mock's
+	// MOCK_NVML_DRAIN_STATE, MOCK_NVML_MIG_STATE), after the harness's.
+	Env []string
 	// Node, when set, is a node whose files already exist: a real GPU
 	// node's, or a fixture's (cluster/fixture). The plugin reads them
 	// instead of a profile's, so Library and Profile are not used and
@@ -161,6 +164,7 @@ func StartPlugin(o PluginOptions) (p *Plugin, err error) {
 		"MOCK_NVML_CONTROL=" + control,
 		"MOCK_NVML_LOG=" + filepath.Join(work, "mock.log"),
 	}
+	env = append(env, o.Env...)
 	if err := p.start(o, args, env); err != nil {
 		return nil, err
 	}
@@ -338,6 +342,10 @@ func (p *Plugin) Inject(command string) error {
 	}
 	return p.ctl.Inject(command)
 }
+
+// Control is the mock library's control FIFO, for the calls Inject does
+// not wrap (mocknvml.Control.WaitResetPaused); nil on a node's own files.
+func (p *Plugin) Control() *mocknvml.Control { return p.ctl }
 
 // logsAboveInfo says whether serve's flags set a log level above info,
 // where the plugin's info lines are not written.

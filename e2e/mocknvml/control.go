@@ -234,3 +234,48 @@ const (
 func (c *Control) FailMIGCreate(gpu int, what MIGCreation) error {
 	return c.Inject(fmt.Sprintf("mig-create-fail %d %s", gpu, what))
 }
+
+// ResetStep is the step of a reset PauseReset stops.
+type ResetStep string
+
+const (
+	// ResetPauseRemove stops nvmlDeviceRemoveGpu(_v2) as it starts, after
+	// its arguments are checked: the GPU is draining, not removed yet. It
+	// goes on from its checks when resumed (a process listed meanwhile
+	// makes it IN_USE). A caller killed there leaves the GPU draining.
+	ResetPauseRemove ResetStep = "remove"
+	// ResetPauseDiscover stops nvmlDeviceDiscoverGpus before it brings the
+	// GPU back: the GPU is removed. A caller killed there leaves it
+	// removed.
+	ResetPauseDiscover ResetStep = "discover"
+)
+
+// PauseReset makes the next removal (ResetPauseRemove) or rediscovery
+// (ResetPauseDiscover) of GPU gpu stop until ResumeReset (or "recover
+// <gpu>"), so a test can act, or kill the caller, in the middle of a
+// reset. Only that call waits; every other call goes on.
+func (c *Control) PauseReset(gpu int, at ResetStep) error {
+	return c.Inject(fmt.Sprintf("reset-pause %d %s", gpu, at))
+}
+
+// WaitResetPaused returns once a removal or rediscovery of GPU gpu is
+// stopped by PauseReset, or fails when none is by the time ctx ends (10
+// seconds without a deadline). The library's control thread waits
+// meanwhile, so other commands wait behind it.
+func (c *Control) WaitResetPaused(ctx context.Context, gpu int) error {
+	ms := DefaultTimeout.Milliseconds()
+	if d, ok := ctx.Deadline(); ok {
+		ms = max(time.Until(d).Milliseconds(), 1)
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout+time.Second) // the library answers first
+		defer cancel()
+	}
+	return c.InjectContext(ctx, fmt.Sprintf("reset-wait %d %d", gpu, ms))
+}
+
+// ResumeReset lets a removal or rediscovery stopped on GPU gpu go on, and
+// disarms a pause not reached yet.
+func (c *Control) ResumeReset(gpu int) error {
+	return c.Inject(fmt.Sprintf("reset-resume %d", gpu))
+}

@@ -303,12 +303,17 @@ struct nvmlDevice_st {
     unsigned reset_fail;               /* RESET_FAIL_*: the next removal or rediscovery fails (resetfail) */
     int comeback_broken;               /* comebackbroken: rediscovered with comeback_action set */
     unsigned comeback_action;          /* nvmlDeviceGpuRecoveryAction_t */
+    unsigned reset_pause;              /* RESET_PAUSE_*: where the next removal or rediscovery stops (reset-pause) */
+    unsigned reset_paused;             /* removals or rediscoveries stopped now */
+    unsigned long reset_resumes;       /* reset-resume count: wakes the stopped ones */
 };
 
 /* procs: the kinds of process a GPU lists. */
 enum { PROCS_COMPUTE, PROCS_GRAPHICS };
 /* resetfail: which step of a reset fails next. */
 enum { RESET_FAIL_NONE, RESET_FAIL_ANY, RESET_FAIL_REMOVE, RESET_FAIL_DISCOVER };
+/* reset-pause: which step of a reset on a GPU stops next until resumed. */
+enum { RESET_PAUSE_NONE, RESET_PAUSE_REMOVE, RESET_PAUSE_DISCOVER };
 
 /* mig-create-pause: where the next compute instance creation on a GPU stops until resumed. */
 enum { MIG_PAUSE_NONE, MIG_PAUSE_BEFORE, MIG_PAUSE_AFTER };
@@ -363,12 +368,15 @@ static char state_path[4096];            /* MOCK_NVML_MIG_STATE, or empty */
 static char proc_root[4096];             /* MOCK_NVML_PROC_ROOT, or empty */
 static struct file_id state_seen;        /* the state file's version last read or written */
 static unsigned long long mig_counter;   /* compute instances created: part of each new UUID */
-static pthread_cond_t mig_cond = PTHREAD_COND_INITIALIZER; /* a creation paused or resumed */
+static pthread_cond_t mig_cond = PTHREAD_COND_INITIALIZER; /* a creation, removal or rediscovery paused or resumed */
+/* Drain states and removals: see "Drain states" below. Guarded by mu. */
+static char drain_path[4096]; /* MOCK_NVML_DRAIN_STATE, or empty */
 static int control_stopping;             /* the control thread is asked to stop */
 
 static void set_declared(struct nvmlDevice_st *g);
 static int state_reload(int force, char *err, size_t len);
 static void mig_sync(void);
+static int drain_load(char *err, size_t len);
 
 /* lifecycle serialises nvmlInit and nvmlShutdown around the control thread. */
 static pthread_mutex_t lifecycle = PTHREAD_MUTEX_INITIALIZER;
@@ -1279,6 +1287,9 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         {"persistence", 1, 1, "persistence <index> on|off"},
         {"resetfail", 0, 1, "resetfail <index> [any|remove|discover]"},
         {"comebackbroken", 0, 1, "comebackbroken <index> [reset|reboot|drain|drain-and-reset]"},
+        {"reset-pause", 0, 1, "reset-pause <index> [remove|discover]"},
+        {"reset-resume", 0, 0, "reset-resume <index>"},
+        {"reset-wait", 0, 1, "reset-wait <index> [<milliseconds>]"},
     };
     const char *usage = NULL;
     int min = 0, max = 0;
@@ -1291,7 +1302,8 @@ static int apply(char **tok, int n, char *err, size_t errlen)
     if (!usage) {
         snprintf(err, errlen, "unknown command %s (want xid, ecc, temp, throttle, lost, recover, recovery, remap, transient, "
                               "mig-create-pause, mig-create-resume, mig-create-wait, mig-create-fail, procs, graphics-procs, "
-                              "persistence, resetfail, comebackbroken, fail, unfail, unprivileged or privileged)", cmd);
+                              "persistence, resetfail, comebackbroken, reset-pause, reset-resume, reset-wait, fail, unfail, "
+                              "unprivileged or privileged)", cmd);
         return -1;
     }
     unsigned long long idx, v = 0;
@@ -1334,8 +1346,10 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         g->mig_fail = MIG_FAIL_ANY + k; /* the order of MIG_FAIL_* */
         return 0;
     }
-    if (!strcmp(cmd, "mig-create-wait")) {
-        /* Answers once a creation on the GPU is paused; the control thread waits meanwhile. */
+    if (!strcmp(cmd, "mig-create-wait") || !strcmp(cmd, "reset-wait")) {
+        /* Answers once a creation (a removal or rediscovery) on the GPU is paused; the control thread waits meanwhile. */
+        int mig = !strcmp(cmd, "mig-create-wait");
+        const unsigned *paused = mig ? &g->mig_paused : &g->reset_paused;
         if (n == 3 && (parse_uint(tok[2], 10, 3600000, &v) || v == 0)) {
             snprintf(err, errlen, "usage: %s", usage);
             return -1;
@@ -1349,13 +1363,28 @@ static int apply(char **tok, int n, char *err, size_t errlen)
             deadline.tv_sec++;
             deadline.tv_nsec -= 1000000000L;
         }
-        while (g->mig_paused == 0 && !control_stopping)
+        while (*paused == 0 && !control_stopping)
             if (pthread_cond_timedwait(&mig_cond, &mu, &deadline) == ETIMEDOUT)
                 break;
-        if (g->mig_paused == 0) {
-            snprintf(err, errlen, "mig-create-wait: no compute instance creation on gpu %llu paused within %llu ms", idx, ms);
+        if (*paused == 0) {
+            snprintf(err, errlen, "%s: no %s on gpu %llu paused within %llu ms", cmd,
+                     mig ? "compute instance creation" : "removal or rediscovery", idx, ms);
             return -1;
         }
+        return 0;
+    }
+    if (!strcmp(cmd, "reset-pause")) {
+        if (n == 3 && strcmp(tok[2], "remove") != 0 && strcmp(tok[2], "discover") != 0) {
+            snprintf(err, errlen, "usage: %s", usage);
+            return -1;
+        }
+        g->reset_pause = n == 3 && !strcmp(tok[2], "discover") ? RESET_PAUSE_DISCOVER : RESET_PAUSE_REMOVE;
+        return 0;
+    }
+    if (!strcmp(cmd, "reset-resume")) {
+        g->reset_pause = RESET_PAUSE_NONE;
+        g->reset_resumes++;
+        pthread_cond_broadcast(&mig_cond);
         return 0;
     }
     if (!strcmp(cmd, "procs") || !strcmp(cmd, "graphics-procs")) {
@@ -1482,7 +1511,9 @@ static int apply(char **tok, int n, char *err, size_t errlen)
         g->mig_fail = MIG_FAIL_NONE;
         g->reset_fail = RESET_FAIL_NONE;
         g->comeback_broken = 0;
-        g->mig_resumes++; /* a paused creation goes on */
+        g->reset_pause = RESET_PAUSE_NONE;
+        g->mig_resumes++;   /* a paused creation goes on */
+        g->reset_resumes++; /* and a paused removal or rediscovery */
         pthread_cond_broadcast(&mig_cond);
     }
     return 0;
@@ -1716,6 +1747,7 @@ static nvmlReturn_t init(void)
     const char *logpath = getenv("MOCK_NVML_LOG");
     const char *statepath = getenv("MOCK_NVML_MIG_STATE");
     const char *procpath = getenv("MOCK_NVML_PROC_ROOT");
+    const char *drainpath = getenv("MOCK_NVML_DRAIN_STATE");
 
     pthread_mutex_lock(&mu);
     prof = *p;
@@ -1727,6 +1759,7 @@ static nvmlReturn_t init(void)
     }
     snprintf(state_path, sizeof state_path, "%s", statepath ? statepath : "");
     snprintf(proc_root, sizeof proc_root, "%s", procpath ? procpath : "");
+    snprintf(drain_path, sizeof drain_path, "%s", drainpath ? drainpath : "");
     if (logpath && *logpath && !log_file) {
         log_file = fopen(logpath, "ae");
         if (!log_file)
@@ -1735,6 +1768,14 @@ static nvmlReturn_t init(void)
     if (state_reload(1, err, sizeof err) != 0) {
         fprintf(stderr, "mocknvml: MOCK_NVML_MIG_STATE: %s\n", err);
         log_line("nvmlInit: MOCK_NVML_MIG_STATE: %s", err);
+        pthread_mutex_unlock(&mu);
+        free(p);
+        pthread_mutex_unlock(&lifecycle);
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (drain_load(err, sizeof err) != 0) {
+        fprintf(stderr, "mocknvml: MOCK_NVML_DRAIN_STATE: %s\n", err);
+        log_line("nvmlInit: MOCK_NVML_DRAIN_STATE: %s", err);
         pthread_mutex_unlock(&mu);
         free(p);
         pthread_mutex_unlock(&lifecycle);
@@ -4062,6 +4103,98 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
  * comebackbroken then sets a recovery action again.
  */
 
+/*
+ * The driver keeps drain states and removals when the process that made
+ * them ends. With MOCK_NVML_DRAIN_STATE set, every change is written to
+ * that file (a new file renamed over it), one line a GPU that is not as a
+ * fresh driver holds it: "draining <uuid>" or "removed <uuid>" (removed
+ * implies draining). nvmlInit reads it, so a process started after one
+ * that was killed mid-reset finds the GPU as the killed one left it.
+ */
+static void drain_save(void)
+{
+    if (!drain_path[0])
+        return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", drain_path, (int)getpid());
+    FILE *f = fopen(tmp, "we");
+    if (!f) {
+        log_line("MOCK_NVML_DRAIN_STATE: %s: %s", tmp, strerror(errno));
+        return;
+    }
+    fprintf(f, "# mocknvml: drain states and removals, as the driver keeps them\n");
+    for (unsigned i = 0; i < prof.ngpus; i++) {
+        const struct nvmlDevice_st *g = &prof.gpus[i];
+        if (g->removed || g->draining)
+            fprintf(f, "%s %s\n", g->removed ? "removed" : "draining", g->uuid);
+    }
+    if (fclose(f) != 0 || rename(tmp, drain_path) != 0) {
+        log_line("MOCK_NVML_DRAIN_STATE: writing %s: %s", drain_path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* drain_load reads MOCK_NVML_DRAIN_STATE at nvmlInit (a missing file: none); call with mu held. */
+static int drain_load(char *err, size_t len)
+{
+    if (!drain_path[0])
+        return 0;
+    FILE *f = fopen(drain_path, "re");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, len, "%s", strerror(errno));
+        return -1;
+    }
+    char line[512];
+    int lineno = 0, bad = 0;
+    while (!bad && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        char word[32], uuid[STR_LEN], extra[8];
+        int got = sscanf(line, "%31s %95s %7s", word, uuid, extra);
+        if (got <= 0)
+            continue;
+        struct nvmlDevice_st *g = NULL;
+        for (unsigned i = 0; got == 2 && i < prof.ngpus; i++)
+            if (!strcmp(prof.gpus[i].uuid, uuid))
+                g = &prof.gpus[i];
+        if (got != 2 || (strcmp(word, "draining") != 0 && strcmp(word, "removed") != 0) || !g) {
+            snprintf(err, len, "line %d: want \"draining <uuid>\" or \"removed <uuid>\" of a GPU of the profile", lineno);
+            bad = 1;
+            break;
+        }
+        g->draining = 1;
+        g->removed = !strcmp(word, "removed");
+        log_line("nvmlInit: gpu %u: %s, as an earlier process left it (MOCK_NVML_DRAIN_STATE)", g->index, word);
+    }
+    fclose(f);
+    return bad ? -1 : 0;
+}
+
+/*
+ * reset_stop holds a removal or rediscovery of g until reset-resume (or
+ * recover) names the GPU, releasing mu meanwhile; call with mu held.
+ * UNINITIALIZED when nvmlShutdown came first.
+ */
+static nvmlReturn_t reset_stop(struct nvmlDevice_st *g, const char *call, const char *where)
+{
+    unsigned long gen = generation, resumes = g->reset_resumes;
+    g->reset_pause = RESET_PAUSE_NONE;
+    g->reset_paused++;
+    log_line("%s: gpu %u: paused %s (reset-pause), waiting for reset-resume %u", call, g->index, where, g->index);
+    pthread_cond_broadcast(&mig_cond);
+    while (generation == gen && g->reset_resumes == resumes)
+        pthread_cond_wait(&mig_cond, &mu);
+    if (generation != gen)
+        return NVML_ERROR_UNINITIALIZED;
+    g->reset_paused--;
+    log_line("%s: gpu %u: resumed", call, g->index);
+    return NVML_SUCCESS;
+}
+
 /* gpu_at_pci is the GPU at the PCI address in p (removed ones too); NULL if none. */
 static struct nvmlDevice_st *gpu_at_pci(const nvmlPciInfo_t *p)
 {
@@ -4111,6 +4244,7 @@ nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_
     }
     g->draining = newState == NVML_FEATURE_ENABLED;
     log_line("nvmlDeviceModifyDrainState: gpu %u: drain state %s", g->index, g->draining ? "on" : "off");
+    drain_save();
     return device_end(NVML_SUCCESS);
 }
 
@@ -4142,6 +4276,14 @@ static nvmlReturn_t remove_gpu(nvmlPciInfo_t *pciInfo, const char *call)
     nvmlReturn_t ret = drain_begin(pciInfo, 1, &g);
     if (ret != NVML_SUCCESS)
         return ret;
+    if (g->reset_pause == RESET_PAUSE_REMOVE) { /* draining, not removed yet */
+        if ((ret = reset_stop(g, call, "before removing it")) != NVML_SUCCESS)
+            return device_end(ret);
+        if (g->removed) /* another caller removed it meanwhile */
+            return device_end(NVML_ERROR_INVALID_ARGUMENT);
+        if ((ret = gpu_state(g)) != NVML_SUCCESS)
+            return device_end(ret);
+    }
     const char *why = NULL;
     if (g->persistence)
         why = "persistence mode is on";
@@ -4159,6 +4301,7 @@ static nvmlReturn_t remove_gpu(nvmlPciInfo_t *pciInfo, const char *call)
     for (struct nvmlEventSet_st *s = sets; s; s = s->next)
         s->mask[g->index] = 0;
     log_line("%s: gpu %u: removed", call, g->index);
+    drain_save();
     return device_end(NVML_SUCCESS);
 }
 
@@ -4220,6 +4363,13 @@ nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
         struct nvmlDevice_st *g = &prof.gpus[i];
         if (!g->removed || (!all && gpu_at_pci(pciInfo) != g))
             continue;
+        if (g->reset_pause == RESET_PAUSE_DISCOVER) { /* removed, not back yet */
+            nvmlReturn_t r = reset_stop(g, "nvmlDeviceDiscoverGpus", "before rediscovering it");
+            if (r != NVML_SUCCESS)
+                return device_end(r);
+            if (!g->removed) /* another caller rediscovered it meanwhile */
+                continue;
+        }
         if (take_reset_fail(g, RESET_FAIL_DISCOVER, "nvmlDeviceDiscoverGpus")) {
             ret = NVML_ERROR_UNKNOWN; /* it stays removed */
             continue;
@@ -4238,6 +4388,7 @@ nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
             log_line("nvmlDeviceDiscoverGpus: gpu %u: rediscovered", g->index);
         }
     }
+    drain_save();
     return device_end(ret);
 }
 

@@ -80,6 +80,13 @@ func startNode(t *testing.T, profile string) *node {
 // plugin's extra arguments.
 func startNodeWith(t *testing.T, profile, lib string, args ...string) *node {
 	t.Helper()
+	return startNodeEnv(t, profile, lib, nil, args...)
+}
+
+// startNodeEnv is startNodeWith with more environment for the plugin
+// (harness.PluginOptions.Env).
+func startNodeEnv(t *testing.T, profile, lib string, env []string, args ...string) *node {
+	t.Helper()
 	path, err := harness.ProfilePath(profile)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +107,7 @@ func startNodeWith(t *testing.T, profile, lib string, args ...string) *node {
 			t.Error(err)
 		}
 	})
-	p := startPlugin(t, lib, path, dir, args...)
+	p := startPluginEnv(t, lib, path, dir, env, args...)
 	n := &node{k: k, p: p, profile: p.Profile}
 	if n.e, err = k.WaitConnected(ctx(t), harness.ResourceName); err != nil {
 		t.Fatal(err)
@@ -116,7 +123,14 @@ func startNodeWith(t *testing.T, profile, lib string, args ...string) *node {
 // fails logs its output.
 func startPlugin(t *testing.T, lib, path, dir string, args ...string) *harness.Plugin {
 	t.Helper()
+	return startPluginEnv(t, lib, path, dir, nil, args...)
+}
+
+// startPluginEnv is startPlugin with more environment for the plugin.
+func startPluginEnv(t *testing.T, lib, path, dir string, env []string, args ...string) *harness.Plugin {
+	t.Helper()
 	p, err := harness.StartPlugin(harness.PluginOptions{
+		Env:                env,
 		Binary:             binary,
 		Library:            lib,
 		Profile:            path,

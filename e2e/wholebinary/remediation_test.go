@@ -42,6 +42,11 @@ type remNode struct {
 	args     []string
 	pods     *podresourcestest.Server
 	stateDir string
+	// drainState is the mock NVML's MOCK_NVML_DRAIN_STATE: the GPUs the
+	// driver holds draining or removed, kept across the plugin's restarts
+	// as a node's driver keeps them.
+	drainState string
+	env        []string
 	// cudaConf is the mock libcuda's mockcuda.conf; gpuLines its GPUs.
 	cudaConf string
 	gpuLines []string
@@ -77,6 +82,8 @@ func startRemediation(t *testing.T, cudaConf ...string) *remNode {
 		t.Fatal(err)
 	}
 	r := &remNode{path: path, stateDir: t.TempDir(), pods: podresourcestest.Start(t)}
+	r.drainState = filepath.Join(t.TempDir(), "drain-state")
+	r.env = []string{"MOCK_NVML_DRAIN_STATE=" + r.drainState}
 	for _, g := range prof.GPUs {
 		r.gpuLines = append(r.gpuLines, fmt.Sprintf("gpu %d %s %s", g.Minor, g.BusID, g.UUID))
 	}
@@ -91,7 +98,7 @@ func startRemediation(t *testing.T, cudaConf ...string) *remNode {
 		"--dev-root", devRoot(t, prof),
 		"--metrics-address", "127.0.0.1:0",
 	}
-	r.node = startNodeWith(t, remProfile, library, r.args...)
+	r.node = startNodeEnv(t, remProfile, library, r.env, r.args...)
 	r.metrics = metricsAddress(t, r.p)
 	return r
 }
@@ -128,9 +135,10 @@ func metricsAddress(t *testing.T, p *harness.Plugin) string {
 }
 
 // restart SIGKILLs the plugin, calls between, and starts it again on the
-// same node: the same state dir, PodResources, driver root and /dev. The mock NVML
-// starts afresh with the new process, as the driver would after the
-// reset the old one made. It returns the new plugin's first list.
+// same node: the same state dir, PodResources, driver root and /dev. The
+// mock NVML starts afresh with the new process, but for the GPUs the old
+// one left draining or removed (MOCK_NVML_DRAIN_STATE), as a driver keeps
+// them. It returns the new plugin's first list.
 func (r *remNode) restart(t *testing.T, between func()) harness.List {
 	t.Helper()
 	seq := 0
@@ -144,13 +152,49 @@ func (r *remNode) restart(t *testing.T, between func()) harness.List {
 		t.Fatal(err)
 	}
 	between()
-	r.p = startPlugin(t, library, r.path, r.k.Dir(), r.args...)
+	r.p = startPluginEnv(t, library, r.path, r.k.Dir(), r.env, r.args...)
 	l, err := r.k.WaitDevices(ctx(t), harness.ResourceName, "a list from the new plugin", func(l harness.List) bool { return l.Seq > seq })
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.metrics = metricsAddress(t, r.p)
 	return l
+}
+
+// pauseReset makes the mock NVML stop the plugin's next removal or
+// rediscovery of GPU i, and returns a func that waits until it is stopped.
+func (r *remNode) pauseReset(t *testing.T, i int, at mocknvml.ResetStep) (wait func()) {
+	t.Helper()
+	if err := r.p.Control().PauseReset(i, at); err != nil {
+		t.Fatal(err)
+	}
+	// A test that fails with the reset stopped lets it go on, so the
+	// plugin can stop; after a kill there is nothing to resume.
+	p := r.p
+	t.Cleanup(func() { _ = p.Control().ResumeReset(i) })
+	return func() {
+		t.Helper()
+		if err := r.p.Control().WaitResetPaused(ctx(t), i); err != nil {
+			t.Fatalf("the plugin's reset of GPU %d did not stop in its %s: %v", i, at, err)
+		}
+	}
+}
+
+// drainStateSays is the mock NVML's MOCK_NVML_DRAIN_STATE without its
+// comments: what the driver holds draining or removed.
+func (r *remNode) drainStateSays(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(r.drainState)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for l := range strings.Lines(string(b)) {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // inject sends commands to the mock NVML.
@@ -654,89 +698,312 @@ func TestRemediationXIDWhileWithheld(t *testing.T) {
 	r.othersUntouched(t)
 }
 
-// TestRemediationSurvivesSIGKILL: the plugin is SIGKILLed after it reset
-// GPU 3 and before the probe proved it (the probe hangs in cuCtxCreate,
-// so the kill lands there every time). Started again on the same state
-// dir, it withholds the GPU from its first list, probes it, and gives it
-// back, without a second reset; the reset counts once in the budget.
-// The second case is the state file a kill between saving "resetting" and
-// the reset's end leaves (the mock's reset is too quick to kill in): the
-// reset's outcome is unknown, so it is probed too, never reset blindly.
+// TestRemediationSurvivesSIGKILL: the plugin is SIGKILLed in the middle of
+// GPU 3's remediation, while probing and while resetting; started again
+// on the same state dir, it never resets blindly again.
 func TestRemediationSurvivesSIGKILL(t *testing.T) {
+	t.Run("while probing", killedWhileProbing)
+	t.Run("while resetting", killedWhileResetting)
+}
+
+// killedWhileProbing: the plugin is SIGKILLed after it reset GPU 3 and
+// before the probe proved it (the probe hangs in cuCtxCreate, so the kill
+// lands there every time). Started again on the same state dir, it
+// withholds the GPU from its first list, probes it, and gives it back,
+// without a second reset; the reset counts once in the budget.
+func killedWhileProbing(t *testing.T) {
+	r := startRemediation(t, "hang cuCtxCreate")
+	id := r.uuid(sick)
+	r.inject(t, fmt.Sprintf("recovery %d reset", sick))
+	r.waitTransition(t, sick, "resetting", "probing")
+	r.waitLog(t, sick, "probing before the GPU is given back")
+	if g := r.mustSaved(t, sick); g.State != "probing" || len(g.Resets) != 1 {
+		t.Fatalf("remediation.json while probing: %+v, want probing with one reset", g)
+	}
+
+	restarted := time.Now()
+	r.restart(t, func() {
+		// The GPU works now: the next probe passes.
+		if err := os.WriteFile(r.cudaConf, []byte(strings.Join(r.gpuLines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Its first list may offer the GPU already, if the probe passed
+	// before the plugin registered; never before it passed.
+	withheld := r.waitLog(t, sick, "withholding the GPU for its remediation")
+	if !strings.HasPrefix(withheld.String("reason"), "restored: ") {
+		t.Errorf("the restarted plugin withheld GPU %d for %q, want the restored remediation's reason", sick, withheld.String("reason"))
+	}
+	r.waitLog(t, sick, "probing before the GPU is given back")
+	givenBack := logTime(t, r.waitLog(t, sick, "giving the GPU back"))
+	r.waitHealth(t, sick, api.Healthy)
+	for _, l := range r.k.Lists(harness.ResourceName) {
+		if l.ReceivedAt.After(restarted) && l.ReceivedAt.Before(givenBack) && l.Devices[id].GetHealth() != api.Unhealthy {
+			t.Errorf("list %d from the restarted plugin offers GPU %d before the probe proved it", l.Seq, sick)
+		}
+	}
+
+	if n := r.count("resetting"); n != 0 {
+		t.Errorf("the restarted plugin reset %d times, want none: it probes", n)
+	}
+	if mock := r.mockLog(t); strings.Contains(mock, "removed") {
+		t.Errorf("the restarted plugin's mock NVML removed a GPU:\n%s", mock)
+	}
+	if g := r.mustSaved(t, sick); g.State != "serving" || len(g.Resets) != 1 {
+		t.Errorf("remediation.json after: %+v, want serving with the one reset in the budget", g)
+	}
+	r.wantMetrics(t, sick, 0, 0, 1, "serving")
+	if got, want := r.healthSeen(sick), []string{api.Healthy, api.Unhealthy, api.Healthy}; !slices.Equal(got, want) {
+		t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
+	}
+	r.othersUntouched(t)
+}
+
+// killedWhileResetting: the plugin is SIGKILLed inside its reset of GPU
+// 3, the mock NVML holding the call (reset-pause), once in the removal and
+// once in the rediscovery. A driver whose caller dies there keeps what was
+// done: the GPU draining (not removed yet), or removed (not rediscovered
+// yet); the mock keeps that across processes (MOCK_NVML_DRAIN_STATE) and
+// shows it to the restarted plugin. The reset's outcome is unknown to the
+// restarted plugin, so it never resets again, nor touches the drain
+// state: it probes what is there (a GPU it cannot see, it cannot) and
+// keeps the GPU out for a human, saying why, rather than give it back.
+func killedWhileResetting(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		// killedIn is the GPU's state in remediation.json when the new
-		// plugin starts; note is what the new plugin logs of it.
-		killedIn, note string
+		at   mocknvml.ResetStep
+		// left is what the driver holds of the GPU after the kill.
+		left string
+		// from is the state the restarted plugin leaves for needsHuman;
+		// reason what remediation.json then says.
+		from   string
+		reason []string
 	}{
-		{name: "while probing", killedIn: "probing"},
-		{name: "while resetting", killedIn: "resetting", note: "remediation: found resetting after a restart"},
+		{
+			name: "in the removal: left draining", at: mocknvml.ResetPauseRemove, left: "draining",
+			from: "probing", reason: []string{"the probe failed: NVML does not read it clean", "drain-state=on", "recovery-action=reset"},
+		},
+		{
+			name: "in the rediscovery: left removed", at: mocknvml.ResetPauseDiscover, left: "removed",
+			from: "resetting", reason: []string{"not on the node", "found resetting after a restart", "recovery-action=reset"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := startRemediation(t, "hang cuCtxCreate")
+			r := startRemediation(t)
 			id := r.uuid(sick)
+			paused := r.pauseReset(t, sick, c.at)
 			r.inject(t, fmt.Sprintf("recovery %d reset", sick))
-			r.waitTransition(t, sick, "resetting", "probing")
-			r.waitLog(t, sick, "probing before the GPU is given back")
-			if g := r.mustSaved(t, sick); g.State != "probing" || len(g.Resets) != 1 {
-				t.Fatalf("remediation.json while probing: %+v, want probing with one reset", g)
+			paused()
+			r.waitLog(t, sick, "resetting")
+			if g := r.mustSaved(t, sick); g.State != "resetting" || len(g.Resets) != 1 {
+				t.Fatalf("remediation.json with the reset stopped in its %s: %+v, want resetting with one reset", c.at, g)
 			}
 
+			var left []string
 			restarted := time.Now()
-			r.restart(t, func() {
-				// The GPU works now: the next probe passes.
-				if err := os.WriteFile(r.cudaConf, []byte(strings.Join(r.gpuLines, "\n")+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				if c.killedIn == "probing" {
-					return
-				}
-				path := filepath.Join(r.stateDir, "remediation.json")
-				b, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				edited := strings.Replace(string(b), `"state": "probing"`, `"state": "`+c.killedIn+`"`, 1)
-				if edited == string(b) {
-					t.Fatalf("remediation.json has no GPU probing:\n%s", b)
-				}
-				if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			})
-			// Its first list may offer the GPU already, if the probe passed
-			// before the plugin registered; never before it passed.
-			withheld := r.waitLog(t, sick, "withholding the GPU for its remediation")
-			if !strings.HasPrefix(withheld.String("reason"), "restored: ") {
-				t.Errorf("the restarted plugin withheld GPU %d for %q, want the restored remediation's reason", sick, withheld.String("reason"))
+			r.restart(t, func() { left = r.drainStateSays(t) })
+			if want := []string{c.left + " " + id}; !slices.Equal(left, want) {
+				t.Fatalf("after the kill the driver holds %q, want %q", left, want)
 			}
-			if c.note != "" {
-				if _, err := r.p.WaitLog(ctx(t), c.note, func(e harness.LogEntry) bool {
-					return e.String("gpu") == id && strings.HasPrefix(e.String("msg"), c.note)
+			r.waitTransition(t, sick, c.from, "needsHuman")
+			human := r.waitLog(t, sick, "the GPU stays out until a human acts")
+			t.Logf("the restarted plugin keeps GPU %d out: %s", sick, human.String("reason"))
+			for _, w := range c.reason {
+				if !strings.Contains(human.String("reason"), w) {
+					t.Errorf("the restarted plugin keeps GPU %d out for %q, want it to say %q", sick, human.String("reason"), w)
+				}
+			}
+			g := r.mustSaved(t, sick)
+			if g.State != "needsHuman" || g.Reason != human.String("reason") || len(g.Resets) != 1 {
+				t.Errorf("remediation.json: %+v; want needsHuman for %q, the one reset in the budget", g, human.String("reason"))
+			}
+
+			// Never reset again, nor the driver's state touched: the GPU is
+			// as the killed plugin left it.
+			if n := r.count("resetting"); n != 0 {
+				t.Errorf("the restarted plugin reset %d times, want none", n)
+			}
+			mock := r.mockLog(t)
+			if !strings.Contains(mock, fmt.Sprintf("nvmlInit: gpu %d: %s, as an earlier process left it", sick, c.left)) {
+				t.Errorf("the restarted plugin's mock NVML did not start with GPU %d %s:\n%s", sick, c.left, mock)
+			}
+			for _, call := range []string{"nvmlDeviceModifyDrainState", "nvmlDeviceRemoveGpu", "nvmlDeviceDiscoverGpus"} {
+				if strings.Contains(mock, call) {
+					t.Errorf("the restarted plugin called %s:\n%s", call, mock)
+				}
+			}
+			if got := r.drainStateSays(t); !slices.Equal(got, left) {
+				t.Errorf("the driver holds %q after the restart, want %q as the kill left it", got, left)
+			}
+
+			// Not offered by the restarted plugin at any point: listed
+			// Unhealthy while NVML shows it, absent while it does not.
+			// Every other GPU is listed Healthy throughout.
+			lists := 0
+			for _, l := range r.k.Lists(harness.ResourceName) {
+				if !l.ReceivedAt.After(restarted) {
+					continue
+				}
+				lists++
+				d := l.Devices[id]
+				switch {
+				case c.left == "removed" && d != nil:
+					t.Errorf("list %d from the restarted plugin lists GPU %d, which NVML does not show: %v", l.Seq, sick, d)
+				case c.left != "removed" && d.GetHealth() != api.Unhealthy:
+					t.Errorf("list %d from the restarted plugin lists GPU %d %v, want Unhealthy", l.Seq, sick, d)
+				}
+				for i := range r.profile.GPUs {
+					if d := l.Devices[r.uuid(i)]; i != sick && d.GetHealth() != api.Healthy {
+						t.Errorf("list %d: GPU %d is %v, want Healthy", l.Seq, i, d)
+					}
+				}
+			}
+			if lists == 0 {
+				t.Error("no list from the restarted plugin")
+			}
+			r.wantMetrics(t, sick, 0, 0, 0, "needsHuman")
+		})
+	}
+}
+
+// TestRemediationFaultWhileResetting: faults arrive while the plugin's
+// reset of GPU 3 is stopped in the removal (the GPU draining, still in
+// NVML's view and getting events). What remedy's Machine defines for a
+// fault while resetting holds on the real binary: no second reset and
+// nothing given back early; a fault calling for a reset (XID 94, a new
+// recovery action) is left to the probe, which finds the GPU clean after
+// the reset, so it is given back; one calling for a human (XID 64) keeps
+// it out for a human once the reset ends, without a probe. Stopped in
+// the rediscovery instead, the GPU removed, health reads it lost through
+// its old handle: the reset's own doing, which the probe judges, not a
+// GPU off the bus calling for a node reboot.
+func TestRemediationFaultWhileResetting(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// at is where the reset stops; faults are injected meanwhile;
+		// healthSays is what health's reason says of the GPU meanwhile.
+		at         mocknvml.ResetStep
+		faults     []string
+		healthSays string
+		// note is how the plugin's note of a fault while resetting
+		// starts; facts what the notes name.
+		note  string
+		facts []string
+		// transitions are GPU 3's states; reason what keeps it out at the
+		// end ("" given back).
+		transitions []string
+		reason      string
+		success     float64
+		recoveries  float64
+		end         string
+	}{
+		{
+			name:        "XID 94 and a recovery action: the probe judges",
+			at:          mocknvml.ResetPauseRemove,
+			faults:      []string{fmt.Sprintf("xid %d 94", sick), fmt.Sprintf("recovery %d drain-and-reset", sick)},
+			note:        "remediation: a fault while resetting; the probe judges it: ",
+			facts:       []string{"xid=94", "recovery-action=drain-and-reset"},
+			transitions: []string{"serving", "draining", "resetting", "probing", "serving"},
+			success:     1, recoveries: 1, end: "serving",
+		},
+		{
+			name:        "XID 64: out for a human once the reset ends",
+			at:          mocknvml.ResetPauseRemove,
+			faults:      []string{fmt.Sprintf("xid %d 64", sick)},
+			note:        "remediation: a fault while resetting; out for a human or a reboot once that ends: ",
+			facts:       []string{"xid=64"},
+			transitions: []string{"serving", "draining", "resetting", "needsHuman"},
+			reason:      "xid=64",
+			success:     1, end: "needsHuman",
+		},
+		{
+			// Health polls the GPU through its old handle while it is
+			// removed: NVML answers GPU_IS_LOST, which is the reset's own
+			// doing, not the GPU falling off the bus.
+			name:        "stopped in the rediscovery, the GPU removed: the probe judges",
+			at:          mocknvml.ResetPauseDiscover,
+			healthSays:  "gpu-lost",
+			note:        "remediation: a fault while resetting; the probe judges it: ",
+			facts:       []string{"recovery-action=reset"},
+			transitions: []string{"serving", "draining", "resetting", "probing", "serving"},
+			success:     1, recoveries: 1, end: "serving",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startRemediation(t)
+			id := r.uuid(sick)
+			paused := r.pauseReset(t, sick, c.at)
+			r.inject(t, fmt.Sprintf("recovery %d reset", sick))
+			paused()
+			r.waitLog(t, sick, "resetting")
+
+			r.inject(t, c.faults...)
+			for _, f := range c.facts {
+				if _, err := r.p.WaitLog(ctx(t), fmt.Sprintf("%q naming %s", c.note, f), func(e harness.LogEntry) bool {
+					return e.String("gpu") == id && strings.HasPrefix(e.String("msg"), c.note) && strings.Contains(e.String("msg"), f)
 				}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			r.waitLog(t, sick, "probing before the GPU is given back")
-			givenBack := logTime(t, r.waitLog(t, sick, "giving the GPU back"))
-			r.waitHealth(t, sick, api.Healthy)
-			for _, l := range r.k.Lists(harness.ResourceName) {
-				if l.ReceivedAt.After(restarted) && l.ReceivedAt.Before(givenBack) && l.Devices[id].GetHealth() != api.Unhealthy {
-					t.Errorf("list %d from the restarted plugin offers GPU %d before the probe proved it", l.Seq, sick)
+			if c.healthSays != "" {
+				if _, err := r.p.WaitLog(ctx(t), "health saying "+c.healthSays, func(e harness.LogEntry) bool {
+					return e.String("device") == id && strings.Contains(e.String("reason"), c.healthSays)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Health polls a few times more while the reset is stopped.
+			time.Sleep(3 * pollInterval)
+			if n := r.count("giving the GPU back"); n != 0 {
+				t.Fatalf("given back %d times while its reset was stopped", n)
+			}
+			if g := r.mustSaved(t, sick); g.State != "resetting" || len(g.Resets) != 1 {
+				t.Errorf("remediation.json while the reset is stopped: %+v, want resetting with one reset", g)
+			}
+
+			if err := r.p.Control().ResumeReset(sick); err != nil {
+				t.Fatal(err)
+			}
+			if c.end == "serving" {
+				r.waitLog(t, sick, "giving the GPU back")
+				r.waitTransition(t, sick, "probing", "serving")
+				r.waitHealth(t, sick, api.Healthy)
+			} else {
+				human := r.waitLog(t, sick, "the GPU stays out until a human acts")
+				if !strings.Contains(human.String("reason"), c.reason) {
+					t.Errorf("GPU %d kept out for %q, want it to say %q", sick, human.String("reason"), c.reason)
 				}
 			}
 
-			if n := r.count("resetting"); n != 0 {
-				t.Errorf("the restarted plugin reset %d times, want none: it probes", n)
+			if got := r.transitions(sick); !slices.Equal(got, c.transitions) {
+				t.Errorf("GPU %d went %v, want %v", sick, got, c.transitions)
 			}
-			if mock := r.mockLog(t); strings.Contains(mock, "removed") {
-				t.Errorf("the restarted plugin's mock NVML removed a GPU:\n%s", mock)
+			if n := r.count("resetting"); n != 1 {
+				t.Errorf("%d resets, want 1", n)
 			}
-			if g := r.mustSaved(t, sick); g.State != "serving" || len(g.Resets) != 1 {
-				t.Errorf("remediation.json after: %+v, want serving with the one reset in the budget", g)
+			mock := r.mockLog(t)
+			for _, step := range []string{
+				fmt.Sprintf("nvmlDeviceModifyDrainState: gpu %d: drain state on", sick),
+				fmt.Sprintf("gpu %d: removed", sick),
+				fmt.Sprintf("nvmlDeviceDiscoverGpus: gpu %d: rediscovered", sick),
+			} {
+				if n := strings.Count(mock, step); n != 1 {
+					t.Errorf("the mock NVML's log has %q %d times, want once:\n%s", step, n, mock)
+				}
 			}
-			r.wantMetrics(t, sick, 0, 0, 1, "serving")
-			if got, want := r.healthSeen(sick), []string{api.Healthy, api.Unhealthy, api.Healthy}; !slices.Equal(got, want) {
+			g := r.mustSaved(t, sick)
+			if g.State != c.end || len(g.Resets) != 1 || !strings.Contains(g.Reason, c.reason) {
+				t.Errorf("remediation.json after: %+v, want %s with one reset, saying %q", g, c.end, c.reason)
+			}
+			if c.end == "needsHuman" && r.count("probing before the GPU is given back") != 0 {
+				t.Error("probed a GPU the Machine sends to a human")
+			}
+			r.wantMetrics(t, sick, c.success, 0, c.recoveries, c.end)
+			want := []string{api.Healthy, api.Unhealthy, api.Healthy}
+			if c.end != "serving" {
+				want = want[:2]
+			}
+			if got := r.healthSeen(sick); !slices.Equal(got, want) {
 				t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
 			}
 			r.othersUntouched(t)

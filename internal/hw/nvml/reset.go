@@ -343,12 +343,17 @@ type Condition struct {
 	MIGCapable bool
 	// ComputeMode is the GPU's; a reset puts it back to ComputeDefault.
 	ComputeMode ComputeMode
+	// Draining is the GPU's drain state, on: a reset turns it off again,
+	// so one left on is a reset that stopped midway (its caller killed
+	// before the removal). False where NVML has no drain states.
+	Draining bool
 }
 
 // Faults lists what keeps the condition from being clean, in the health
 // reasons' words: "recovery-action=reset", "row-remap-pending",
 // "row-remap-failure", "thermal=91C>=slowdown 90C", "hw-slowdown",
-// "hw-thermal-slowdown", "hw-power-brake", "gpu-lost", "unread: <signals>".
+// "hw-thermal-slowdown", "hw-power-brake", "drain-state=on", "gpu-lost",
+// "unread: <signals>".
 // A signal the GPU does not support is no fault. Empty means clean; the
 // compute and MIG modes are the caller's to compare.
 func (c Condition) Faults() []string {
@@ -358,6 +363,9 @@ func (c Condition) Faults() []string {
 	}
 	if c.Failed != 0 {
 		out = append(out, "unread: "+c.Failed.String())
+	}
+	if c.Draining {
+		out = append(out, "drain-state=on")
 	}
 	if c.Has(SignalRecoveryAction) && c.RecoveryAction != RecoveryNone {
 		out = append(out, "recovery-action="+c.RecoveryAction.String())
@@ -385,7 +393,8 @@ func (c Condition) Faults() []string {
 }
 
 // Condition reads the GPU with uuid: its health signals (one read each, as
-// the Monitor reads them), its MIG mode and its compute mode. Read once
+// the Monitor reads them), its MIG mode, its compute mode and its drain
+// state. Read once
 // before a reset to save the modes, and after it to see whether the GPU is
 // clean (Condition.Faults) and as it was. An error means the GPU could
 // not be looked up or its modes not read; a signal that fails to read is
@@ -417,6 +426,20 @@ func (r *Resetter) Condition(uuid string) (Condition, error) {
 		case gonvml.ERROR_NOT_SUPPORTED:
 		default:
 			return c, fmt.Errorf("GPU %s: reading its MIG mode: %w", uuid, ret)
+		}
+	}
+	if r.syms.Has(symQueryDrain) {
+		pci, ret := h.GetPciInfo()
+		if ret != gonvml.SUCCESS {
+			return c, fmt.Errorf("GPU %s: reading its PCI address: %w", uuid, ret)
+		}
+		state, ret := r.lib.DeviceQueryDrainState(&pci)
+		switch ret {
+		case gonvml.SUCCESS:
+			c.Draining = state == gonvml.FEATURE_ENABLED
+		case gonvml.ERROR_NOT_SUPPORTED: // a vGPU guest
+		default:
+			return c, fmt.Errorf("GPU %s: reading its drain state: %w", uuid, ret)
 		}
 	}
 	return c, nil

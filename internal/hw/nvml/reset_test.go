@@ -228,7 +228,13 @@ func TestCondition(t *testing.T) {
 	nvmltest.WithMIG(s, 5)
 	vgpu := nvmltest.Device(s, 6)
 	vgpu.GetRemappedRowsFunc = func() (int, int, bool, bool, gonvml.Return) { return 0, 0, false, false, gonvml.ERROR_NOT_SUPPORTED }
+	drain := nvmltest.WithDrain(s)
 	inv := discover(t, s)
+	// GPU 7 is left draining (a reset whose caller died before the removal).
+	pci, _ := nvmltest.Device(s, 7).GetPciInfo()
+	if ret := s.DeviceModifyDrainState(&pci, gonvml.FEATURE_ENABLED); ret != gonvml.SUCCESS || !drain.Draining(7) {
+		t.Fatalf("ModifyDrainState: %v", ret)
+	}
 	lost.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 0, gonvml.ERROR_GPU_IS_LOST }
 	if err := nvml.SetComputeMode(s, inv.GPUs[1].UUID, true); err != nil {
 		t.Fatal(err)
@@ -263,6 +269,11 @@ func TestCondition(t *testing.T) {
 				t.Errorf("Unsupported = %v, want remapped-rows", c.Unsupported)
 			}
 		}},
+		{"a drain state left on is a fault", 7, []string{"drain-state=on"}, func(t *testing.T, c nvml.Condition) {
+			if !c.Draining {
+				t.Errorf("Draining = false, want true")
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := r.Condition(inv.GPUs[tc.gpu].UUID)
@@ -277,4 +288,14 @@ func TestCondition(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a GPU without drain states is no fault; another error reading it is an error", func(t *testing.T) {
+		drain.Fail(nvmltest.CallQueryDrain, gonvml.ERROR_NOT_SUPPORTED)
+		if c, err := r.Condition(inv.GPUs[7].UUID); err != nil || c.Draining || len(c.Faults()) != 0 {
+			t.Errorf("Condition with NOT_SUPPORTED = %+v, %v; want clean", c, err)
+		}
+		drain.Fail(nvmltest.CallQueryDrain, gonvml.ERROR_UNKNOWN)
+		if _, err := r.Condition(inv.GPUs[7].UUID); !errors.Is(err, gonvml.ERROR_UNKNOWN) {
+			t.Errorf("Condition with UNKNOWN: %v, want that error", err)
+		}
+	})
 }

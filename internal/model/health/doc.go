@@ -10,8 +10,9 @@
 // Each transition and state also goes to a Recorder, when given (package
 // metrics exports them). OnFacts hands the same findings, structured (the
 // recovery action, new XIDs, row remaps, a lost GPU), to the remediation,
-// and ClearSticky drops a GPU's XID and ECC conditions once it was reset
-// and proven.
+// and ClearSticky drops a GPU's XID and ECC conditions, and the lost, recovery
+// action and pending row remap its last poll read, once it was reset and
+// proven.
 //
 // It reads hardware only through the Sampler it is given and keeps all
 // state in the one goroutine that runs Watcher.Run.

@@ -97,8 +97,12 @@ func (w *Watcher) seenXID(i int, xid uint64) {
 // ClearSticky drops GPU id's XID and double-bit ECC conditions, its
 // parts' XIDs too, sticky or not: the GPU was reset and proven (a
 // remediation gave it back), so what happened before the reset no longer
-// holds. Safe from any goroutine: Run applies it at once, and Poll and
-// Event first apply any pending.
+// holds. What the last poll read of the conditions a reset clears (the
+// driver's recovery action, a pending row remap) goes too, and lost (NVML
+// answers GPU_IS_LOST while the reset has the GPU removed): the probe read
+// them clean since, and the next poll reads them again. Safe from any
+// goroutine: Run applies it at once, and Poll and Event first apply any
+// pending.
 func (w *Watcher) ClearSticky(id string) {
 	w.clearMu.Lock()
 	if !slices.Contains(w.clears, id) {
@@ -125,8 +129,14 @@ func (w *Watcher) applyClears() {
 			continue
 		}
 		g := &w.gpus[i]
-		hit := g.conds[condXID] != nil || g.conds[condECC] != nil
-		g.conds[condXID], g.conds[condECC] = nil, nil
+		pending := g.conds[condRemap] != nil && g.conds[condRemap].reason == reasonRemapPending
+		hit := g.conds[condXID] != nil || g.conds[condECC] != nil || g.conds[condRecovery] != nil || g.action != nvml.RecoveryNone ||
+			g.conds[condLost] != nil || pending
+		g.conds[condXID], g.conds[condECC], g.conds[condRecovery], g.action = nil, nil, nil, nvml.RecoveryNone
+		g.conds[condLost], g.lostGood = nil, 0
+		if pending {
+			g.conds[condRemap] = nil
+		}
 		for k := range w.parts[i] {
 			hit = hit || w.parts[i][k].xid != nil
 			w.parts[i][k].xid = nil

@@ -120,6 +120,47 @@ func TestClearSticky(t *testing.T) {
 	expect(t, mr.take(), change{"MIG-a", true, ""})
 }
 
+// ClearSticky also drops what the last poll read of the conditions a
+// reset clears (the recovery action, a pending row remap, the GPU lost
+// while the reset had it removed): the probe has
+// just read them clean, so Facts with the old action, which would start
+// a second remediation, are not told when the XID goes. The next poll
+// reads them again.
+func TestClearStickyDropsWhatTheResetCleared(t *testing.T) {
+	w, s, r, l := factsWatcher(t, 1)
+	s.set(0, func(x *nvml.Sample) {
+		x.RecoveryAction = nvml.RecoveryDrainAndReset
+		x.RowRemapPending = true
+	})
+	w.Poll()
+	w.Event(nvml.Event{GPU: 0, Kind: nvml.EventXID, XID: 94})
+	r.take()
+	l.take()
+	// The reset removed it a while: NVML answered GPU_IS_LOST.
+	s.set(0, func(x *nvml.Sample) { x.Lost, x.Err = true, fmt.Errorf("GPU is lost") })
+	w.Poll()
+	r.take()
+	l.take()
+	// The reset cleared it all; no poll has read the GPU since.
+	s.set(0, func(x *nvml.Sample) {
+		x.Lost, x.Err = false, nil
+		x.RecoveryAction = nvml.RecoveryNone
+		x.RowRemapPending = false
+	})
+	w.ClearSticky("GPU-0")
+	w.applyClears()
+	expect(t, r.take(), change{"GPU-0", true, ""})
+	wantFacts(t, l.take(), `GPU-0 healthy=true reason="" action=none xids=[] pending=false failure=false lost=false`)
+	w.Poll()
+	wantFacts(t, l.take())
+
+	// Still asked for after the reset: the next poll says so again.
+	s.set(0, func(x *nvml.Sample) { x.RecoveryAction = nvml.RecoveryReset })
+	w.ClearSticky("GPU-0")
+	w.Poll()
+	wantFacts(t, l.take(), `GPU-0 healthy=false reason="recovery-action=reset" action=reset xids=[] pending=false failure=false lost=false`)
+}
+
 // Run applies a ClearSticky at once, without waiting for a poll.
 func TestClearStickyWakesRun(t *testing.T) {
 	w, _, r, _ := factsWatcher(t, 1)

@@ -13,10 +13,10 @@ const diagram = `stateDiagram-v2
     waitingIdle --> resetting: no process, MPS stopped (reset, peers with it where required)
     waitingIdle --> probing: a drain only, idle and the driver done (probe)
     resetting --> probing: reset done (probe), or found resetting after a restart
-    resetting --> needsHuman: reset failed
+    resetting --> needsHuman: reset failed, or found resetting after a restart with the GPU gone
     probing --> serving: probe passed (give back)
     probing --> needsHuman: probe failed
-    probing --> draining: a fault calling for a reset came while probing
+    probing --> draining: a new fault calling for a reset came while probing
     serving --> needsHuman: a fault for a human (row remap failure, xid 64)
     draining --> needsHuman: budget spent, or peers must be reset with it and resetPeers is off
     serving --> needsReboot: GPU lost, xid 79, the driver asks for a reboot

@@ -259,6 +259,17 @@ func (m *Machine) Fault(gpu string, f Facts, now time.Time) []Command {
 			r.decision, r.reason = DecisionDrain, v.Reason
 		}
 	case r.state == StateResetting || r.state == StateProbing:
+		// Judged on what f says now: its polled facts and the XIDs new in
+		// it. The XIDs held from before were what the reset is for; the
+		// watcher tells the facts again whenever they change (the
+		// recovery action the reset cleared), and a held XID is then no
+		// fault of the GPU after its reset. Nor is lost: NVML answers
+		// GPU_IS_LOST for the GPU the reset removed until it is
+		// rediscovered and looked up anew; whether it came back, the
+		// reset's result and the probe say (a GPU still lost fails both).
+		now := f
+		now.Lost = false
+		v := Decide(now)
 		switch {
 		case v.Decision.rank() >= DecisionHuman.rank():
 			r.then = v

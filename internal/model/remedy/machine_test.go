@@ -362,6 +362,35 @@ func TestLifecycle(t *testing.T) {
 			end: map[string]want{gpuA: {StateServing, "", 1}},
 		},
 		{
+			// The health watcher tells the Facts again whenever they change
+			// (here the recovery action the reset cleared), with no new XID:
+			// the XID the reset addressed is no fault while probing.
+			name: "an XID held from before the reset, facts changing while probing: no second reset",
+			steps: []step{
+				{fault(0, gpuA, Facts{Action: nvml.RecoveryReset, XIDs: []uint64{94}}), []string{"withhold GPU-a", "GPU-a serving->draining"}},
+				{usage(time.Second, gpuA, 0, 0, false), []string{"GPU-a draining->resetting", "reset GPU-a"}},
+				{fault(1500*time.Millisecond, gpuA, Facts{Action: nvml.RecoveryDrainAndReset, XIDs: []uint64{48}}), []string{"note GPU-a"}},
+				{resetDone(2*time.Second, gpuA, nil), []string{"GPU-a resetting->probing", "probe GPU-a"}},
+				{fault(2500*time.Millisecond, gpuA, Facts{Health: "xid=48, xid=94"}), []string{"note GPU-a"}},
+				{probeDone(3*time.Second, gpuA, nil), []string{"giveBack GPU-a", "GPU-a probing->serving"}},
+			},
+			end: map[string]want{gpuA: {StateServing, "", 1}},
+		},
+		{
+			// NVML answers GPU_IS_LOST for the GPU the reset removed, until
+			// it is rediscovered and looked up anew; health may read that
+			// and tell it, even once the reset is done.
+			name: "lost while resetting and probing, the reset's own doing: the probe judges, no reboot",
+			steps: []step{
+				cycle(0, gpuA)[0], cycle(0, gpuA)[1],
+				{fault(1500*time.Millisecond, gpuA, Facts{Action: nvml.RecoveryReset, Lost: true}), []string{"note GPU-a"}},
+				{resetDone(2*time.Second, gpuA, nil), []string{"GPU-a resetting->probing", "probe GPU-a"}},
+				{fault(2500*time.Millisecond, gpuA, Facts{Lost: true}), []string{"note GPU-a"}},
+				{probeDone(3*time.Second, gpuA, nil), []string{"giveBack GPU-a", "GPU-a probing->serving"}},
+			},
+			end: map[string]want{gpuA: {StateServing, "", 1}},
+		},
+		{
 			name: "xid 79 while resetting: a reboot once the reset ends",
 			steps: []step{
 				cycle(0, gpuA)[0], cycle(0, gpuA)[1],

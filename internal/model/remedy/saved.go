@@ -127,7 +127,8 @@ func (r *record) saved() SavedGPU {
 
 // restore takes back one saved GPU. Nothing is done blindly: a GPU found
 // resetting is probed, never reset again nor counted twice; a GPU no
-// longer on the node is dropped, unless a human or a reboot is still owed.
+// longer on the node is dropped, unless a human or a reboot is still owed,
+// or it was resetting (the reset may have left it removed): then a human is.
 func (m *Machine) restore(s SavedGPU) {
 	r := &record{
 		uuid: s.UUID, state: s.State, decision: s.Decision, reason: s.Reason, since: s.Since, started: s.Started,
@@ -138,6 +139,17 @@ func (m *Machine) restore(s SavedGPU) {
 	}
 	r.resets = slices.DeleteFunc(r.resets, func(t time.Time) bool { return m.now.Sub(t) >= m.p.Window })
 	if _, here := m.recs[s.UUID]; !here {
+		if r.state == StateResetting {
+			// Killed in its reset: the reset may have left it removed,
+			// out of NVML's view until a rediscovery. It cannot be
+			// probed, and is not forgotten: a human looks.
+			r.group, r.heldFor, r.then, r.refault = nil, "", Verdict{}, false
+			r.decision, r.reason = DecisionHuman, "found resetting after a restart and not on the node: the reset may have left it removed from NVML's view "+
+				"(look with nvidia-smi; rediscover it or reboot the node), it was out because "+s.Reason
+			m.emit(Command{Kind: CmdTransition, GPU: r.uuid, From: r.state, To: StateNeedsHuman, Reason: r.reason})
+			r.state, r.since = StateNeedsHuman, m.now
+			m.emit(Command{Kind: CmdNeedsHuman, GPU: r.uuid, Reason: r.reason})
+		}
 		if r.state.terminal() {
 			r.absent = true
 			m.absent = append(m.absent, r)

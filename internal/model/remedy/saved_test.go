@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +91,18 @@ func TestRestart(t *testing.T) {
 			},
 		},
 		{
+			// Killed in its reset after the removal: the GPU may be left
+			// removed, out of NVML's view. Not reset, not probed, not
+			// forgotten: out for a human, saying why.
+			name:  "found resetting and not on the node: out for a human, kept though absent",
+			saved: `{"gpus": [{"uuid": "GPU-gone", "state": "resetting", "decision": "reset", "reason": "xid=48", "resets": ["2026-11-27T05:59:00Z"]}]}`,
+			start: []string{"GPU-gone resetting->needsHuman", "needsHuman GPU-gone", "note GPU-gone"},
+			steps: []step{
+				{probeDone(time.Minute, "GPU-gone", nil), []string{"note GPU-gone"}},
+				{release(time.Hour, "GPU-gone"), []string{"note GPU-gone"}},
+			},
+		},
+		{
 			name:  "a peer held for a leader no longer leading is given back",
 			saved: `{"gpus": [{"uuid": "GPU-b", "state": "draining", "decision": "withPeer", "heldFor": "GPU-a", "started": "2026-11-27T05:00:00Z"}]}`,
 			start: []string{"withhold GPU-b", "giveBack GPU-b", "GPU-b draining->serving"},
@@ -120,6 +133,22 @@ func TestAbsentIsListed(t *testing.T) {
 	m.Release("GPU-lost", t0)
 	if len(m.Status()) != 4 || len(m.Save().GPUs) != 0 {
 		t.Errorf("after release: %+v", m.Status())
+	}
+
+	// One found resetting is kept too, out for a human, with why.
+	if err := json.Unmarshal([]byte(`{"gpus": [{"uuid": "GPU-gone", "state": "resetting", "decision": "reset", "reason": "xid=48", "resets": ["2026-11-27T05:59:00Z"]}]}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err = New(DefaultPolicy(), plainNode(), s, t0); err != nil {
+		t.Fatal(err)
+	}
+	st = m.Status()
+	if last := st[len(st)-1]; len(st) != 5 || last.GPU != "GPU-gone" || !last.Absent || last.State != StateNeedsHuman || last.Resets != 1 ||
+		!strings.Contains(last.Reason, "not on the node") || !strings.Contains(last.Reason, "xid=48") {
+		t.Fatalf("status %+v", st)
+	}
+	if got := m.Save().GPUs; len(got) != 1 || got[0].UUID != "GPU-gone" || got[0].State != StateNeedsHuman {
+		t.Errorf("saved %+v", got)
 	}
 }
 

@@ -261,7 +261,9 @@ func (s *Service) Run(ctx context.Context) {
 	for _, st := range s.m.Status() {
 		s.record(st.GPU, st.State)
 	}
-	s.carryOut(ctx, pending)
+	// Saved first, as every command is: what restoring changed (a GPU
+	// found resetting and gone, out for a human now) is on disk.
+	s.handle(ctx, pending)
 	tick := s.o.Clock.After(s.o.Tick)
 	var poll <-chan time.Time
 	for {

@@ -409,6 +409,26 @@ func TestRestartMidResetProbes(t *testing.T) {
 	again.wantHealth("GPU-0", true, "")
 }
 
+// A restart that finds a GPU resetting and no longer on the node (the
+// reset may have left it removed): out for a human, and saved so as soon
+// as Run starts, though nothing else happens to it.
+func TestRestartMidResetGPUGone(t *testing.T) {
+	st := &store{data: []byte(`{"gpus": [{"uuid": "GPU-gone", "state": "resetting", "decision": "reset", "reason": "xid=48"}]}`)}
+	r := newRig(t, remedy.DefaultPolicy(), st, false)
+	r.run()
+	if got := r.state("GPU-gone"); got.State != remedy.StateNeedsHuman || !got.Absent || !strings.Contains(got.Reason, "not on the node") {
+		t.Fatalf("GPU-gone: %+v, want needsHuman, absent, saying it is not on the node", got)
+	}
+	r.wantCalls("event GPU-gone " + EventNeedsHuman)
+	var saved remedy.Saved
+	if _, err := st.Load(&saved); err != nil {
+		t.Fatal(err)
+	}
+	if len(saved.GPUs) != 1 || saved.GPUs[0].State != remedy.StateNeedsHuman {
+		t.Errorf("saved %+v, want GPU-gone needsHuman", saved.GPUs)
+	}
+}
+
 // Eviction: DRA only, and only with evict on, after the grace period;
 // the taint's NoExecute ends when the GPU is given back.
 func TestEviction(t *testing.T) {
