@@ -203,15 +203,7 @@ func (c *Control) PauseMIGCreate(gpu int, at MIGPause) error {
 // without a deadline). The library's control thread waits meanwhile, so
 // other commands wait behind it.
 func (c *Control) WaitMIGCreatePaused(ctx context.Context, gpu int) error {
-	ms := DefaultTimeout.Milliseconds()
-	if d, ok := ctx.Deadline(); ok {
-		ms = max(time.Until(d).Milliseconds(), 1)
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout+time.Second) // the library answers first
-		defer cancel()
-	}
-	return c.InjectContext(ctx, fmt.Sprintf("mig-create-wait %d %d", gpu, ms))
+	return c.waitPaused(ctx, "mig-create-wait", gpu)
 }
 
 // ResumeMIGCreate lets a creation stopped on GPU gpu go on, and disarms a
@@ -263,6 +255,12 @@ func (c *Control) PauseReset(gpu int, at ResetStep) error {
 // seconds without a deadline). The library's control thread waits
 // meanwhile, so other commands wait behind it.
 func (c *Control) WaitResetPaused(ctx context.Context, gpu int) error {
+	return c.waitPaused(ctx, "reset-wait", gpu)
+}
+
+// waitPaused sends verb for GPU gpu with the time left to wait, which the
+// library bounds itself: ctx's deadline, else DefaultTimeout.
+func (c *Control) waitPaused(ctx context.Context, verb string, gpu int) error {
 	ms := DefaultTimeout.Milliseconds()
 	if d, ok := ctx.Deadline(); ok {
 		ms = max(time.Until(d).Milliseconds(), 1)
@@ -271,7 +269,7 @@ func (c *Control) WaitResetPaused(ctx context.Context, gpu int) error {
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout+time.Second) // the library answers first
 		defer cancel()
 	}
-	return c.InjectContext(ctx, fmt.Sprintf("reset-wait %d %d", gpu, ms))
+	return c.InjectContext(ctx, fmt.Sprintf("%s %d %d", verb, gpu, ms))
 }
 
 // ResumeReset lets a removal or rediscovery stopped on GPU gpu go on, and
