@@ -3,7 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/cluster/auditlog"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 )
 
@@ -75,12 +75,12 @@ func TestScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit := &auditTail{path: s.auditLog, user: "gpu-device-plugin-scale"}
+	audit := &auditlog.Tail{Path: s.auditLog, User: "gpu-device-plugin-scale"}
 	r := &report{nodes: s.nodes}
 
 	// Start: batches of s.batch plugins, each batch published and its
 	// condition set before the next starts, as a DaemonSet rollout would.
-	if err := audit.mark(); err != nil {
+	if err := audit.Mark(); err != nil {
 		t.Fatal(err)
 	}
 	f := &fleet{}
@@ -187,7 +187,7 @@ func TestScale(t *testing.T) {
 		}
 	}
 	if n := rest.writes(); n != 0 {
-		t.Errorf("at rest the fleet wrote %d times in %s (%s); the budget is 0", n, s.rest, rest.summary())
+		t.Errorf("at rest the fleet wrote %d times in %s (%s); the budget is 0", n, s.rest, auditlog.Summary(rest.reqs))
 	}
 	for _, c := range []struct {
 		ph     phase
@@ -296,18 +296,18 @@ type report struct {
 
 // phase waits until the fleet has not written for quiet, then takes what
 // it asked since the last phase.
-func (r *report) phase(ctx context.Context, a *auditTail, name string, from time.Time) (phase, error) {
-	var reqs []request
+func (r *report) phase(ctx context.Context, a *auditlog.Tail, name string, from time.Time) (phase, error) {
+	var reqs []auditlog.Request
 	lastWrite := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		more, err := a.read()
+		more, err := a.Read()
 		if err != nil {
 			return phase{}, err
 		}
 		for _, q := range more {
-			if q.write() {
+			if q.Write() {
 				lastWrite = time.Now()
 			}
 		}
@@ -333,16 +333,4 @@ func (r *report) taintDelays(injected, faulted map[string]time.Time) {
 		}
 	}
 	sort.Slice(r.delays, func(i, j int) bool { return r.delays[i] < r.delays[j] })
-}
-
-func (p phase) summary() string {
-	c := p.counts()
-	keys := slices.SortedFunc(maps.Keys(c), func(a, b verbResource) int {
-		return strings.Compare(a.resource+" "+a.verb, b.resource+" "+b.verb)
-	})
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %s ×%d", k.verb, k.resource, c[k]))
-	}
-	return strings.Join(parts, ", ")
 }
