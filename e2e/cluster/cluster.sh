@@ -39,8 +39,10 @@ NS_VARLOG=$RUN_DIR/ns/var-log
 # nfd-worker (a hostPath) use this one, at the same path inside and out.
 NS_NFD_FEATURES=$RUN_DIR/ns/nfd-features.d
 CONTAINERD_SOCK=$NS_RUN/containerd/containerd.sock
-# The scale lane's API user, and the audit log that records it alone.
+# The scale lane's API user, and the audit log that records it (and the plugin).
 SCALE_USER=gpu-device-plugin-scale
+# The suite's plugin: the chart's ServiceAccount of release gpu-device-plugin in kube-system.
+PLUGIN_USER=system:serviceaccount:kube-system:gpu-device-plugin
 AUDIT_LOG=$RUN_DIR/audit/audit.log
 
 pid_of() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
@@ -157,8 +159,9 @@ make_pki() {
 	kubeconfig scale scale
 }
 
-# The audit policy records the scale lane's user only (its metadata, not
-# bodies), so no other lane pays for it.
+# The audit policy records the scale lane's user and the suite's plugin
+# (the remediation lane counts its requests), their metadata only, not
+# bodies, so no other client pays for it.
 write_audit_policy() {
 	mkdir -p "$(dirname "$AUDIT_LOG")"
 	cat >"$RUN_DIR/audit-policy.yaml" <<-EOP
@@ -167,7 +170,7 @@ write_audit_policy() {
 	omitStages: [RequestReceived]
 	rules:
 	- level: Metadata
-	  users: ["$SCALE_USER"]
+	  users: ["$SCALE_USER", "$PLUGIN_USER"]
 	- level: None
 	EOP
 }
@@ -416,6 +419,7 @@ write_suite_env() {
 		E2E_NVIDIA_GFD_IMAGE="$NVIDIA_GFD_IMAGE" \
 		E2E_SCALE_KUBECONFIG="$KCONF/scale.conf" \
 		E2E_AUDIT_LOG="$AUDIT_LOG" \
+		E2E_PLUGIN_USER="$PLUGIN_USER" \
 		>"$RUN_DIR/suite.env"
 	previous_env >>"$RUN_DIR/suite.env"
 }

@@ -172,7 +172,12 @@ func createPod(ctx context.Context, pod *corev1.Pod, running bool) (*corev1.Pod,
 	if !running {
 		return pod, nil
 	}
-	return waitPod(ctx, pod.Name, 2*time.Minute, "running", func(p *corev1.Pod) (bool, error) {
+	return waitRunning(ctx, pod.Name)
+}
+
+// waitRunning waits until pod name runs, every container started.
+func waitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	return waitPod(ctx, name, 2*time.Minute, "running", func(p *corev1.Pod) (bool, error) {
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			return false, fmt.Errorf("pod %s ended: %s %s", p.Name, p.Status.Phase, p.Status.Message)
 		}

@@ -84,6 +84,10 @@ type settings struct {
 	PreviousRelease string
 	// UpgradeSkip, when set, is why the upgrade lane does not run here.
 	UpgradeSkip string
+	// AuditLog is the API server's audit log, which records PluginUser,
+	// the plugin's ServiceAccount; empty where the cluster keeps none.
+	AuditLog   string
+	PluginUser string
 }
 
 func loadSettings() (*settings, error) {
@@ -112,6 +116,8 @@ func loadSettings() (*settings, error) {
 		PreviousChart:     os.Getenv("E2E_PREVIOUS_CHART"),
 		PreviousRelease:   os.Getenv("E2E_PREVIOUS_RELEASE"),
 		UpgradeSkip:       os.Getenv("E2E_UPGRADE_SKIP"),
+		AuditLog:          os.Getenv("E2E_AUDIT_LOG"),
+		PluginUser:        os.Getenv("E2E_PLUGIN_USER"),
 	}
 	if s.NodeAddress == "" {
 		s.NodeAddress = "127.0.0.1"
