@@ -48,17 +48,9 @@ func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units
 	o := RemediationOptions(cfg)
 	o.Log, o.Driver, o.Pool = log, config.DRADriverName, poolName(cfg)
 	_, deviceplugin := fe.(laidOut)
+	peers := remedy.GPUsOf(inv)
 	for i, g := range inv.GPUs {
-		rg := remediate.GPU{GPU: remedy.GPU{UUID: g.UUID, Architecture: g.Architecture, ComputeCapability: g.CUDAComputeCapability}}
-		for j, p := range inv.GPUs {
-			if j != i && inv.Topology.Between(i, j).NVLinks > 0 {
-				rg.NVLinkPeers = append(rg.NVLinkPeers, p.UUID)
-			}
-		}
-		// The topology does not say whether the links go through
-		// NVSwitches: more than one peer is taken as NVSwitch, the strict
-		// way for remedy's reset rule.
-		rg.NVSwitch = len(rg.NVLinkPeers) > 1
+		rg := remediate.GPU{GPU: peers[i]}
 		if i < len(parts) {
 			for _, p := range parts[i] {
 				rg.Units = append(rg.Units, p.ID)

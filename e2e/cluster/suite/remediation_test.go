@@ -374,6 +374,9 @@ func (l *remLane) run(t *testing.T, ctx context.Context) {
 		rec["apiRequests"] = len(reqs)
 		rec["apiRequestsByKind"] = auditlog.Count(reqs)
 	}
+	events := gpuEvents(ctx, fault)
+	t.Logf("  Events since the fault: %v", events)
+	rec["events"] = events
 	recordRemediation(rec)
 }
 
@@ -656,6 +659,27 @@ func waitNodeEvent(ctx context.Context, reason string) error {
 		return fmt.Errorf("no %s Event on node %s: %w", reason, env.Node, err)
 	}
 	return nil
+}
+
+// gpuEvents counts the GPU Events made since from, on the node and the
+// lane's pods, by "reason kind".
+func gpuEvents(ctx context.Context, from time.Time) map[string]int {
+	out := map[string]int{}
+	l, err := k8s.kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for _, e := range l.Items {
+		at := e.LastTimestamp.Time
+		if at.IsZero() {
+			at = e.EventTime.Time
+		}
+		if !strings.HasPrefix(e.Reason, "GPU") || at.Add(time.Second).Before(from) {
+			continue
+		}
+		out[e.Reason+" "+e.InvolvedObject.Kind] += int(max(e.Count, 1))
+	}
+	return out
 }
 
 // recordRemediation appends the lane's figures to the report.

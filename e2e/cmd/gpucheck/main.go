@@ -11,16 +11,20 @@
 //     GetPreferredAllocation), timed as the scenario report times it;
 //  3. health: every health signal read through real NVML for a while, which
 //     ones the driver does not support, and no GPU flipping while idle;
-//  4. container: runc runs a minimal image (Debian and RHEL library
+//  4. remediation: the read-only parts of GPU remediation on every GPU:
+//     NVML's condition (what decides and what a give-back requires), the
+//     decision, the process lists, the NVLink reset rule, and the plugin's
+//     own confined CUDA probe; it never resets, drains or changes a mode;
+//  5. container: runc runs a minimal image (Debian and RHEL library
 //     layouts) given the allocated GPUs through our CDI spec and hook; a
 //     probe in it loads libcuda.so.1, calls cuInit and cuDeviceGetCount,
 //     and lists the ld cache;
-//  5. dra: the same node in DRA mode, publishing to an in-process fake API
+//  6. dra: the same node in DRA mode, publishing to an in-process fake API
 //     server; the kubelet's DRA manager prepares one claim and the probe
 //     runs on its CDI devices; then a claim for a quarter of a GPU's
 //     memory, which must come with that much as its MPS limit (on a real
 //     GPU, an allocation over it refused);
-//  6. mps: the first GPU shared through MPS (2 replicas) in three ways:
+//  7. mps: the first GPU shared through MPS (2 replicas) in three ways:
 //     the plugin in the host's PID namespace or in one of its own (as a
 //     pod without hostPID) starting the daemon, and mps-launcher in the
 //     host's starting it for a plugin in its own. In each: the daemon up
@@ -56,7 +60,7 @@ import (
 )
 
 // Steps, in the order they run.
-var stepNames = []string{"inventory", "serve", "health", "container", "dra", "mps"}
+var stepNames = []string{"inventory", "serve", "health", "remediation", "container", "dra", "mps"}
 
 type options struct {
 	bundle     string
@@ -84,7 +88,7 @@ func main() {
 	flag.StringVar(&steps, "steps", strings.Join(stepNames, ","), "the steps to run, comma-separated")
 	flag.Parse()
 	if flag.NArg() > 0 || o.calls < 1 || o.health <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-steps inventory,serve,health,container,dra,mps]")
+		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-steps inventory,serve,health,remediation,container,dra,mps]")
 		os.Exit(2)
 	}
 	for _, s := range strings.Split(steps, ",") {
@@ -167,6 +171,8 @@ func (c *checker) step(ctx context.Context, name string, s *Step) {
 		c.serve(ctx, s)
 	case "health":
 		c.watchHealth(ctx, s)
+	case "remediation":
+		c.remediation(ctx, s)
 	case "container":
 		c.containers(ctx, s)
 	case "dra":

@@ -135,7 +135,7 @@ func (r *Report) summary() string {
 				ok++
 			}
 		}
-		line := fmt.Sprintf("%d. %-10s %-4s %3d/%-3d checks  %6.1fs", i+1, s.Name, s.Status, ok, len(s.Checks), s.Seconds)
+		line := fmt.Sprintf("%d. %-11s %-4s %3d/%-3d checks  %6.1fs", i+1, s.Name, s.Status, ok, len(s.Checks), s.Seconds)
 		if s.Skipped != "" {
 			line += "  (" + s.Skipped + ")"
 		}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 )
 
 // GPU is one GPU as the Machine needs to know it.
@@ -36,6 +38,24 @@ const (
 type Node struct {
 	GPUs          []GPU
 	FabricManager FabricManager
+}
+
+// GPUsOf are the inventory's GPUs as the reset rule sees them, in its
+// order: each with its NVLink peers. The topology does not say whether the
+// links go through NVSwitches: more than one peer is taken as NVSwitch,
+// the strict way for ResetAlone.
+func GPUsOf(inv *nvml.Inventory) []GPU {
+	out := make([]GPU, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		out[i] = GPU{UUID: g.UUID, Architecture: g.Architecture, ComputeCapability: g.CUDAComputeCapability}
+		for j, p := range inv.GPUs {
+			if j != i && inv.Topology.Between(i, j).NVLinks > 0 {
+				out[i].NVLinkPeers = append(out[i].NVLinkPeers, p.UUID)
+			}
+		}
+		out[i].NVSwitch = len(out[i].NVLinkPeers) > 1
+	}
+	return out
 }
 
 // generation is a GPU's compute capability major: 7 Volta and Turing, 8
