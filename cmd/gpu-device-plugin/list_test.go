@@ -485,7 +485,7 @@ func TestListRemediation(t *testing.T) {
 		boot  string
 		extra []string
 	}{
-		{"off: the plugin does not act on the file", "boot-1", nil},
+		{"off: the plugin does not act on the file", "boot-1", []string{"--remediation-enabled=false"}},
 		{"another boot's file", "boot-2", []string{"--remediation-enabled", "true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

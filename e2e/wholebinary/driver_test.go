@@ -159,7 +159,9 @@ func TestOneGPUSurvivesTransientError(t *testing.T) {
 // XID followed by a reset request and then none clears too, without a
 // restart.
 func TestRecoveryAction(t *testing.T) {
-	n := startNode(t, "dgx-h100")
+	// Health's own rules: the remediation, on by default, keeps a GPU the
+	// driver wants rebooted out until the reboot (remediation_test.go).
+	n := startNodeWith(t, "dgx-h100", library, "--remediation-enabled=false")
 	id := n.uuid(2)
 	for _, c := range []struct{ cmd, health, reason string }{
 		{"recovery 2 reboot", api.Unhealthy, "recovery-action=reboot"},

@@ -9,8 +9,10 @@ import (
 // its own, to heal a faulted GPU (docs/health.md#gpus-that-heal-themselves).
 // Each key is a setting of its own (remediation.reset, --remediation-reset).
 type Remediation struct {
-	// Enabled turns the remediation on. Off, the plugin behaves as before
-	// it existed: health alone decides, and no GPU is withheld or reset.
+	// Enabled turns the remediation on (the default: what it does on its
+	// own touches only idle GPUs; eviction is a key of its own, off). Off,
+	// the plugin behaves as before it existed: health alone decides, and
+	// no GPU is withheld or reset.
 	Enabled bool `json:"enabled"`
 	// Reset allows resetting a withheld GPU once nothing runs on it.
 	Reset bool `json:"reset"`
@@ -46,8 +48,8 @@ const (
 func remediationSettings() []Setting {
 	r := func(c *Config) *Remediation { return &c.Remediation }
 	return []Setting{
-		{Key: "remediation.enabled", Category: CategoryRemediation, Flag: "remediation-enabled", Default: "false",
-			Usage: "heal faulted GPUs one at a time: withhold the GPU, wait until nothing uses it, reset it, probe it and give it back, as the keys below allow; needs stateDir. Off by default while the reset path has been run on the mock NVML only",
+		{Key: "remediation.enabled", Category: CategoryRemediation, Flag: "remediation-enabled", Default: "true",
+			Usage: "heal faulted GPUs one at a time: withhold the GPU, wait until nothing uses it, reset it, probe it and give it back, as the keys below allow; needs stateDir. It evicts nothing unless remediation.evict is on. false: health alone decides, as before remediation existed",
 			set:   boolean(func(c *Config) *bool { return &r(c).Enabled })},
 		{Key: "remediation.reset", Category: CategoryRemediation, Flag: "remediation-reset", Default: "true",
 			Usage: "reset a GPU whose fault calls for it (the driver's recovery action, a row remap pending, XID 48, 63, 74, 94, 95, 119 or 120) once no pod and no process uses it, probe it and give it back; with remediation.enabled. false: such a GPU is only shown (list, Events), health keeps it out as before",

@@ -44,6 +44,7 @@ func (k *heldKubelet) Register(ctx context.Context, r *pluginapi.RegisterRequest
 func TestProbesFollowDriverAndRegistration(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HealthSocket = filepath.Join(t.TempDir(), "health.sock")
+	cfg.Remediation.Enabled = false
 	ln, err := net.Listen("unix", filepath.Join(cfg.DevicePluginDir, "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)

@@ -88,13 +88,18 @@ func (s Store) bootID() (string, error) {
 // no error; a file that cannot be parsed is an error (the caller logs it
 // and starts clean).
 func (s Store) Load(v any) (bool, error) {
+	// No file is nothing kept, whatever the boot: read it first, so a
+	// node whose boot ID cannot be read says so only when it matters.
+	f, found, err := s.read()
+	if err != nil || !found {
+		return false, err
+	}
 	boot, err := s.bootID()
 	if err != nil {
 		return false, err
 	}
-	f, found, err := s.read()
-	if err != nil || !found || f.BootID != boot || len(f.State) == 0 {
-		return false, err
+	if f.BootID != boot || len(f.State) == 0 {
+		return false, nil
 	}
 	if err := json.Unmarshal(f.State, v); err != nil {
 		return false, fmt.Errorf("reading state %s: %w", s.Path, err)

@@ -77,9 +77,19 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := s.Load(&out); err == nil || !strings.Contains(err.Error(), s.Path) {
 		t.Errorf("corrupt file: %v, want an error naming it", err)
 	}
+	if err := s.Save([]cond{{Device: "GPU-a", XID: 79}}); err != nil {
+		t.Fatal(err)
+	}
 	s.BootIDPath = filepath.Join(t.TempDir(), "missing")
 	if _, err := s.Load(&out); err == nil || !strings.Contains(err.Error(), "boot ID") {
 		t.Errorf("no boot ID: %v", err)
+	}
+	// Without a file, no boot ID is no error: nothing was kept.
+	if err := os.Remove(s.Path); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := s.Load(&out); err != nil || found {
+		t.Errorf("no file and no boot ID: %v, %v; want nothing and no error", found, err)
 	}
 }
 

@@ -80,6 +80,7 @@ func (s *memShareScenario) install(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	healthRulesOnly(v)
 	v["mpsRoot"] = s.root
 	v["config"].(map[string]any)["sharing"] = map[string]any{"memoryShares": map[string]any{
 		"enabled": true, "devices": []any{s.shared.UUID}, "minimum": "256Mi",

@@ -173,6 +173,7 @@ func (s *draScenario) install(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	healthRulesOnly(values)
 	s.release = installDRA(t, ctx, values, draPods...)
 	t.Logf("installed %s", s.release)
 	if s.plugin, err = waitPluginRunning(ctx); err != nil {

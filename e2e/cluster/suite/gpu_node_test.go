@@ -130,6 +130,7 @@ func (s *scenario) install(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	operatorValues(values)
+	healthRulesOnly(values)
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)

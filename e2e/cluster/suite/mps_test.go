@@ -74,6 +74,7 @@ func (s *mpsScenario) values(mps bool) (*release, error) {
 	if err != nil {
 		return nil, err
 	}
+	healthRulesOnly(v)
 	v["mpsRoot"] = s.root
 	if mps {
 		v["config"].(map[string]any)["sharing"] = map[string]any{"mps": map[string]any{

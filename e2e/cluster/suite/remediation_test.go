@@ -48,6 +48,15 @@ func remBystanders(n int) []string {
 	return out
 }
 
+// healthRulesOnly turns the remediation, on by default, off in values:
+// for the lanes that test health's own rules with XID 79 and a reset the
+// driver reports (a recovery action, then none), after which health lets
+// the GPU back. The remediation keeps a GPU that fell off the bus out until
+// the node reboots or a person releases it.
+func healthRulesOnly(values map[string]any) {
+	values["config"].(map[string]any)["remediation"] = map[string]any{"enabled": false}
+}
+
 // remediationValues turn the remediation on in values, evicting (DRA mode
 // only) at once.
 func remediationValues(values map[string]any, evict bool) {
@@ -104,6 +113,7 @@ func TestRemediationDRA(t *testing.T) {
 		return i, nil
 	}
 	l.cleanUp(t)
+	removeRemediationState()
 	l.release = installDRA(t, ctx, values, remBystanders(len(env.Profile.GPUs))...)
 	if err := createTemplate(ctx, remTemplate, resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass, Count: 1},
@@ -144,6 +154,7 @@ func TestRemediationDevicePlugin(t *testing.T) {
 		return i, nil
 	}
 	l.cleanUp(t)
+	removeRemediationState()
 	if err := prepareNode(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +213,14 @@ func (l *remLane) cleanUp(t *testing.T) {
 // state from the node, as a reboot would make them stale: no later lane
 // starts with a GPU this one faulted.
 func removeRemediationState() {
-	os.Remove(filepath.Join(filepath.Dir(healthStateFile()), "remediation.json"))
+	os.Remove(remediationStateFile())
 	os.Remove(healthStateFile())
+}
+
+// remediationStateFile is the plugin's remediation.json as the node sees
+// it, beside healthStateFile.
+func remediationStateFile() string {
+	return filepath.Join(filepath.Dir(healthStateFile()), "remediation.json")
 }
 
 func (l *remLane) run(t *testing.T, ctx context.Context) {

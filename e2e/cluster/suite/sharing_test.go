@@ -112,6 +112,7 @@ func (s *sharingScenario) install(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	healthRulesOnly(v)
 	cfg := v["config"].(map[string]any)
 	cfg["migStrategy"] = "mixed"
 	// The first GPU without MIG as two replicas under its own name, so

@@ -1090,8 +1090,13 @@ func (l *upgradeLane) cleanUp(ctx context.Context) error {
 		}))
 	}
 	errs = append(errs, removeSpecs())
-	if err := os.Remove(healthStateFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
+	// This tree's remediation, on by default, keeps the GPU the XID made
+	// fall off the bus out until a reboot: the next lane's node is a fresh
+	// one.
+	for _, f := range []string{healthStateFile(), remediationStateFile()} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

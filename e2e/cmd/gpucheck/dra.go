@@ -76,6 +76,7 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	cfg.DevicePluginDir = dir("device-plugins")
 	cfg.CDISpecDir = dir("cdi")
 	cfg.StateDir = dir("state")
+	cfg.Remediation.Reset = false // never a reset on a shared GPU
 	cfg.DeviceInfoDir = dir("devinfo")
 	cfg.CDIHookPath = c.hook
 	cfg.PodResourcesSocket = ""

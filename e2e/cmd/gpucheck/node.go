@@ -86,6 +86,9 @@ func newChecker(o options) (*checker, error) {
 		}
 		c.node = harness.Node{DriverRoot: root}
 	}
+	// gpu-check may run on a shared GPU: the plugins it starts decide and
+	// withhold, but never reset one (its remediation step reads only).
+	c.node.Env = append(c.node.Env, "GPU_DEVICE_PLUGIN_REMEDIATION_RESET=false")
 	work, err := harness.ShortTempDir("gpuchk")
 	if err != nil {
 		return nil, err
