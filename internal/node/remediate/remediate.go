@@ -280,6 +280,12 @@ func (s *Service) Run(ctx context.Context) {
 		case <-s.wake:
 			s.takeFacts(ctx)
 		case r := <-s.results:
+			if ctx.Err() != nil {
+				// Cut short by the plugin's shutdown, the reset or probe
+				// says nothing of the GPU: the state saved before it
+				// (resetting, probing) has the next start probe it.
+				return
+			}
 			now := s.o.Clock.Now()
 			if r.probe {
 				s.handle(ctx, s.m.ProbeDone(r.gpu, r.err, now))
