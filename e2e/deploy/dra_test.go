@@ -277,13 +277,14 @@ func TestHelmDevicePluginModeHasNoAPIAccess(t *testing.T) {
 	allOff := readValues(t, filepath.Join("testdata", "values-all.yaml"))
 	allOff["events"] = map[string]any{"enabled": false}
 	allOff["nodeCondition"] = map[string]any{"enabled": false}
+	allOff["remediation"] = map[string]any{"cordon": false}
 	for _, tc := range []struct {
 		name string
 		vals chartutil.Values
 	}{
 		{"defaults", chartutil.Values{}},
 		{"explicit", chartutil.Values{"kubeletAPI": "device-plugin", "events": map[string]any{"enabled": false}, "nodeCondition": map[string]any{"enabled": false}}},
-		{"values-all.yaml with events and nodeCondition off", allOff},
+		{"values-all.yaml with events, nodeCondition and remediation.cordon off", allOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderWith(t, tc.vals)
@@ -295,7 +296,7 @@ func TestHelmDevicePluginModeHasNoAPIAccess(t *testing.T) {
 				t.Errorf("automountServiceAccountToken %v, serviceAccountName %q: want false and none", spec.AutomountServiceAccountToken, spec.ServiceAccountName)
 			}
 			c := spec.Containers[0]
-			for _, f := range []string{"kubelet-api", "dra-plugin-dir", "plugin-registry-dir", "events", "node-condition", "kubeconfig"} {
+			for _, f := range []string{"kubelet-api", "dra-plugin-dir", "plugin-registry-dir", "events", "node-condition", "remediation-cordon", "kubeconfig"} {
 				if v, ok := flagValue(c.Args, f); ok {
 					t.Errorf("--%s=%s in device-plugin mode", f, v)
 				}
@@ -317,9 +318,10 @@ func TestHelmDRAEveryOption(t *testing.T) {
 		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
 	}
 	ds, cm := objs.DaemonSets[0], objs.ConfigMaps[0]
-	// values-all.yaml has events and nodeCondition on: their role beside DRA's.
+	// values-all.yaml has events, nodeCondition and remediation.cordon on:
+	// their roles beside DRA's.
 	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{
-		"gpu-plugin-all": wantDRARules, "gpu-plugin-all-health": wantHealthRules(true, true),
+		"gpu-plugin-all": wantDRARules, "gpu-plugin-all-health": wantHealthRules(true, true), "gpu-plugin-all-cordon": wantCordonRules,
 	})
 	checkDaemonSet(t, ds, cm, wantDaemonSet{
 		namespace: releaseNamespace, hostDriverRoot: "/run/nvidia/driver", cdiSpecDir: "/etc/cdi",
@@ -334,7 +336,8 @@ func TestHelmDRAEveryOption(t *testing.T) {
 	})
 	// A subtest: the checks below run even while the Go side lacks a flag.
 	t.Run("accepted by the plugin", func(t *testing.T) { checkAcceptedByPlugin(t, ds, cm) })
-	if len(objs.Policies)+len(objs.PolicyBindings) != 0 {
+	// remediation.cordon's policy only.
+	if len(objs.Policies) != 1 || !strings.HasSuffix(objs.Policies[0].Name, "-node-cordon") || len(objs.PolicyBindings) != 1 {
 		t.Error("dra.restrictSlicesToNode: false still renders the admission policy")
 	}
 	if len(objs.DeviceClasses) != 2 || objs.DeviceClasses[0].Spec.ExtendedResourceName != nil || objs.DeviceClasses[1].Spec.ExtendedResourceName != nil {

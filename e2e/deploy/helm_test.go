@@ -381,7 +381,8 @@ func TestHelmEveryOption(t *testing.T) {
 	check("priorityClassName", spec.PriorityClassName == "system-node-critical")
 	check("events", hasArg(c.Args, "--events=true") && strings.Contains(notes, "reason=GPUUnhealthy"))
 	check("nodeCondition", hasArg(c.Args, "--node-condition=true") && strings.Contains(notes, `@.type=="GPUHealthy"`))
-	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{"gpu-plugin-all-health": wantHealthRules(true, true)})
+	check("remediation.cordon", hasArg(c.Args, "--remediation-cordon=true") && len(objs.Policies) == 1 && strings.HasSuffix(objs.Policies[0].Name, "-node-cordon"))
+	checkRBAC(t, objs, releaseNamespace, "gpu-plugin-all", map[string][]rbacv1.PolicyRule{"gpu-plugin-all-health": wantHealthRules(true, true), "gpu-plugin-all-cordon": wantCordonRules})
 	check("health", c.LivenessProbe != nil && c.LivenessProbe.PeriodSeconds == 30 && c.LivenessProbe.TimeoutSeconds == 7 && c.LivenessProbe.FailureThreshold == 4 &&
 		c.ReadinessProbe != nil && c.ReadinessProbe.PeriodSeconds == 15 && c.ReadinessProbe.TimeoutSeconds == 6 && c.ReadinessProbe.FailureThreshold == 2 &&
 		hasArg(c.Args, "--health-socket=/run/probe/health.sock"))

@@ -27,7 +27,8 @@ type Remediation struct {
 	// ResetPeers allows resetting a GPU's NVLink peers with it where the
 	// driver resets them only together.
 	ResetPeers bool `json:"resetPeers"`
-	// Cordon asks for the node to be cordoned when it needs a reboot.
+	// Cordon cordons the node while a GPU needs a reboot, and lifts only
+	// that cordon.
 	Cordon bool `json:"cordon"`
 	// UsagePoll is how often the holders and processes of a withheld GPU
 	// are looked at.
@@ -70,7 +71,7 @@ func remediationSettings() []Setting {
 			Usage: "also drain and reset a GPU's NVLink peers where the driver resets them only together (before Ampere; Ampere on NVSwitch without Fabric Manager); false: such a GPU stays out for a human",
 			set:   boolean(func(c *Config) *bool { return &r(c).ResetPeers })},
 		{Key: "remediation.cordon", Category: CategoryRemediation, Flag: "remediation-cordon", Default: "false",
-			Usage: "cordon the node when a GPU needs a reboot (needs API access: nodes patch); not yet done by this release, which logs so once",
+			Usage: "while a GPU needs a node reboot, cordon the node (spec.unschedulable, marked with the annotation gpu-device-plugin.github.io/cordoned), unless it is cordoned already; once no GPU needs one (after the reboot, or a human's release), lift that cordon, and never anyone else's. Needs API access: nodes get and patch (the chart's remediation.cordon value)",
 			set:   boolean(func(c *Config) *bool { return &r(c).Cordon })},
 		{Key: "remediation.usagePoll", Category: CategoryRemediation, Flag: "remediation-usage-poll", Default: DefaultRemediationUsagePoll.String(),
 			Usage: "how often the pods (PodResources API), processes and MPS daemon of a withheld GPU are looked at",

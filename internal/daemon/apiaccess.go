@@ -10,8 +10,8 @@ import (
 )
 
 // apiAccess is the one API client of the features that reach the API
-// server without client-go (events, nodeCondition, nodeLabels: node), and
-// the Node they act on.
+// server without client-go (events, nodeCondition, nodeLabels: node,
+// remediation.cordon), and the Node they act on.
 type apiAccess struct {
 	client *kubeapi.Client
 	server string
@@ -29,6 +29,9 @@ func apiUsers(cfg config.Config) []string {
 	}
 	if cfg.NodeLabels == config.NodeLabelsNode {
 		on = append(on, "nodeLabels: "+config.NodeLabelsNode)
+	}
+	if cordonOn(cfg) {
+		on = append(on, "remediation.cordon")
 	}
 	return on
 }

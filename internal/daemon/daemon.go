@@ -195,6 +195,15 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		return err
 	}
 	runtimeDoor(cfg, mets, rep, log)
+	cord, err := nodeCordon(cfg, api, rep, log)
+	if err != nil {
+		return err
+	}
+	if cord != nil {
+		// Off the remediation's goroutine: a slow API server never holds
+		// up a GPU's remediation.
+		wg.Go(func() { cord.Run(ctx) })
+	}
 	labelsTo := LabelDelivery(cfg, "")
 	var labelsAPI nodelabels.API // nil unless nodeLabels: node
 	if cfg.NodeLabels == config.NodeLabelsNode {
@@ -239,7 +248,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		}
 	}
 	wg.Go(func() {
-		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, status, remEndpoint, log))
+		fail(serveGPUs(ctx, cfg, open, mets, specs, onHook, fe, rep, labelsTo, labelsAPI, cordoner(cord), status, remEndpoint, log))
 	})
 	if len(cfg.NICResources) > 0 {
 		wg.Go(func() { fail(serveNICs(ctx, cfg, specs, mets, info, fe, rep, status, log)) })

@@ -30,9 +30,10 @@ const remediationStateFile = "remediation.json"
 // remediation builds the GPUs' remediation, in the notifier chain before
 // next; nil unless remediation.enabled, or without a stateDir (a reset must
 // be on disk before it starts).
-// parts are the device IDs health reports each GPU as, by position. The
-// returned MPS holder gets the MPS manager once there is one.
-func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units []servedUnit, parts [][]health.Part, fe FrontEnd, rep *reporting, mets *metrics.Metrics, next health.Notifier, log *slog.Logger) (*remediate.Service, *mpsHold, *remediate.NVMLGPUs, error) {
+// parts are the device IDs health reports each GPU as, by position; cord
+// cordons the Node (nil: never). The returned MPS holder gets the MPS
+// manager once there is one.
+func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units []servedUnit, parts [][]health.Part, fe FrontEnd, rep *reporting, cord remediate.Cordoner, mets *metrics.Metrics, next health.Notifier, log *slog.Logger) (*remediate.Service, *mpsHold, *remediate.NVMLGPUs, error) {
 	switch remediationOff(cfg) {
 	case "":
 	case offNoStateDir:
@@ -75,6 +76,7 @@ func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units
 	if rep != nil {
 		o.Reporter = remediationReporter{rep.rep}
 	}
+	o.Cordoner = cord
 	if mets != nil {
 		o.Metrics = mets.Remediation()
 	}
@@ -96,7 +98,7 @@ func remediation(cfg config.Config, lib nvml.Library, inv *nvml.Inventory, units
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	log.Info("remediating faulted GPUs", "reset", o.Policy.Reset, "evict", o.Evicter != nil && o.Policy.Evict, "path", store.Path)
+	log.Info("remediating faulted GPUs", "reset", o.Policy.Reset, "evict", o.Evicter != nil && o.Policy.Evict, "cordon", o.Cordoner != nil && o.Policy.Cordon, "path", store.Path)
 	return svc, hold, gpus, nil
 }
 

@@ -26,9 +26,10 @@ import (
 // serveGPUs discovers the GPUs once NVML loads, hands them to fe, and
 // watches their health until ctx ends. rep is nil without reporting;
 // labelsTo is where the node labels go; labelsAPI is the API client for
-// nodeLabels: node, nil in other modes. remEndpoint answers for the
+// nodeLabels: node, nil in other modes; cord cordons the Node for the
+// remediation, nil without remediation.cordon. remEndpoint answers for the
 // remediation once it runs.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, cord remediate.Cordoner, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
@@ -76,7 +77,7 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	parts := withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)
 	// The remediation withholds a GPU behind the MPS gate, which stops its
 	// daemon while health says it faulted.
-	rem, remMPS, remGPUs, err := remediation(cfg, lib, inv, units, parts, fe, rep, mets, notify, log)
+	rem, remMPS, remGPUs, err := remediation(cfg, lib, inv, units, parts, fe, rep, cord, mets, notify, log)
 	if err != nil {
 		return err
 	}

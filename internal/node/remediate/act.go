@@ -44,6 +44,7 @@ func (s *Service) carryOut(ctx context.Context, cmds []remedy.Command) {
 	}
 	s.syncGate()
 	s.syncReboot()
+	s.syncCordon()
 	if withheld && s.waiting() {
 		// At once: the Machine waits for a report made since it withheld.
 		s.pollUsage(ctx)
@@ -111,10 +112,14 @@ func (s *Service) do(ctx context.Context, c remedy.Command) {
 		log.Error("the node needs a reboot", "reason", c.Reason)
 		s.event(c.GPU, EventNeedsReboot, "the node needs a reboot: "+c.Reason)
 	case remedy.CmdCordon:
-		if !s.cordonSaid {
-			s.cordonSaid = true
-			log.Warn("remediation.cordon is not yet supported by this release: the node is not cordoned (logged once)", "reason", c.Reason)
+		if s.o.Cordoner == nil {
+			if !s.cordonSaid {
+				s.cordonSaid = true
+				log.Warn("remediation.cordon asks for the node to be cordoned, but the plugin has no API access to do it (logged once)", "reason", c.Reason)
+			}
+			return
 		}
+		s.cordonFor[c.GPU] = c.Reason
 	case remedy.CmdTransition:
 		log.Info("remediation", "from", string(c.From), "to", string(c.To), "reason", c.Reason)
 		s.record(c.GPU, c.To)
@@ -212,6 +217,38 @@ func (s *Service) syncReboot() {
 	if s.o.Reporter != nil {
 		s.o.Reporter.NodeReboot(reason, reason != "")
 	}
+}
+
+// syncCordon keeps the Node cordoned while a GPU the Machine asked a
+// cordon for still needs a reboot, and asks for the cordon lifted once
+// none does (a human's release, a new boot). The Cordoner is told only of
+// changes, and once at the start.
+func (s *Service) syncCordon() {
+	if s.o.Cordoner == nil {
+		return
+	}
+	why := ""
+	still := map[string]string{}
+	for _, st := range s.m.Status() {
+		if r, asked := s.cordonFor[st.GPU]; asked && st.State == remedy.StateNeedsReboot {
+			still[st.GPU] = r
+			if why == "" {
+				why = st.GPU + ": " + r
+			}
+		}
+	}
+	s.cordonFor = still
+	on := len(s.cordonFor) > 0
+	if s.cordonTold && on == s.cordoned {
+		return
+	}
+	s.cordonTold, s.cordoned = true, on
+	if on {
+		s.log.Warn("asking for the node to be cordoned until it is rebooted", "reason", why)
+	} else {
+		s.log.Info("no GPU needs a node reboot: asking for a cordon of the plugin's own to be lifted, if there is one")
+	}
+	s.o.Cordoner.Cordon(why, on)
 }
 
 // waiting says whether any GPU waits for its users to go.

@@ -48,6 +48,15 @@ type Reporter interface {
 	NodeReboot(reason string, on bool)
 }
 
+// Cordoner keeps this plugin's own Node cordoned while a GPU needs a node
+// reboot (package cordon's Keeper). It never blocks: its API calls and
+// their retries are its own, and a GPU stays out whether they work or not.
+type Cordoner interface {
+	// Cordon asks for the Node cordoned, saying why (on); off lifts a
+	// cordon of the plugin's own, and no other.
+	Cordon(why string, on bool)
+}
+
 // Recorder passes the remediation to metrics.
 type Recorder interface {
 	// Reset counts a reset's result: ResultSuccess or ResultFailure.

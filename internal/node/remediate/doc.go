@@ -5,7 +5,8 @@
 // looks at who uses a withheld GPU (the kubelet's PodResources, NVML's
 // processes, its MPS daemon), and carries the Machine's commands out
 // through the interfaces it defines: stop MPS, evict (DRA), reset, probe,
-// Events, the Node condition, metrics. The Machine's state is saved
+// Events, the Node condition, the Node's cordon while a GPU needs a
+// reboot, metrics. The Machine's state is saved
 // before each command is carried out, so a restart neither forgets a
 // withheld GPU nor resets one twice.
 //

@@ -47,6 +47,9 @@ type Options struct {
 	MPS      MPS      // nil: no MPS daemons
 	Evicter  Evicter  // nil: no eviction (device-plugin mode)
 	Reporter Reporter // nil: no Events, no condition
+	// Cordoner cordons the Node while a GPU needs a reboot, when
+	// Policy.Cordon asks (CmdCordon); nil: never cordoned.
+	Cordoner Cordoner
 	Metrics  Recorder // nil: none
 	Store    Store    // nil: nothing kept across restarts
 	Clock    Clock
@@ -88,9 +91,13 @@ type Service struct {
 	reboot  string // the reason the node needs a reboot; "" none
 	states  map[string]remedy.State
 	// usageErr is why a GPU's usage is not known, for its reason.
-	usageErr   map[string]string
-	cordonSaid bool
-	saveFailed bool
+	usageErr map[string]string
+	// cordonFor are the GPUs whose CmdCordon holds, with why; cordoned
+	// what the Cordoner was last told, once cordonTold.
+	cordonFor            map[string]string
+	cordoned, cordonTold bool
+	cordonSaid           bool
+	saveFailed           bool
 
 	// facts from the watcher, to Run.
 	mu    sync.Mutex
@@ -148,7 +155,7 @@ func New(o Options, next health.Notifier) (*Service, error) {
 		o.Tick = DefaultTick
 	}
 	s := &Service{
-		o: o, log: o.Log, byUUID: map[string]GPU{}, states: map[string]remedy.State{}, usageErr: map[string]string{},
+		o: o, log: o.Log, byUUID: map[string]GPU{}, states: map[string]remedy.State{}, usageErr: map[string]string{}, cordonFor: map[string]string{},
 		wake: make(chan struct{}, 1), results: make(chan result, len(o.GPUs)+1), queries: make(chan chan []remedy.Status),
 		releases: make(chan release), stopped: make(chan struct{}),
 	}
@@ -264,6 +271,9 @@ func (s *Service) Run(ctx context.Context) {
 	// Saved first, as every command is: what restoring changed (a GPU
 	// found resetting and gone, out for a human now) is on disk.
 	s.handle(ctx, pending)
+	// Told at once, reboot or not: after the reboot (a new boot starts
+	// with no saved state), a cordon of ours is lifted.
+	s.syncCordon()
 	tick := s.o.Clock.After(s.o.Tick)
 	var poll <-chan time.Time
 	for {

@@ -158,6 +158,7 @@ func (c *calls) Reset(result string)                       { c.add("metric reset
 func (c *calls) Recovered(took time.Duration)              { c.add("metric recovered %s", took) }
 func (c *calls) State(gpu, state string)                   { c.add("metric state %s %s", gpu, state) }
 func (c *calls) ClearSticky(gpu string)                    { c.add("clear %s", gpu) }
+func (c *calls) Cordon(why string, on bool)                { c.add("cordon %t %s", on, why) }
 
 // store is the state file, in memory.
 type store struct {
@@ -206,7 +207,8 @@ const (
 	tick = 10 * time.Second
 )
 
-func newRig(t *testing.T, p remedy.Policy, st *store, dra bool) *rig {
+// newRig builds the rig; with, when given, changes its options.
+func newRig(t *testing.T, p remedy.Policy, st *store, dra bool, with ...func(*rig, *Options)) *rig {
 	t.Helper()
 	r := &rig{
 		t: t, n: &notifier{last: map[string]verdict{}},
@@ -232,6 +234,9 @@ func newRig(t *testing.T, p remedy.Policy, st *store, dra bool) *rig {
 	}
 	if dra {
 		o.Evicter = r.c
+	}
+	for _, f := range with {
+		f(r, &o)
 	}
 	svc, err := New(o, r.n)
 	if err != nil {

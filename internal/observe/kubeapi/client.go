@@ -167,6 +167,26 @@ func (c *Client) PatchNodeMetadata(ctx context.Context, node string, p MetadataP
 	return c.do(ctx, http.MethodPatch, "nodes", "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", body, nil)
 }
 
+// PatchNodeScheduling cordons or uncordons a Node and changes its
+// annotations as p says, in one JSON merge patch.
+func (c *Client) PatchNodeScheduling(ctx context.Context, node string, p SchedulingPatch) error {
+	type spec struct {
+		Unschedulable bool `json:"unschedulable"`
+	}
+	var body struct {
+		Metadata struct {
+			ResourceVersion string             `json:"resourceVersion,omitempty"`
+			Annotations     map[string]*string `json:"annotations,omitempty"`
+		} `json:"metadata"`
+		Spec *spec `json:"spec,omitempty"`
+	}
+	body.Metadata.ResourceVersion, body.Metadata.Annotations = p.ResourceVersion, p.Annotations
+	if p.Unschedulable != nil {
+		body.Spec = &spec{*p.Unschedulable}
+	}
+	return c.do(ctx, http.MethodPatch, "nodes", "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", body, nil)
+}
+
 func cmpOr(vs ...string) string {
 	for _, v := range vs {
 		if v != "" {

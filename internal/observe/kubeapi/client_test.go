@@ -515,6 +515,44 @@ func TestNodeMetadata(t *testing.T) {
 	}
 }
 
+// A cordon and its undoing: spec.unschedulable and our annotation in one
+// merge patch, with the resourceVersion read as its precondition; the
+// annotation alone leaves spec out.
+func TestNodeScheduling(t *testing.T) {
+	cl, srv := testClient(t)
+	ctx := context.Background()
+	srv.answer(200, `{"kind":"Node","metadata":{"name":"n1","resourceVersion":"42"},"spec":{"unschedulable":true}}`)
+	n, err := cl.GetNode(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Metadata.ResourceVersion != "42" || !n.Spec.Unschedulable {
+		t.Fatalf("node %+v", n)
+	}
+	on, off, why := true, false, "GPU-a: gpu-lost"
+	for _, tc := range []struct {
+		p    SchedulingPatch
+		want string
+	}{
+		{SchedulingPatch{Unschedulable: &on, Annotations: map[string]*string{"a/b": &why}, ResourceVersion: "42"},
+			`{"metadata":{"annotations":{"a/b":"GPU-a: gpu-lost"},"resourceVersion":"42"},"spec":{"unschedulable":true}}`},
+		{SchedulingPatch{Unschedulable: &off, Annotations: map[string]*string{"a/b": nil}, ResourceVersion: "43"},
+			`{"metadata":{"annotations":{"a/b":null},"resourceVersion":"43"},"spec":{"unschedulable":false}}`},
+		{SchedulingPatch{Annotations: map[string]*string{"a/b": nil}}, `{"metadata":{"annotations":{"a/b":null}}}`},
+	} {
+		if err := cl.PatchNodeScheduling(ctx, "n1", tc.p); err != nil {
+			t.Fatal(err)
+		}
+		r := srv.last(t)
+		if r.Method != "PATCH" || r.Path != "/api/v1/nodes/n1" || r.ContentType != "application/merge-patch+json" {
+			t.Fatalf("request = %+v", r)
+		}
+		if got, _ := json.Marshal(r.Body); string(got) != tc.want {
+			t.Errorf("body\n got %s\nwant %s", got, tc.want)
+		}
+	}
+}
+
 // Events carry no labels or annotations keys: ObjectMeta's new fields are
 // omitted when empty.
 func TestEventMetadataUnchanged(t *testing.T) {
@@ -546,6 +584,7 @@ func TestFieldManagerOnWrites(t *testing.T) {
 	for _, err := range []error{
 		cl.PatchNodeCondition(ctx, "n1", NodeCondition{Type: "GPUHealthy", Status: ConditionTrue, LastHeartbeatTime: ts, LastTransitionTime: ts}),
 		cl.PatchNodeMetadata(ctx, "n1", MetadataPatch{}),
+		cl.PatchNodeScheduling(ctx, "n2", SchedulingPatch{}),
 		cl.CreateEvent(ctx, Event{Metadata: ObjectMeta{Name: "e"}}),
 		cl.PatchEvent(ctx, "default", "e", 2, ts),
 		func() error { _, err := cl.GetNode(ctx, "n1"); return err }(),
@@ -559,6 +598,7 @@ func TestFieldManagerOnWrites(t *testing.T) {
 		"PATCH /api/v1/nodes/n1":                    "fieldManager=gpu-device-plugin",
 		"POST /api/v1/namespaces/default/events":    "fieldManager=gpu-device-plugin",
 		"PATCH /api/v1/namespaces/default/events/e": "fieldManager=gpu-device-plugin",
+		"PATCH /api/v1/nodes/n2":                    "fieldManager=gpu-device-plugin",
 		"GET /api/v1/nodes/n1":                      "",
 	} {
 		if got, ok := queries[req]; !ok || got != want {

@@ -1,6 +1,6 @@
 // Package kubeapi is the few Kubernetes API calls the device-plugin
 // executable makes (Events, a Node condition, a Pod's UID, the Node's
-// labels), over net/http and encoding/json. It exists because linking
+// labels and its cordon), over net/http and encoding/json. It exists because linking
 // client-go and the API types would cost that executable about 35 MiB of
 // resident memory for a handful of requests; DRA mode, which needs far
 // more of the API, uses client-go in its own executable.

@@ -47,6 +47,9 @@ type ObjectMeta struct {
 	GenerateName string `json:"generateName,omitempty"`
 	Namespace    string `json:"namespace,omitempty"`
 	UID          string `json:"uid,omitempty"`
+	// ResourceVersion is read from Nodes, for a patch that must not apply
+	// to a Node changed since (SchedulingPatch).
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 	// Labels and Annotations are read from Nodes; omitted when empty, so
 	// the Events sent carry none.
 	Labels      map[string]string `json:"labels,omitempty"`
@@ -63,6 +66,17 @@ type MetadataPatch struct {
 
 // Empty says whether p changes nothing.
 func (p MetadataPatch) Empty() bool { return len(p.Labels) == 0 && len(p.Annotations) == 0 }
+
+// SchedulingPatch is a JSON merge patch of a Node's spec.unschedulable
+// (nil leaves it alone) and annotations (as MetadataPatch's). With
+// ResourceVersion set, the API server applies it only to that version of
+// the Node, else answers 409 Conflict: a cordon decided on a read is not
+// written over a change made since.
+type SchedulingPatch struct {
+	Unschedulable   *bool
+	Annotations     map[string]*string
+	ResourceVersion string
+}
 
 // ObjectReference names the object an Event is about.
 type ObjectReference struct {
@@ -121,7 +135,10 @@ type NodeCondition struct {
 // Node is the part of a Node read here.
 type Node struct {
 	Metadata ObjectMeta `json:"metadata"`
-	Status   struct {
+	Spec     struct {
+		Unschedulable bool `json:"unschedulable,omitempty"`
+	} `json:"spec"`
+	Status struct {
 		Conditions []NodeCondition `json:"conditions,omitempty"`
 	} `json:"status"`
 }

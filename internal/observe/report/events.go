@@ -35,7 +35,10 @@ func (r *Reporter) observe(ctx context.Context, t transition) {
 	msg := describe(t.resource, t.label, t.reason)
 	switch {
 	case t.event != nil:
-		reason, msg, typ = t.event.reason, deviceName(t.resource, t.label)+": "+t.event.message, kubeapi.EventNormal
+		reason, msg, typ = t.event.reason, t.event.message, kubeapi.EventNormal
+		if t.id != "" {
+			msg = deviceName(t.resource, t.label) + ": " + msg
+		}
 		if t.event.warning {
 			typ = kubeapi.EventWarning
 		}
@@ -49,7 +52,7 @@ func (r *Reporter) observe(ctx context.Context, t transition) {
 	msg = truncate(msg, maxMessage)
 	targets := []evKey{{kind: "Node", name: r.o.Node}}
 	uids := map[evKey]string{}
-	if r.o.Holders != nil {
+	if r.o.Holders != nil && t.id != "" {
 		pods, err := r.o.Holders.HoldersOf(ctx, t.resource, t.id)
 		if err != nil {
 			r.warn("holders", "cannot tell which pods hold the device; its Event goes to the Node only", "resource", t.resource, "device", t.id, "err", err)

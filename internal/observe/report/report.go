@@ -140,7 +140,7 @@ type transition struct {
 	reason, oldReason   string
 	at                  time.Time
 	// event is set for an Event of its own (Reporter.Event), not a change
-	// of health.
+	// of health; with no id, one about the Node (Reporter.NodeEvent).
 	event *event
 }
 
@@ -279,6 +279,24 @@ func (r *Reporter) Event(resource, deviceID, label, reason, message string, warn
 		return
 	}
 	r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, at: r.now(), event: &event{reason, message, warning}})
+	r.signal()
+}
+
+// NodeEvent reports something that happened to the Node itself (the
+// remediation cordoned it): an Event on the Node only, aggregated and
+// rate-limited as the others. It never blocks.
+func (r *Reporter) NodeEvent(reason, message string, warning bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.o.Events {
+		return
+	}
+	if len(r.queue) >= queueSize {
+		r.dropped++
+		r.droppedTotal++
+		return
+	}
+	r.queue = append(r.queue, transition{at: r.now(), event: &event{reason, message, warning}})
 	r.signal()
 }
 

@@ -767,6 +767,36 @@ func TestEventOfItsOwn(t *testing.T) {
 	}
 }
 
+// An Event about the Node itself (the remediation's cordon) goes to the
+// Node only, its message as given, and asks nobody who holds what.
+func TestNodeEvent(t *testing.T) {
+	api := newFakeAPI()
+	asked := false
+	r, _ := newReporter(t, api, Options{Events: true, Holders: HoldersFunc(func(context.Context, string, string) ([]Pod, error) {
+		asked = true
+		return nil, nil
+	})})
+	r.NodeEvent("NodeCordoned", "cordoned until the node is rebooted: GPU-1: gpu-lost", true)
+	r.pump(context.Background())
+	creates := ops(api.take(), "create")
+	if len(creates) != 1 {
+		t.Fatalf("%d Events, want 1: %+v", len(creates), creates)
+	}
+	e := creates[0].event
+	if e.InvolvedObject.Kind != "Node" || e.Reason != "NodeCordoned" || e.Type != kubeapi.EventWarning || e.Message != "cordoned until the node is rebooted: GPU-1: gpu-lost" {
+		t.Errorf("Event %+v", e)
+	}
+	if asked {
+		t.Error("asked for the holders of no device")
+	}
+	off, _ := newReporter(t, api, Options{NodeCondition: true})
+	off.NodeEvent("NodeCordoned", "x", true)
+	off.pump(context.Background())
+	if got := ops(api.take(), "create"); len(got) != 0 {
+		t.Errorf("%d Events with events off", len(got))
+	}
+}
+
 // While the node needs a reboot, GPUHealthy says so, whatever the GPUs'
 // health; cleared, it is the GPUs' again.
 func TestConditionNodeReboot(t *testing.T) {

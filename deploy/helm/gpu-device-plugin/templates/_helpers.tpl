@@ -133,11 +133,35 @@ the API), else empty; refuses a mode the plugin does not know. */}}
 {{- if eq .Values.nodeLabels.mode "node" }}true{{ end }}
 {{- end }}
 
+{{/* "true" with remediation.cordon (the plugin cordons its own Node while
+a GPU needs a reboot), else empty. Refuses config.remediation.cordon: the
+chart's RBAC and admission policy follow the chart value, so a config key
+would turn it on without the access it needs. */}}
+{{- define "gpu-device-plugin.cordon" -}}
+{{- $r := get (.Values.config | default dict) "remediation" }}
+{{- if and (kindIs "map" $r) (hasKey $r "cordon") }}
+{{- fail "config.remediation.cordon: set the chart value remediation.cordon instead; the chart's RBAC and admission policy follow it" }}
+{{- end }}
+{{- if (.Values.remediation | default dict).cordon }}true{{ end }}
+{{- end }}
+
+{{/* The annotation that lists the label keys the plugin keeps on its Node
+(nodelabels.Annotation in the Go code). */}}
+{{- define "gpu-device-plugin.nodeLabelsAnnotation" -}}
+gpu-device-plugin.github.io/node-labels
+{{- end }}
+
+{{/* The annotation that marks the plugin's own cordon of its Node
+(cordon.Annotation in the Go code, which e2e/deploy checks this against). */}}
+{{- define "gpu-device-plugin.cordonAnnotation" -}}
+gpu-device-plugin.github.io/cordoned
+{{- end }}
+
 {{/* "true" when the pod talks to the API server (DRA mode, events,
-nodeCondition, nodeLabels.mode node), else empty: it then gets a
-ServiceAccount, its token and its node's name. */}}
+nodeCondition, nodeLabels.mode node, remediation.cordon), else empty: it
+then gets a ServiceAccount, its token and its node's name. */}}
 {{- define "gpu-device-plugin.apiAccess" -}}
-{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) (include "gpu-device-plugin.nodeLabelsNode" .) }}true{{ end }}
+{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) (include "gpu-device-plugin.nodeLabelsNode" .) (include "gpu-device-plugin.cordon" .) }}true{{ end }}
 {{- end }}
 
 {{/* podResources.hostDir, checked and cleaned: the same path on the host
@@ -418,6 +442,9 @@ kubeVersion is the default install's minimum; these need more. */}}
 {{- end }}
 {{- if include "gpu-device-plugin.nodeLabelsNode" . }}
 {{- $needs = append $needs (list "1.32" "nodeLabels.mode node (an admission policy that reads the node name in the plugin's token)") }}
+{{- end }}
+{{- if include "gpu-device-plugin.cordon" . }}
+{{- $needs = append $needs (list "1.32" "remediation.cordon (an admission policy that reads the node name in the plugin's token)") }}
 {{- end }}
 {{- $unmet := list }}
 {{- range $needs }}
