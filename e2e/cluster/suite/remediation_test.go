@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/cluster/auditlog"
@@ -81,6 +82,8 @@ type remLane struct {
 	gpuOf func(ctx context.Context, p *corev1.Pod) (int, error)
 	// bystanders are the other pods, by name, with their UIDs and GPUs.
 	bystanders map[string]bystander
+	// bootID is the node's boot ID file the plugin reads.
+	bootID string
 }
 
 type bystander struct {
@@ -140,6 +143,8 @@ func TestRemediationDevicePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	remediationValues(values, false)
+	// The chart's own value: it adds the RBAC and the admission policy.
+	values["remediation"] = map[string]any{"cordon": true}
 	l := &remLane{mode: "device-plugin"}
 	l.pod = func(name string) *corev1.Pod { return probePod(name, 1) }
 	l.gpuOf = func(ctx context.Context, p *corev1.Pod) (int, error) {
@@ -173,6 +178,10 @@ func TestRemediationDevicePlugin(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	l.rebootCordons(t, ctx)
+	if t.Failed() {
+		return
+	}
 	deleteVictim(ctx)
 	if err := deletePods(ctx, remBystanders(len(env.Profile.GPUs))...); err != nil {
 		t.Fatal(err)
@@ -195,6 +204,7 @@ func (l *remLane) cleanUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.bootID = bootID
 	t.Cleanup(func() { os.Remove(bootID) })
 	cleanUpOnFailure(t, func() *release { return l.release }, true, remBystanders(len(env.Profile.GPUs))...)
 	t.Cleanup(func() {
@@ -410,6 +420,94 @@ func (l *remLane) rejected(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// cordonAnnotation marks a cordon the plugin made (the chart's
+// gpu-device-plugin.cordonAnnotation).
+const cordonAnnotation = "gpu-device-plugin.github.io/cordoned"
+
+// rebootCordons: the driver asks for a node reboot for one GPU. The plugin,
+// allowed to (the chart's remediation.cordon), cordons its Node through the
+// API server and the admission policy; after the reboot (a new boot ID and
+// the plugin started again) it lifts its own cordon.
+func (l *remLane) rebootCordons(t *testing.T, ctx context.Context) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			// As an operator would, so the next lanes can schedule.
+			uncordon(context.Background())
+		}
+	})
+	ctl, err := mocknvml.OpenControl(env.controlFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	sick := l.bystanders[remBystanders(1)[0]].gpu
+	fault := time.Now()
+	if err := ctl.InjectContext(ctx, fmt.Sprintf("recovery %d reboot", sick)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := waitNode(ctx, "cordoned by the plugin", func(n *corev1.Node) bool {
+		return n.Spec.Unschedulable && n.Annotations[cordonAnnotation] != ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cordoned := time.Now()
+	t.Logf("GPU %d needs a reboot: node cordoned %s after the fault, annotation %q", sick, cordoned.Sub(fault).Round(time.Millisecond), n.Annotations[cordonAnnotation])
+	if err := waitNodeEvent(ctx, "NodeCordoned"); err != nil {
+		t.Error(err)
+	}
+
+	// The reboot: another boot ID, and the plugin started again (a fresh
+	// mock NVML, whose GPUs ask for nothing).
+	if err := os.WriteFile(l.bootID, []byte("00000000-0000-4000-8000-00000000b007\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := l.plugin
+	rebooted := time.Now()
+	if err := k8s.kube.CoreV1().Pods(releaseNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if l.plugin, err = waitPluginRunning(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitNode(ctx, "uncordoned by the plugin", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && n.Annotations[cordonAnnotation] == ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the reboot the plugin lifted its cordon %s after its old pod was deleted", time.Since(rebooted).Round(time.Millisecond))
+	if err := waitNodeEvent(ctx, "NodeUncordoned"); err != nil {
+		t.Error(err)
+	}
+}
+
+// waitNode polls the node until ok holds.
+func waitNode(ctx context.Context, what string, ok func(*corev1.Node) bool) (*corev1.Node, error) {
+	var last *corev1.Node
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := k8s.kube.CoreV1().Nodes().Get(ctx, env.Node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return ok(n), nil
+	})
+	if err != nil {
+		var state string
+		if last != nil {
+			state = fmt.Sprintf(" (unschedulable %t, annotation %q)", last.Spec.Unschedulable, last.Annotations[cordonAnnotation])
+		}
+		return last, fmt.Errorf("node %s not %s%s: %w%s", env.Node, what, state, err, pluginLogs(ctx))
+	}
+	return last, nil
+}
+
+// uncordon makes the node schedulable and drops the plugin's mark.
+func uncordon(ctx context.Context) {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":false},"metadata":{"annotations":{%q:null}}}`, cordonAnnotation)
+	k8s.kube.CoreV1().Nodes().Patch(ctx, env.Node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 }
 
 // isRunning says whether every container of p runs.
