@@ -294,6 +294,12 @@ func pluginArgs(s settings, node, work string, recovery time.Duration) []string 
 		"--events=true", "--node-condition=true",
 		"--node-labels", "none",
 		"--xid-recovery-period", recovery.String(),
+		// The storm measures health's own flapping: XID 94 unhealthy, then
+		// healthy once recovery passes. The remediation, on by default,
+		// would withhold the GPU for a reset, and a node without a kubelet
+		// never knows it idle. One remediation's requests are measured by
+		// the cluster suite's remediation lanes.
+		"--remediation-enabled=false",
 		"--log-level", "warn",
 	}
 }
