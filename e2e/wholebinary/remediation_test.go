@@ -471,6 +471,25 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// wantOneReset checks that the plugin reset GPU i once, and that the mock
+// NVML saw each step of that reset (drain, removal, rediscovery) once.
+func (r *remNode) wantOneReset(t *testing.T, i int) {
+	t.Helper()
+	if n := r.count("resetting"); n != 1 {
+		t.Errorf("%d resets, want 1", n)
+	}
+	mock := r.mockLog(t)
+	for _, step := range []string{
+		fmt.Sprintf("nvmlDeviceModifyDrainState: gpu %d: drain state on", i),
+		fmt.Sprintf("gpu %d: removed", i),
+		fmt.Sprintf("nvmlDeviceDiscoverGpus: gpu %d: rediscovered", i),
+	} {
+		if n := strings.Count(mock, step); n != 1 {
+			t.Errorf("the mock NVML's log has %q %d times, want once:\n%s", step, n, mock)
+		}
+	}
+}
+
 // ms is d in milliseconds, for the figures.
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
@@ -527,19 +546,7 @@ func TestRemediationResetsOneGPU(t *testing.T) {
 		t.Errorf("the kubelet saw GPU %d %v, want %v", sick, got, want)
 	}
 	r.othersUntouched(t)
-	if n := r.count("resetting"); n != 1 {
-		t.Errorf("%d resets, want 1", n)
-	}
-	mock := r.mockLog(t)
-	for _, step := range []string{
-		fmt.Sprintf("nvmlDeviceModifyDrainState: gpu %d: drain state on", sick),
-		fmt.Sprintf("gpu %d: removed", sick),
-		fmt.Sprintf("nvmlDeviceDiscoverGpus: gpu %d: rediscovered", sick),
-	} {
-		if strings.Count(mock, step) != 1 {
-			t.Errorf("the mock NVML's log has %q %d times, want once:\n%s", step, strings.Count(mock, step), mock)
-		}
-	}
+	r.wantOneReset(t, sick)
 	if g := r.mustSaved(t, sick); g.State != "serving" || len(g.Resets) != 1 {
 		t.Errorf("remediation.json after: %+v, want serving with one reset in the budget", g)
 	}
@@ -978,19 +985,7 @@ func TestRemediationFaultWhileResetting(t *testing.T) {
 			if got := r.transitions(sick); !slices.Equal(got, c.transitions) {
 				t.Errorf("GPU %d went %v, want %v", sick, got, c.transitions)
 			}
-			if n := r.count("resetting"); n != 1 {
-				t.Errorf("%d resets, want 1", n)
-			}
-			mock := r.mockLog(t)
-			for _, step := range []string{
-				fmt.Sprintf("nvmlDeviceModifyDrainState: gpu %d: drain state on", sick),
-				fmt.Sprintf("gpu %d: removed", sick),
-				fmt.Sprintf("nvmlDeviceDiscoverGpus: gpu %d: rediscovered", sick),
-			} {
-				if n := strings.Count(mock, step); n != 1 {
-					t.Errorf("the mock NVML's log has %q %d times, want once:\n%s", step, n, mock)
-				}
-			}
+			r.wantOneReset(t, sick)
 			g := r.mustSaved(t, sick)
 			if g.State != c.end || len(g.Resets) != 1 || !strings.Contains(g.Reason, c.reason) {
 				t.Errorf("remediation.json after: %+v, want %s with one reset, saying %q", g, c.end, c.reason)

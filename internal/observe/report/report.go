@@ -250,14 +250,20 @@ func (r *Reporter) Transition(resource, deviceID, label string, healthy bool, re
 	st.healthy, st.reason = healthy, reason
 	r.dirty[ClassOf(resource)] = true
 	if r.o.Events && was != healthy {
-		if len(r.queue) >= queueSize {
-			r.dropped++
-			r.droppedTotal++
-		} else {
-			r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, healthy: healthy, reason: reason, oldReason: oldReason, at: r.now()})
-		}
+		r.enqueue(transition{resource: resource, id: deviceID, label: label, healthy: healthy, reason: reason, oldReason: oldReason, at: r.now()})
 	}
 	r.signal()
+}
+
+// enqueue queues an Event, or counts it dropped when the queue is full;
+// r.mu is held.
+func (r *Reporter) enqueue(t transition) {
+	if len(r.queue) >= queueSize {
+		r.dropped++
+		r.droppedTotal++
+		return
+	}
+	r.queue = append(r.queue, t)
 }
 
 // Event reports something that happened to a device beyond its health
@@ -273,12 +279,7 @@ func (r *Reporter) Event(resource, deviceID, label, reason, message string, warn
 	if !r.o.Events {
 		return
 	}
-	if len(r.queue) >= queueSize {
-		r.dropped++
-		r.droppedTotal++
-		return
-	}
-	r.queue = append(r.queue, transition{resource: resource, id: deviceID, label: label, at: r.now(), event: &event{reason, message, warning}})
+	r.enqueue(transition{resource: resource, id: deviceID, label: label, at: r.now(), event: &event{reason, message, warning}})
 	r.signal()
 }
 
@@ -291,12 +292,7 @@ func (r *Reporter) NodeEvent(reason, message string, warning bool) {
 	if !r.o.Events {
 		return
 	}
-	if len(r.queue) >= queueSize {
-		r.dropped++
-		r.droppedTotal++
-		return
-	}
-	r.queue = append(r.queue, transition{at: r.now(), event: &event{reason, message, warning}})
+	r.enqueue(transition{at: r.now(), event: &event{reason, message, warning}})
 	r.signal()
 }
 
