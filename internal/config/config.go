@@ -18,6 +18,9 @@ type Config struct {
 	DevRoot          string `json:"devRoot"`
 	DeviceIDStrategy string `json:"deviceIDStrategy"`
 	MIGStrategy      string `json:"migStrategy"`
+	// MIGLayoutPollInterval is how often a MIG layout change is looked
+	// for; zero: never.
+	MIGLayoutPollInterval Duration `json:"migLayoutPollInterval"`
 	// ExcludeGPUs and IncludeGPUs choose the GPUs served (GPUSelected).
 	ExcludeGPUs       []string `json:"excludeGPUs"`
 	IncludeGPUs       []string `json:"includeGPUs"` // MIGStrategy*: how the device-plugin API serves MIG devices

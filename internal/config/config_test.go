@@ -56,6 +56,8 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "bad strategy", body: "deviceIDStrategy: serial\n", want: []string{"deviceIDStrategy", "serial", "uuid, index"}},
 		{name: "relative path", body: "devRoot: dev\n", want: []string{"devRoot", "absolute"}},
 		{name: "short retry", body: "nvmlRetryInterval: 10ms\n", want: []string{"nvmlRetryInterval", "1s"}},
+		{name: "short MIG layout poll", body: "migLayoutPollInterval: 100ms\n", want: []string{"migLayoutPollInterval", "1s", "0s"}},
+		{name: "negative MIG layout poll", body: "migLayoutPollInterval: -1s\n", want: []string{"migLayoutPollInterval", "at least 1s"}},
 		{name: "two problems", body: "logLevel: loud\nlogFormat: xml\n", want: []string{"logLevel", "logFormat"}},
 		{name: "bad xid list", body: "xidIgnore: [13, x]\n", want: []string{"xidIgnore"}},
 		{name: "negative margin", body: "thermalMarginC: -1\n", want: []string{"thermalMarginC", "--thermal-margin"}},

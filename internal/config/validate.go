@@ -72,6 +72,9 @@ func (c Config) ValidateWith(from func(key string) string, more ...Check) error 
 	if c.NVMLRetryInterval.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s", field("nvmlRetryInterval"), c.NVMLRetryInterval))
 	}
+	if d := c.MIGLayoutPollInterval.Duration; d != 0 && d < time.Second {
+		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s, or 0s to serve the layout found at start until a restart", field("migLayoutPollInterval"), c.MIGLayoutPollInterval))
+	}
 	if c.HealthPollInterval.Duration < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 100ms", field("healthPollInterval"), c.HealthPollInterval))
 	}

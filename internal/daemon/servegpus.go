@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/state"
 )
 
@@ -29,6 +31,12 @@ import (
 // nodeLabels: node, nil in other modes; cord cordons the Node for the
 // remediation, nil without remediation.cordon. remEndpoint answers for the
 // remediation once it runs.
+//
+// A front-end that can serve a new layout on its running servers (the
+// device-plugin API's) has the MIG layout polled: when it changes, what
+// was built for the old inventory stops, health hands its conditions on,
+// and everything is built again for a fresh discovery, while fe keeps
+// serving.
 func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, cord remediate.Cordoner, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
@@ -43,31 +51,140 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 		return err
 	}
 	defer lib.Shutdown()
+	inv, err := discoverGPUs(cfg, lib, log)
+	if err != nil {
+		return err
+	}
+	l := layoutRun{
+		cfg: cfg, lib: lib, mets: mets, specs: specs, onHook: onHook, fe: fe, rep: rep, labelsTo: labelsTo, labelsAPI: labelsAPI,
+		cord: cord, status: status, remEndpoint: remEndpoint, log: log, served: make(chan error, 1),
+	}
+	if r, ok := fe.(relaidOut); ok && cfg.MIGLayoutPollInterval.Duration > 0 {
+		l.relayout = r
+	}
+	// fe serves across layouts; it is started once the first is polled.
+	serving := sync.WaitGroup{}
+	defer serving.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l.serve = func() { serving.Go(func() { l.served <- fe.ServeGPUs(ctx) }) }
+	// The layout read now is what this discovery saw, give or take a
+	// change in between, which the next read then sees.
+	state := nvml.ReadMIGState(lib, inv.Symbols(), gpuUUIDs(inv.GPUs))
+	l.restore, l.save = keptHealth(cfg, log)
+	for {
+		next, err := l.run(ctx, inv, state)
+		if err != nil || next == nil {
+			return err
+		}
+		changed := time.Now()
+		if inv, err = discoverGPUs(cfg, lib, log); err != nil {
+			return err
+		}
+		state = next
+		l.changedAt = changed
+	}
+}
+
+// discoverGPUs discovers the GPUs and leaves out those not selected.
+func discoverGPUs(cfg config.Config, lib nvml.Library, log *slog.Logger) (*nvml.Inventory, error) {
 	inv, err := nvml.Discover(lib, cfg.SysfsRoot, log)
 	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
+		return nil, fmt.Errorf("discovering GPUs: %w", err)
 	}
 	log.Info("discovered GPUs", "count", len(inv.GPUs), "driverVersion", inv.DriverVersion)
 	_, _ = selectGPUs(cfg, inv, log)
 	for _, g := range inv.GPUs {
 		log.Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "device", g.PCIBusID, "numaNode", g.NUMANode, "migDevices", len(g.MIG))
 	}
+	return inv, nil
+}
+
+// relaidOut is a front-end that serves a new layout of the GPUs on its
+// running servers (dpnode.FrontEnd).
+type relaidOut interface {
+	Relayout(inv *nvml.Inventory, specs gpu.CDISpecs, held dpnode.Held) (health.Notifier, error)
+	Prune(held dpnode.Held) int
+}
+
+var _ relaidOut = (*dpnode.FrontEnd)(nil)
+
+// layoutRun is what serveGPUs builds for each layout, and what it keeps
+// from one to the next.
+type layoutRun struct {
+	cfg         config.Config
+	lib         nvml.Library
+	mets        *metrics.Metrics
+	specs       *ondisk.Store
+	onHook      func(bool, error)
+	fe          FrontEnd
+	rep         *reporting
+	labelsTo    nodelabels.Delivery
+	labelsAPI   nodelabels.API
+	cord        remediate.Cordoner
+	status      *probe.Status
+	remEndpoint *remediate.Endpoint
+	log         *slog.Logger
+
+	// relayout is fe when the MIG layout is polled, else nil.
+	relayout relaidOut
+	// serve starts fe's serving, whose end served yields.
+	serve  func()
+	served chan error
+	// restore and save are health kept on disk: restored at the first
+	// layout, saved at every change.
+	restore, save []health.Option
+	// carried is the last layout's health; prev its inventory; changedAt
+	// when its change was seen.
+	carried   *health.Carried
+	prev      *nvml.Inventory
+	changedAt time.Time
+	// gone says that the front-end lists removed MIG devices pods hold;
+	// noHolders that PodResources could not tell, said once.
+	gone      bool
+	noHolders bool
+}
+
+// run serves inv until ctx ends (nil) or the MIG layout differs from
+// state: then it returns the layout it read, every goroutine it started
+// ended and health carried in l.
+func (l *layoutRun) run(ctx context.Context, inv *nvml.Inventory, state nvml.MIGState) (nvml.MIGState, error) {
+	cfg, lib, fe, rep, log := l.cfg, l.lib, l.fe, l.rep, l.log
+	first := l.prev == nil
+	var held dpnode.Held
+	if !first {
+		held = l.holders(ctx)
+	}
 	// The spec first: the kubelet may hand out a CDI name as soon as the
 	// resource registers.
 	var gspecs *ondisk.GPU
-	if specs != nil {
-		if gspecs, err = ondisk.NewGPU(CDIOptions(cfg), specs, inv.GPUs, onHook, log); err != nil {
-			return err
+	var err error
+	if l.specs != nil {
+		specGPUs := inv.GPUs
+		if !first && held != nil {
+			// A removed MIG device a pod holds keeps its CDI device, for a
+			// container the kubelet restarts, until a layout without it.
+			specGPUs = withGoneMIG(inv.GPUs, l.prev.GPUs)
+		}
+		if gspecs, err = ondisk.NewGPU(CDIOptions(cfg), l.specs, specGPUs, l.onHook, log); err != nil {
+			return nil, err
 		}
 	}
 	var cs gpu.CDISpecs
 	if gspecs != nil {
 		cs = gspecs
 	}
-	notify, err := fe.TakeGPUs(inv, cs)
-	if err != nil {
-		return err
+	var notify health.Notifier
+	if first {
+		notify, err = fe.TakeGPUs(inv, cs)
+	} else {
+		notify, err = l.relayout.Relayout(inv, cs, held)
+		l.gone = l.relayout.Prune(held) > 0
 	}
+	if err != nil {
+		return nil, err
+	}
+	l.prev = inv
 	nodeLabels := nodelabels.Of(LabelFacts(cfg), inv)
 	units := servedUnits(fe, inv.GPUs)
 	if rep != nil {
@@ -77,16 +194,16 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	parts := withPartitioned(healthParts(units, len(inv.GPUs)), partitioned, inv.GPUs)
 	// The remediation withholds a GPU behind the MPS gate, which stops its
 	// daemon while health says it faulted.
-	rem, remMPS, remGPUs, err := remediation(cfg, lib, inv, units, parts, fe, rep, cord, mets, notify, log)
+	rem, remMPS, remGPUs, err := remediation(cfg, lib, inv, units, parts, fe, rep, l.cord, l.mets, notify, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if rem != nil {
 		notify = rem
 	}
-	notify, runMPS, mpsMgr, err := mpsDaemons(ctx, cfg, lib, fe, units, notify, mets, log)
+	notify, runMPS, mpsMgr, err := mpsDaemons(ctx, cfg, lib, fe, units, notify, l.mets, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if remMPS != nil {
 		remMPS.m = mpsMgr
@@ -95,8 +212,8 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	// Health reaches the front-end, which tells the kubelet at once.
 	ids := gpuUUIDs(inv.GPUs)
 	var rec health.Recorder
-	if mets != nil {
-		rec = recorder(units, mets)
+	if l.mets != nil {
+		rec = recorder(units, l.mets)
 	}
 	mon := nvml.NewMonitor(lib, inv, log)
 	if remGPUs != nil {
@@ -109,14 +226,19 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 			}
 		}
 	}
-	opts := append(keptHealth(cfg, log), health.WithParts(parts),
-		health.OnTurn(func() { status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
+	opts := append(slices.Clone(l.save), health.WithParts(parts),
+		health.OnTurn(func() { l.status.Turned(loopGPUHealth, cfg.HealthPollInterval.Duration) }))
+	if l.carried != nil {
+		opts = append(opts, health.WithCarried(*l.carried))
+	} else {
+		opts = append(opts, l.restore...)
+	}
 	if rem != nil {
 		opts = append(opts, health.OnFacts(rem.Facts))
 	}
 	watcher, err := health.NewWatcher(HealthPolicy(cfg), ids, mon, notify, rec, log, opts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if rem != nil {
 		rem.UseHealth(watcher)
@@ -124,6 +246,9 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	// One poll before the kubelet can see the GPUs, so one that must not
 	// be handed out (MIG enabled, a pending reset) is never offered healthy.
 	watcher.Poll()
+	if !first {
+		log.Info("MIG layout served", "took", time.Since(l.changedAt).String(), "units", len(units), "removedDevicesHeld", l.gone)
+	}
 	// Deferred in this order so the goroutines are told to stop before
 	// they are waited for, however run returns.
 	var wg sync.WaitGroup
@@ -139,21 +264,89 @@ func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metr
 	wg.Go(func() { watcher.Run(ctx, events) })
 	if rem != nil {
 		wg.Go(func() { rem.Run(ctx) })
-		remEndpoint.Serve(rem)
+		l.remEndpoint.Serve(rem)
 	}
 	if runMPS != nil {
 		wg.Go(func() { runMPS(ctx) })
 	}
-	wg.Go(func() { nodelabels.Keep(ctx, labelsTo, labelsAPI, nodeLabels, log) })
+	wg.Go(func() { nodelabels.Keep(ctx, l.labelsTo, l.labelsAPI, nodeLabels, log) })
 	if gspecs != nil {
 		wg.Go(func() { gspecs.Watch(ctx, log) })
 	}
-	if rep != nil {
-		// The GPUs' health was first polled: the condition may be sent.
-		rep.rep.Synced(report.GPU)
+	if first {
+		if rep != nil {
+			// The GPUs' health was first polled: the condition may be sent.
+			rep.rep.Synced(report.GPU)
+		}
+		l.status.Gate(gateGPUs, "")
+		l.serve()
 	}
-	status.Gate(gateGPUs, "")
-	return fe.ServeGPUs(ctx)
+	var tick <-chan time.Time
+	if l.relayout != nil {
+		t := time.NewTicker(cfg.MIGLayoutPollInterval.Duration)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case err := <-l.served:
+			return nil, err
+		case <-tick:
+		}
+		if l.gone {
+			l.gone = l.relayout.Prune(l.holders(ctx)) > 0
+		}
+		now := nvml.ReadMIGState(lib, inv.Symbols(), ids)
+		changes := state.Changes(now)
+		if len(changes) == 0 {
+			continue
+		}
+		log.Info("MIG layout changed; serving the new one", "changes", changes)
+		// Health stops before it is carried; the deferred wait would be
+		// too late.
+		cancel()
+		wg.Wait()
+		c := watcher.Carry()
+		l.carried = &c
+		return now, nil
+	}
+}
+
+// holders says which devices pods hold, by the kubelet's PodResources
+// API; nil when it cannot tell (said once): removed MIG devices are then
+// dropped at once.
+func (l *layoutRun) holders(ctx context.Context) dpnode.Held {
+	h, err := podresources.Client{Socket: l.cfg.PodResourcesSocket}.Holders(ctx)
+	if err != nil {
+		if !l.noHolders {
+			l.log.Warn("cannot tell which pods hold MIG devices a new layout removed; they are dropped at once", "podResourcesSocket", l.cfg.PodResourcesSocket, "err", err)
+		}
+		l.noHolders = true
+		return nil
+	}
+	l.noHolders = false
+	return func(resource, id string) bool { return len(h.Device(resource, id)) > 0 }
+}
+
+// withGoneMIG is gpus with the MIG devices was had that they lack added
+// to their GPU, for the CDI spec.
+func withGoneMIG(gpus, was []nvml.GPU) []nvml.GPU {
+	out := slices.Clone(gpus)
+	for i := range out {
+		for _, w := range was {
+			if w.UUID != out[i].UUID {
+				continue
+			}
+			for _, m := range w.MIG {
+				if !slices.ContainsFunc(out[i].MIG, func(n nvml.MIGDevice) bool { return n.UUID == m.UUID }) {
+					out[i].MIG = append(slices.Clip(out[i].MIG), m)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // gpuUUIDs are the GPUs' UUIDs, the IDs health is watched by.
@@ -199,32 +392,31 @@ func waitForNVML(ctx context.Context, cfg config.Config, open OpenFunc, absent f
 }
 
 // keptHealth restores the sticky health conditions (a fatal XID, a GPU
-// waiting for a reset) saved by an earlier run on this boot, and saves
-// them at every change, so a restarted plugin does not re-admit a GPU that
+// waiting for a reset) saved by an earlier run on this boot (restore), and
+// saves them at every change (save), so a restarted plugin does not re-admit a GPU that
 // is still broken. A reboot resets the GPUs, and the boot ID tells.
-func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
+func keptHealth(cfg config.Config, log *slog.Logger) (restore, save []health.Option) {
 	if cfg.StateDir == "" {
-		return nil
+		return nil, nil
 	}
 	store := state.Store{
 		Path:       filepath.Join(cfg.StateDir, healthStateFile),
 		BootIDPath: filepath.Join(cfg.ProcRoot, "sys", "kernel", "random", "boot_id"),
 	}
-	var opts []health.Option
 	var saved []health.StickyCondition
 	switch found, err := store.Load(&saved); {
 	case err != nil:
 		log.Warn("reading health kept from an earlier run; starting without it", "err", err)
 	case found && len(saved) > 0:
 		log.Info("restoring health conditions kept from an earlier run on this boot", "count", len(saved), "path", store.Path)
-		opts = append(opts, health.WithSticky(saved))
+		restore = append(restore, health.WithSticky(saved))
 	}
 	failing := false
 	if err := store.Writable(); err != nil {
 		log.Warn("health conditions that must outlive a restart (a fatal XID, a GPU waiting for a reset) cannot be kept: fix the directory, or set stateDir (--state-dir)", "err", err)
 		failing = true // said once; a later save that works says so
 	}
-	opts = append(opts, health.OnStickyChange(func(c []health.StickyCondition) {
+	save = append(save, health.OnStickyChange(func(c []health.StickyCondition) {
 		if c == nil {
 			c = []health.StickyCondition{}
 		}
@@ -237,7 +429,7 @@ func keptHealth(cfg config.Config, log *slog.Logger) []health.Option {
 		}
 		failing = err != nil
 	}))
-	return opts
+	return restore, save
 }
 
 // healthStateFile is the file in cfg.StateDir that keeps sticky health.

@@ -36,6 +36,10 @@ func (inv *Inventory) Handle(i int) gonvml.Device {
 	return inv.handles[i]
 }
 
+// Symbols is which optional NVML functions the library discovered with
+// exports.
+func (inv *Inventory) Symbols() Symbols { return inv.syms }
+
 // Discover enumerates every GPU NVML reports, with its PCI address and NUMA
 // node, and reads the topology between them once. The NUMA node comes from
 // sysfs under sysfsRoot (normally "/sys"), falling back to NVML, else -1.

@@ -105,6 +105,7 @@ type options struct {
 	onTurn   func()
 	onFacts  func(string, Facts)
 	parts    [][]Part
+	carried  *Carried
 }
 
 // warnEvery is how often a repeated warning (the same GPU failing the same
@@ -176,10 +177,20 @@ func NewWatcher(p policy.Policy, ids []string, s Sampler, n Notifier, rec Record
 				w.parts[i] = append(w.parts[i], partState{Part: p, healthy: true})
 			}
 		}
-		if rec != nil {
-			for _, id := range w.reportIDs(i) {
-				rec.Health(id, true, "")
-			}
+	}
+	if o.carried != nil {
+		w.carry(o.carried)
+	}
+	for i := range w.gpus {
+		if rec == nil {
+			continue
+		}
+		if len(w.parts[i]) == 0 {
+			rec.Health(w.ids[i], w.gpus[i].healthy, w.gpus[i].reason)
+			continue
+		}
+		for _, p := range w.parts[i] {
+			rec.Health(p.ID, p.healthy, p.reason)
 		}
 	}
 	for _, sc := range o.sticky {
@@ -387,9 +398,10 @@ func (w *Watcher) report(id string, was *bool, wasReason *string, healthy bool, 
 	}
 	if healthy != *was {
 		level := slog.LevelWarn
-		if reason == reasonMIGEnabled && *wasReason == "" {
+		if reason == reasonMIGEnabled && *wasReason == "" || *wasReason == ReasonRelaidOut && healthy {
 			// The layout has warned about the GPU in MIG mode, once, with
-			// what to do; the health record stays, below it.
+			// what to do; the health record stays, below it. A device a
+			// new MIG layout serves is said by the relayout.
 			level = slog.LevelInfo
 		}
 		w.log.Log(context.Background(), level, "GPU health changed", "device", id, "old", old, "new", state, "reason", reason, "oldReason", *wasReason)

@@ -154,6 +154,22 @@ func (s *Server) SetDevices(devices []device.Device) {
 	s.replace(slices.Clone(devices))
 }
 
+// Drop removes the devices drop says to, in one change that no health
+// change made meanwhile is lost to, and reports whether it removed any.
+func (s *Server) Drop(drop func(id string) bool) bool {
+	s.mu.Lock()
+	cur := s.snap
+	devices := slices.DeleteFunc(slices.Clone(cur.devices), func(d device.Device) bool { return drop(d.ID) })
+	if len(devices) == len(cur.devices) {
+		s.mu.Unlock()
+		return false
+	}
+	s.snap = newSnapshot(devices)
+	s.mu.Unlock()
+	close(cur.changed)
+	return true
+}
+
 // SetHealth changes one device's health and reports whether anything
 // changed. Unknown IDs are ignored and reported as no change.
 func (s *Server) SetHealth(id string, healthy bool, reason string) bool {
