@@ -303,7 +303,7 @@ func TestServeLogsItsSettings(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d start lines, want 1:\n%s", len(lines), stderr.String())
 	}
-	for _, want := range []string{"config=" + file, "deviceIDStrategy=index", "excludeGPUs=3,7", "logLevel=info", "podResourcesSocket=\"\"", "xidIgnore=13,"} {
+	for _, want := range []string{"config=" + file, "deviceIDStrategy=index", "excludeGPUs=3,7", "logLevel=info", "podResourcesSocket=\"\"", "xidIgnore=8,11,13,", "xids=\"\""} {
 		if !strings.Contains(lines[0], " "+want) {
 			t.Errorf("start line lacks %s:\n%s", want, lines[0])
 		}

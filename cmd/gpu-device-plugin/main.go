@@ -53,7 +53,7 @@ var (
 	driverKeys  = []string{"driverRoot", "nvmlLibrary", "sysfsRoot", "devRoot", "procRoot"}
 	servedKeys  = []string{"deviceIDStrategy", "deviceListStrategy", "migStrategy", "mpsRoot"}
 	loggingKeys = []string{"logLevel", "logFormat"}
-	healthKeys  = []string{"xidIgnore", "xidFatal", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
+	healthKeys  = []string{"xidIgnore", "xidFatal", "xids", "xidRecoveryPeriod", "thermalMarginC", "healthRecoveryPolls",
 		"healthSlowdownSamples", "healthNVMLFailurePolls", "healthChecksDisabled"}
 
 	// setUp reads these for list, allocate and cdi generate.

@@ -28,9 +28,12 @@ type Config struct {
 	LogLevel          string   `json:"logLevel"`
 	LogFormat         string   `json:"logFormat"`
 
-	HealthPollInterval  Duration `json:"healthPollInterval"`
-	XIDIgnore           []uint64 `json:"xidIgnore"`
-	XIDFatal            []uint64 `json:"xidFatal"`
+	HealthPollInterval Duration `json:"healthPollInterval"`
+	XIDIgnore          []uint64 `json:"xidIgnore"`
+	XIDFatal           []uint64 `json:"xidFatal"`
+	// XIDs sets single XIDs' classes, "XID=CLASS", over xidIgnore and
+	// xidFatal; XIDOverrides reads it.
+	XIDs                []string `json:"xids"`
 	XIDRecoveryPeriod   Duration `json:"xidRecoveryPeriod"`
 	ThermalMarginC      int      `json:"thermalMarginC"`
 	HealthRecoveryPolls int      `json:"healthRecoveryPolls"`

@@ -74,6 +74,10 @@ func TestErrorsNameTheField(t *testing.T) {
 		{name: "metrics address with empty brackets", body: "metricsAddress: \"[]:9400\"\n", want: []string{"metricsAddress", "empty brackets", "every address"}},
 		{name: "metrics port not a number", body: "metricsAddress: \"localhost:metrics\"\n", want: []string{"metricsAddress", "metrics"}},
 		{name: "not a map", body: "- 1\n", want: []string{"config.yaml", "map of keys"}},
+		{name: "xids entry without a class", body: "xids: [\"74\"]\n", want: []string{"xids (--xids)[0]", `"74"`, "XID=CLASS", `"74=ignore"`}},
+		{name: "xids entry with an unknown class", body: "xids: [\"13=fatal\", \"74=reboot\"]\n", want: []string{"xids (--xids)[1]", `"reboot"`, "ignore, transient, fatal"}},
+		{name: "xids entry not a number", body: "xids: [\"x=ignore\"]\n", want: []string{"xids (--xids)[0]", `"x=ignore"`, "XID=CLASS"}},
+		{name: "xids XID twice", body: "xids: [\"74=ignore\", \" 74 = fatal\"]\n", want: []string{"xids (--xids)[1]", "XID 74 is given twice", "[0]", "keep one"}},
 		{name: "unknown health check", body: "healthChecksDisabled: [thermal, temp]\n", want: []string{"healthChecksDisabled (--health-checks-disabled)[1]", `"temp"`, "hw-slowdown"}},
 		{name: "no slowdown samples", body: "healthSlowdownSamples: 0\n", want: []string{"healthSlowdownSamples", "--health-slowdown-samples", "1 to 1000"}},
 		{name: "relative state dir", body: "stateDir: state\n", want: []string{"stateDir", "absolute"}},
@@ -155,6 +159,20 @@ func TestHealthSettings(t *testing.T) {
 	}
 	if err := c.Set("xidFatal", "79,abc"); err == nil || !strings.Contains(err.Error(), "xidFatal") {
 		t.Fatalf("bad list: %v", err)
+	}
+	// xids from the file, a flag or a variable: XID=CLASS entries.
+	c, err = Load(writeFile(t, "xids: [\"74=ignore\", \"13 = fatal\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.XIDOverrides(), map[uint64]string{74: "ignore", 13: "fatal"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("xids from the file = %v, want %v", got, want)
+	}
+	if err := c.Set("xids", "31=transient, 79=ignore"); err != nil || !reflect.DeepEqual(c.XIDOverrides(), map[uint64]string{31: "transient", 79: "ignore"}) {
+		t.Fatalf("xids flag = %v, %v", c.XIDOverrides(), err)
+	}
+	if got := Default().XIDOverrides(); len(got) != 0 {
+		t.Fatalf("default xids = %v, want none", got)
 	}
 	c, err = Load(writeFile(t, "healthChecksDisabled: [power-brake, recovery-action]\nhealthSlowdownSamples: 5\nhealthNVMLFailurePolls: 4\n"))
 	if err != nil {

@@ -53,7 +53,7 @@ func remediationSettings() []Setting {
 			Usage: "heal faulted GPUs one at a time: withhold the GPU, wait until nothing uses it, reset it, probe it and give it back, as the keys below allow; needs stateDir. It evicts nothing unless remediation.evict is on. false: health alone decides, as before remediation existed",
 			set:   boolean(func(c *Config) *bool { return &r(c).Enabled })},
 		{Key: "remediation.reset", Category: CategoryRemediation, Flag: "remediation-reset", Default: "true",
-			Usage: "reset a GPU whose fault calls for it (the driver's recovery action, a row remap pending, XID 48, 63, 74, 94, 95, 119 or 120) once no pod and no process uses it, probe it and give it back; with remediation.enabled. false: such a GPU is only shown (list, Events), health keeps it out as before",
+			Usage: "reset a GPU whose fault calls for it (the driver's recovery action, a row remap pending, an XID that NVIDIA's XID catalog resets, such as 48, 74, 94, 95, 109, 119 or 120: docs/health.md) once no pod and no process uses it, probe it and give it back; with remediation.enabled. false: such a GPU is only shown (list, Events), health keeps it out as before",
 			set:   boolean(func(c *Config) *bool { return &r(c).Reset })},
 		{Key: "remediation.evict", Category: CategoryRemediation, Flag: "remediation-evict", Default: "false",
 			Usage: "DRA mode only: after remediation.gracePeriod, evict the pods whose claims hold a withheld GPU, by making its device taint NoExecute (Kubernetes' device-taint eviction, which honours tolerations); false: the GPU waits for its pods to end",

@@ -81,6 +81,18 @@ func (c Config) ValidateWith(from func(key string) string, more ...Check) error 
 	if c.XIDRecoveryPeriod.Duration < 0 {
 		errs = append(errs, fmt.Errorf("config: %s: %s must not be negative; 0s keeps GPUs unhealthy after an XID", field("xidRecoveryPeriod"), c.XIDRecoveryPeriod))
 	}
+	seenXID := map[uint64]int{}
+	for i, e := range c.XIDs {
+		x, _, err := parseXIDEntry(e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: %w", field("xids"), i, err))
+			continue
+		}
+		if j, twice := seenXID[x]; twice {
+			errs = append(errs, fmt.Errorf("config: %s[%d]: XID %d is given twice (also [%d]); keep one entry", field("xids"), i, x, j))
+		}
+		seenXID[x] = i
+	}
 	if c.ThermalMarginC < 0 || c.ThermalMarginC > 50 {
 		errs = append(errs, fmt.Errorf("config: %s: %d is out of range; use 0 to 50 degrees C", field("thermalMarginC"), c.ThermalMarginC))
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/xid"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
@@ -26,6 +27,7 @@ func HealthPolicy(c config.Config) policy.Policy {
 	return policy.Policy{
 		IgnoredXIDs:    c.XIDIgnore,
 		FatalXIDs:      c.XIDFatal,
+		XIDs:           xidActions(c.XIDOverrides()),
 		XIDRecovery:    c.XIDRecoveryPeriod.Duration,
 		PollInterval:   c.HealthPollInterval.Duration,
 		ThermalMarginC: c.ThermalMarginC,
@@ -35,6 +37,18 @@ func HealthPolicy(c config.Config) policy.Policy {
 		NVMLFailurePolls: c.HealthNVMLFailurePolls,
 		Disabled:         c.HealthChecksDisabled,
 	}
+}
+
+// xidActions is the xids setting as health's actions.
+func xidActions(classes map[uint64]string) map[uint64]policy.XIDAction {
+	if len(classes) == 0 {
+		return nil
+	}
+	out := make(map[uint64]policy.XIDAction, len(classes))
+	for x, c := range classes {
+		out[x] = policy.Action(xid.Class(c))
+	}
+	return out
 }
 
 // TimeSlicing is the time-slicing section's replicas.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
 )
 
 // The health settings reach the watcher's policy field by field, and a
@@ -21,6 +22,20 @@ func TestHealthPolicy(t *testing.T) {
 	if !reflect.DeepEqual(p.IgnoredXIDs, []uint64{13}) || !reflect.DeepEqual(p.FatalXIDs, []uint64{79, 48}) ||
 		p.XIDRecovery != 0 || p.PollInterval != 2*time.Second || p.ThermalMarginC != 7 || p.RecoveryPolls != 3 {
 		t.Fatalf("policy = %+v", p)
+	}
+	// xids wins over both lists, in both directions.
+	c = config.Default()
+	if err := c.Set("xids", "74=ignore, 13=fatal,31=transient"); err != nil {
+		t.Fatal(err)
+	}
+	p = HealthPolicy(c)
+	for x, want := range map[uint64]policy.XIDAction{74: policy.XIDIgnore, 13: policy.XIDSticky, 31: policy.XIDTransient, 79: policy.XIDSticky, 43: policy.XIDIgnore, 999: policy.XIDTransient} {
+		if got := p.XID(x); got != want {
+			t.Errorf("xids 74=ignore,13=fatal,31=transient: XID %d = %v, want %v", x, got, want)
+		}
+	}
+	if p := HealthPolicy(config.Default()); p.XIDs != nil {
+		t.Errorf("no xids: policy.XIDs = %v, want nil", p.XIDs)
 	}
 	c = config.Default()
 	for k, v := range map[string]string{"healthChecksDisabled": "power-brake,recovery-action", "healthSlowdownSamples": "5", "healthNVMLFailurePolls": "4"} {

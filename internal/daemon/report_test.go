@@ -111,9 +111,9 @@ func condition(c apiCall) map[string]any {
 
 // An XID reaches the API server as Events on the Node and on the pod
 // holding the GPU, and as the GPUHealthy condition, which was set True at
-// start; /metrics counts those requests. XID 92 is one the remediation
-// leaves to health (it only watches), so health's own word is what the
-// cluster hears.
+// start; /metrics counts those requests. XID 54 (auxiliary power, a
+// transient XID) is one the remediation leaves to health (it only
+// watches), so health's own word is what the cluster hears.
 func TestHealthReachesTheAPIServer(t *testing.T) {
 	kubeconfig, calls := fakeAPIServer(t)
 	kubelet := podresourcestest.Start(t)
@@ -155,13 +155,13 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 		t.Fatalf("start-up condition %v", c)
 	}
 
-	events <- gonvml.EventData{Device: lib.Devices[5], EventType: gonvml.EventTypeXidCriticalError, EventData: 92}
+	events <- gonvml.EventData{Device: lib.Devices[5], EventType: gonvml.EventTypeXidCriticalError, EventData: 54}
 	label := uuid + " (index 5)"
 	var onNode, onPod bool
 	for !onNode || !onPod {
 		e := waitFor(t, calls, "Event", func(c apiCall) bool { return c.method == "POST" }).body
 		obj, _ := e["involvedObject"].(map[string]any)
-		if e["reason"] != "GPUUnhealthy" || e["type"] != "Warning" || e["message"] != label+": xid=92: high single-bit ECC error rate" {
+		if e["reason"] != "GPUUnhealthy" || e["type"] != "Warning" || e["message"] != label+": xid=54: auxiliary power not connected" {
 			t.Fatalf("Event %v", e)
 		}
 		switch {
@@ -174,7 +174,7 @@ func TestHealthReachesTheAPIServer(t *testing.T) {
 		}
 	}
 	c = condition(waitFor(t, calls, "unhealthy condition", isCondition("False")))
-	if msg, _ := c["message"].(string); c["reason"] != "GPUUnhealthy" || !strings.HasPrefix(msg, label+": xid=92: high single-bit ECC error rate; any pod can see every GPU") {
+	if msg, _ := c["message"].(string); c["reason"] != "GPUUnhealthy" || !strings.HasPrefix(msg, label+": xid=54: auxiliary power not connected; any pod can see every GPU") {
 		t.Fatalf("unhealthy condition %v", c)
 	}
 	resp, err := http.Get("http://" + <-addr + "/metrics")

@@ -232,6 +232,18 @@ migStrategy: mixed
 			notes: []string{"PASS_DEVICE_SPECS: not carried over, no counterpart here", "CONFIG_FILE: not carried over, no counterpart here: our `--config`"},
 		},
 		{
+			name:  "XIDs disabled and enabled: enabled wins, as in NVIDIA's plugin",
+			env:   map[string]string{"DP_DISABLE_HEALTHCHECKS": "109, 68,x,48", "DP_ENABLE_HEALTHCHECKS": "48,79"},
+			want:  "xids:\n- 109=ignore\n- 68=ignore\n- 48=fatal\n- 79=fatal\n",
+			notes: []string{`DP_DISABLE_HEALTHCHECKS: "x" is not an XID`},
+		},
+		{
+			name:  "every XID check off has no counterpart; every one on empties the ignore list",
+			env:   map[string]string{"DP_DISABLE_HEALTHCHECKS": "all", "DP_ENABLE_HEALTHCHECKS": "ALL"},
+			want:  "xidIgnore: []\n",
+			notes: []string{`DP_DISABLE_HEALTHCHECKS: "all" turns every XID check off, which has no counterpart here`},
+		},
+		{
 			name: "variables alone",
 			env:  map[string]string{"GFD_MIG_STRATEGY": "single", "MIG_STRATEGY": "mixed", "CONTAINER_DRIVER_ROOT": "/driver-root"},
 			want: "driverRoot: /driver-root\nhostDriverRoot: /\nmigStrategy: mixed\n",
@@ -381,8 +393,8 @@ func TestKeys(t *testing.T) {
 	}
 	seenID, seenEnv := map[string]bool{}, map[string]string{}
 	for _, k := range Keys() {
-		if k.File == "" && k.Flag == "" || k.Note == "" {
-			t.Errorf("%+v: want a file key or a flag, and a note", k)
+		if k.File == "" && k.Flag == "" && len(k.Env) == 0 || k.Note == "" {
+			t.Errorf("%+v: want a file key, a flag or a variable, and a note", k)
 		}
 		if seenID[k.ID()] {
 			t.Errorf("%s is in the table twice", k.ID())

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
@@ -32,10 +34,14 @@ type Key struct {
 // into r, adding a note for any part it leaves out.
 type mover func(r *Result, at string, v json.RawMessage)
 
-// ID names the key in messages: its file key, else its flag.
+// ID names the key in messages: its file key, else its flag, else its
+// variable (NVIDIA reads some settings from a variable alone).
 func (k Key) ID() string {
-	if k.File != "" {
+	switch {
+	case k.File != "":
 		return k.File
+	case k.Flag == "" && len(k.Env) > 0:
+		return k.Env[0]
 	}
 	return "--" + k.Flag
 }
@@ -98,6 +104,10 @@ func Keys() []Key {
 			Note: "IMEX channels are not added to GPU containers"},
 		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"},
 			Note: "IMEX channels are not added to GPU containers"},
+		{Env: []string{"DP_DISABLE_HEALTHCHECKS"}, Ours: "xids",
+			Note: "each XID listed becomes an `xids` entry `XID=ignore`; `all` or `xids` (every XID check off) has no counterpart: list the XIDs. NVIDIA's plugin always ignores 13, 31, 43, 45, 68 and 109; here the defaults come from NVIDIA's XID catalog, which makes 109 fatal: add `109=ignore` to keep it ignored", move: healthCheckXIDs("ignore")},
+		{Env: []string{"DP_ENABLE_HEALTHCHECKS"}, Ours: "xids",
+			Note: "each XID listed becomes an `xids` entry `XID=fatal` (NVIDIA's plugin keeps the GPU unhealthy until it restarts), winning over `DP_DISABLE_HEALTHCHECKS` as there; `all` becomes `xidIgnore: []`", move: healthCheckXIDs("fatal")},
 		{Flag: "kubelet-socket", Env: []string{"KUBELET_SOCKET"}, Ours: "devicePluginDir",
 			Note: "the directory the kubelet's socket is in", move: socketDir},
 		{Flag: "config-file", Env: []string{"CONFIG_FILE", "GFD_CONFIG_FILE"},
@@ -129,8 +139,11 @@ func Table() string {
 	b.WriteString("| NVIDIA (`version: v1` file) | flag / environment | gpu-device-plugin key | notes |\n|---|---|---|---|\n")
 	for _, k := range Keys() {
 		file := "flag only"
-		if k.File != "" {
+		switch {
+		case k.File != "":
 			file = "`" + k.File + "`"
+		case k.Flag == "":
+			file = "variable only"
 		}
 		flag := "`--" + k.Flag + "`"
 		if k.Flag == "" {
@@ -228,5 +241,38 @@ func deviceListStrategy(r *Result, at string, v json.RawMessage) {
 func placement(r *Result, at string, v json.RawMessage) {
 	if s, ok := str(r, at, v); ok {
 		r.sharingSection("timeSlicing")["placement"] = s
+	}
+}
+
+// healthCheckXIDs carries NVIDIA's comma-separated XID list over as xids
+// entries of class; an entry for the same XID from an earlier variable is
+// replaced, as DP_ENABLE_HEALTHCHECKS wins over DP_DISABLE_HEALTHCHECKS.
+func healthCheckXIDs(class string) mover {
+	return func(r *Result, at string, v json.RawMessage) {
+		s, ok := str(r, at, v)
+		if !ok {
+			return
+		}
+		entries, _ := r.Config["xids"].([]any)
+		for _, f := range strings.Split(strings.ToLower(s), ",") {
+			switch f = strings.TrimSpace(f); {
+			case f == "":
+			case (f == "all" || f == "xids") && class == "fatal":
+				r.Config["xidIgnore"] = []any{}
+			case f == "all" || f == "xids":
+				r.note(at, fmt.Sprintf("%q turns every XID check off, which has no counterpart here; left out: list the XIDs to ignore", f))
+			default:
+				x, err := strconv.ParseUint(f, 10, 32)
+				if err != nil {
+					r.note(at, fmt.Sprintf("%q is not an XID; left out, as NVIDIA's plugin leaves it out", f))
+					continue
+				}
+				entries = slices.DeleteFunc(entries, func(e any) bool { return strings.HasPrefix(e.(string), f+"=") })
+				entries = append(entries, fmt.Sprintf("%d=%s", x, class))
+			}
+		}
+		if len(entries) > 0 {
+			r.Config["xids"] = entries
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/xid"
 )
 
 // Facts are what the driver says about one GPU now, as the health watcher
@@ -84,23 +85,27 @@ type XIDClass struct {
 	Why      string
 }
 
-// xidClasses is kept small: only XIDs whose remedy is well known. Any other
-// XID is left to health's rules (ignored, fatal or transient) and to the
-// driver's recovery action, which wins when it asks for more.
-var xidClasses = []XIDClass{
-	{48, DecisionReset, "double-bit ECC error: a reset clears the GPU's state and applies the page retirement or row remap (nvidia-smi names this case for --gpu-reset)"},
-	{63, DecisionReset, "a page retirement or row remap was recorded and waits for a reset to take effect"},
-	{64, DecisionHuman, "a page retirement or row remap could not be recorded: the memory may be failing, a human decides (RMA)"},
-	{74, DecisionReset, "NVLink error: a reset retrains the GPU's links"},
-	{79, DecisionReboot, "fallen off the bus: NVML cannot reach the GPU to reset it"},
-	{94, DecisionReset, "contained ECC error: a reset applies the row remap"},
-	{95, DecisionReset, "uncontained ECC error: every context on the GPU is lost; a reset recovers it"},
-	{119, DecisionReset, "GSP RPC timeout: the GPU's firmware stopped answering; a reset restarts it"},
-	{120, DecisionReset, "GSP error: a reset restarts the GPU's firmware"},
+// xidClass is what x calls for, from NVIDIA's XID catalog (package xid,
+// the table health's default lists come from too); false for an XID the
+// catalog leaves to health's rules and to the driver's recovery action.
+func xidClass(x uint64) (XIDClass, bool) {
+	e, _ := xid.Lookup(x)
+	if e.Remedy == xid.RemedyWatch {
+		return XIDClass{}, false
+	}
+	return XIDClass{XID: x, Decision: Decision(e.Remedy), Why: e.Why}, true
 }
 
 // XIDClasses is the table of XIDs this package remedies, for docs.
-func XIDClasses() []XIDClass { return slices.Clone(xidClasses) }
+func XIDClasses() []XIDClass {
+	var out []XIDClass
+	for _, e := range xid.Catalog() {
+		if c, ok := xidClass(e.XID); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // Rule is one row of the decision table: a fact, what it calls for, why.
 type Rule struct {
@@ -122,7 +127,7 @@ func Rules() []Rule {
 		Rule{"row-remap-failure", DecisionHuman, reasonRemapFailure},
 		Rule{"row-remap-pending", DecisionReset, reasonRemapPending},
 	)
-	for _, c := range xidClasses {
+	for _, c := range XIDClasses() {
 		out = append(out, Rule{fmt.Sprintf("xid=%d", c.XID), c.Decision, c.Why})
 	}
 	out = append(out, Rule{"any other XID or health reason", DecisionWatch, "no remedy here: health's own rules keep the GPU out and let it back"})
@@ -179,8 +184,8 @@ func Decide(f Facts) Verdict {
 		add(DecisionReset, "row-remap-pending", reasonRemapPending)
 	}
 	for _, x := range f.XIDs {
-		if i := slices.IndexFunc(xidClasses, func(c XIDClass) bool { return c.XID == x }); i >= 0 {
-			add(xidClasses[i].Decision, fmt.Sprintf("xid=%d", x), xidClasses[i].Why)
+		if c, ok := xidClass(x); ok {
+			add(c.Decision, fmt.Sprintf("xid=%d", x), c.Why)
 		}
 	}
 	if len(parts) == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/xid"
 )
 
 var t0 = time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
@@ -729,6 +730,26 @@ func TestRulesAreDecide(t *testing.T) {
 		}
 		if v := Decide(f); v.Decision != r.Decision || !strings.Contains(v.Reason, r.Why) {
 			t.Errorf("%s: Decide says %s (%s), the table %s (%s)", r.Fact, v.Decision, v.Reason, r.Decision, r.Why)
+		}
+	}
+}
+
+// The catalog's remedies are decisions this package knows, and Decide
+// takes each XID's from the catalog: 63, which the catalog ignores, calls
+// for nothing; 109, which it resets, for a reset.
+func TestXIDsFromTheCatalog(t *testing.T) {
+	known := []Decision{DecisionWatch, DecisionReset, DecisionHuman, DecisionReboot}
+	for _, e := range xid.Catalog() {
+		if !slices.Contains(known, Decision(e.Remedy)) {
+			t.Errorf("XID %d: remedy %q is no decision", e.XID, e.Remedy)
+		}
+		if v := Decide(Facts{XIDs: []uint64{e.XID}}); v.Decision != Decision(e.Remedy) {
+			t.Errorf("XID %d (%s): Decide = %s (%s), catalog %s", e.XID, e.Bucket, v.Decision, v.Reason, e.Remedy)
+		}
+	}
+	for x, want := range map[uint64]Decision{63: DecisionWatch, 109: DecisionReset, 79: DecisionReboot, 64: DecisionHuman, 13: DecisionWatch, 9999: DecisionWatch} {
+		if v := Decide(Facts{XIDs: []uint64{x}}); v.Decision != want {
+			t.Errorf("xid=%d: %s (%s), want %s", x, v.Decision, v.Reason, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/policy"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/xid"
 )
 
 // The settings keep their own copy of the health vocabulary, as they sit
@@ -13,6 +14,13 @@ import (
 func TestConfigDefaults(t *testing.T) {
 	if got, want := config.HealthChecks(), policy.Checks(); !reflect.DeepEqual(got, want) {
 		t.Errorf("config.HealthChecks() = %v, policy.Checks() = %v", got, want)
+	}
+	var classes []string
+	for _, c := range xid.Classes() {
+		classes = append(classes, string(c))
+	}
+	if got := config.XIDClasses(); !reflect.DeepEqual(got, classes) {
+		t.Errorf("config.XIDClasses() = %v, xid.Classes() = %v", got, classes)
 	}
 	c, p := config.Default(), policy.Default()
 	got := policy.Policy{

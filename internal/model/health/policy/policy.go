@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health/xid"
 )
 
 // Policy is what the operator configures.
@@ -18,6 +20,10 @@ type Policy struct {
 	// says, until the driver reports a recovery action for the GPU and
 	// then none again (it was reset), or else until the plugin restarts.
 	FatalXIDs []uint64
+	// XIDs sets single XIDs' actions, winning over IgnoredXIDs and
+	// FatalXIDs (the xids setting). XIDTransient with XIDRecovery zero is
+	// XIDSticky, as for any other XID.
+	XIDs map[uint64]XIDAction
 	// XIDRecovery is how long a GPU with any other XID stays Unhealthy
 	// after its last such XID. Zero keeps it Unhealthy, like a fatal XID.
 	XIDRecovery time.Duration
@@ -71,17 +77,13 @@ const (
 	DefaultNVMLFailurePolls = 3
 )
 
-// DefaultIgnoredXIDs are caused by the application, not the GPU: 13
-// (graphics engine exception), 31 (MMU fault), 43 (channel stopped), 45
-// (preemptive cleanup), 68 (video decoder exception), 109 (context switch
-// timeout).
-func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
+// DefaultIgnoredXIDs are those NVIDIA's XID catalog gives nothing to do on
+// the GPU (restart the application, or ignore): xid.Default(xid.Ignore).
+func DefaultIgnoredXIDs() []uint64 { return xid.Default(xid.Ignore) }
 
-// DefaultFatalXIDs mean the hardware needs a reset or replacement: 48
-// (double-bit ECC), 64 (ECC page retirement or row remapping failed), 74
-// (NVLink error), 79 (fallen off the bus), 92 (high single-bit ECC rate),
-// 95 (uncontained ECC error), 119 and 120 (GSP firmware errors).
-func DefaultFatalXIDs() []uint64 { return []uint64{48, 64, 74, 79, 92, 95, 119, 120} }
+// DefaultFatalXIDs are those NVIDIA's XID catalog says need a GPU reset or
+// a node restart: xid.Default(xid.Fatal).
+func DefaultFatalXIDs() []uint64 { return xid.Default(xid.Fatal) }
 
 // DefaultPolicy is the policy with nothing configured.
 func Default() Policy {
@@ -127,8 +129,15 @@ const (
 	XIDTransient
 )
 
-// XID says what code does to a GPU under p.
+// XID says what code does to a GPU under p: as XIDs says, else fatal if
+// FatalXIDs lists it, else ignored if IgnoredXIDs does, else transient.
 func (p Policy) XID(code uint64) XIDAction {
+	if a, ok := p.XIDs[code]; ok {
+		if a == XIDTransient && p.XIDRecovery <= 0 {
+			return XIDSticky
+		}
+		return a
+	}
 	switch {
 	case slices.Contains(p.FatalXIDs, code):
 		return XIDSticky
@@ -139,6 +148,17 @@ func (p Policy) XID(code uint64) XIDAction {
 	default:
 		return XIDTransient
 	}
+}
+
+// Action is what health does with an XID of class c.
+func Action(c xid.Class) XIDAction {
+	switch c {
+	case xid.Ignore:
+		return XIDIgnore
+	case xid.Fatal:
+		return XIDSticky
+	}
+	return XIDTransient
 }
 
 // Validate reports a policy that cannot work.
