@@ -93,6 +93,12 @@ func shortDir(t *testing.T, sockets ...string) string {
 // the plugin to register and publish its eight GPUs.
 func startDRANode(t *testing.T) *draSetup {
 	t.Helper()
+	return startDRANodeWith(t, nil)
+}
+
+// startDRANodeWith is startDRANode with the configuration changed by set.
+func startDRANodeWith(t *testing.T, set func(*config.Config)) *draSetup {
+	t.Helper()
 	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
 		features.ResourceHealthStatus:        true,
 		features.ResourceHealthStatusMessage: true,
@@ -112,6 +118,9 @@ func startDRANode(t *testing.T) *draSetup {
 	cfg.StateDir = t.TempDir()
 	cfg.SysfsRoot = dgxSysfs(t)
 	cfg.DriverRoot, cfg.DevRoot = driverRoot, filepath.Join(driverRoot, "dev")
+	if set != nil {
+		set(&cfg)
+	}
 	s.cfg = cfg
 	s.lib = nvmltest.NewDGXA100()
 	s.events = nvmltest.WithEvents(s.lib)
@@ -373,10 +382,12 @@ func TestDRAPrepareUnprepare(t *testing.T) {
 	}
 	t.Logf("PrepareResources (2 GPUs): %v", time.Since(start))
 	ids := s.cdiIDs(t, pod)
-	if want := s.gpuCDIIDs(0, 1); !slices.Equal(ids, want) {
+	// With the device metadata file (draDeviceMetadata, on by default):
+	// the helper's CDI device that mounts it, one per request.
+	if want := append(s.gpuCDIIDs(0, 1), draMetadataCDIID("claim-uid-train", draRequest)); !slices.Equal(ids, want) {
 		t.Fatalf("CDI devices for %s = %v, want %v", draContainer, ids, want)
 	}
-	for _, id := range ids {
+	for _, id := range ids[:2] {
 		if !strings.HasPrefix(id, draDriver+"/gpu=") {
 			t.Errorf("CDI device %s is not of kind %s/gpu", id, draDriver)
 		}
@@ -427,7 +438,7 @@ func TestDRAPrepareUnprepare(t *testing.T) {
 	if err := s.k.Manager.PrepareResources(ctx, other); err != nil {
 		t.Fatalf("preparing gpu-1 after its claim was unprepared: %v", err)
 	}
-	if ids, want := s.cdiIDs(t, other), s.gpuCDIIDs(1); !slices.Equal(ids, want) {
+	if ids, want := s.cdiIDs(t, other), append(s.gpuCDIIDs(1), draMetadataCDIID("claim-uid-other", draRequest)); !slices.Equal(ids, want) {
 		t.Errorf("CDI devices for the second pod = %v, want %v", ids, want)
 	}
 }

@@ -84,6 +84,9 @@ type Config struct {
 	PodUID            string `json:"podUID"`
 	DRAPluginDir      string `json:"draPluginDir"`
 	PluginRegistryDir string `json:"pluginRegistryDir"`
+	// DRADeviceMetadata: DRA mode writes each prepared request's device
+	// attributes to a file mounted into its containers (KEP-5304).
+	DRADeviceMetadata bool `json:"draDeviceMetadata"`
 	// Events and NodeCondition report device health to the API server:
 	// an Event on the Node and the pods holding a device at each health
 	// change, and the Node conditions GPUHealthy and NICHealthy (package

@@ -129,6 +129,8 @@ func Settings() []Setting {
 			set: str(func(c *Config) *string { return &c.DRAPluginDir })},
 		{Key: "pluginRegistryDir", Category: CategoryDRA, Flag: "plugin-registry-dir", Default: "/var/lib/kubelet/plugins_registry", Usage: "DRA mode: the kubelet's plugin registration directory",
 			set: str(func(c *Config) *string { return &c.PluginRegistryDir })},
+		{Key: "draDeviceMetadata", Category: CategoryDRA, Flag: "dra-device-metadata", Default: "true", Usage: "DRA mode: give each container using a claim a read-only file with its devices' attributes, as the ResourceSlice publishes them, under /var/run/kubernetes.io/dra-device-attributes/ (KEP-5304, metadata.resource.k8s.io/v1beta1); written under draPluginDir and mounted through a CDI spec in cdiSpecDir, so any kubelet with a CDI-enabled runtime serves it; false: no file",
+			set: boolean(func(c *Config) *bool { return &c.DRADeviceMetadata })},
 		{Key: "events", Category: CategoryReporting, Flag: "events", Default: "false", Usage: "true: a Kubernetes Event on the Node and on every pod holding a device at each device health change (needs API access)",
 			set: boolean(func(c *Config) *bool { return &c.Events })},
 		{Key: "nodeLabels", Category: CategoryReporting, Flag: "node-labels", Default: NodeLabelsNFD, Usage: "how the GPUs' labels (GPU Feature Discovery's names: nvidia.com/gpu.product, gpu.memory, mig.capable, ...) reach the Node: " + NodeLabelsNFD + " (NFD's local feature file in --nfd-features-dir, when that folder exists; no API access), " + NodeLabelsNode + " (the Node's own labels, patched through the API: needs API access, nodes get and patch) or " + NodeLabelsNone,

@@ -16,11 +16,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
+	"k8s.io/dynamic-resource-allocation/devicemetadata"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
 )
@@ -47,6 +50,7 @@ func TestDRANode(t *testing.T) {
 		{"ResourceSlice lists every GPU and NIC with their attributes", s.slice},
 		{"readiness probe passes once the slices are published", s.ready},
 		{"pod with a ResourceClaimTemplate gets a GPU through CDI", s.claimPod},
+		{"the pod's container reads its GPU's attributes in the device metadata file (KEP-5304)", s.deviceMetadata},
 		{"pod asking nvidia.com/gpu is served through DRA", s.extendedPod},
 		{"two GPUs and an RDMA NIC on one NUMA node in one claim", s.alignedClaim},
 		{"XID 79 reaches the pod status and taints the device until it recovers", s.xid},
@@ -64,6 +68,8 @@ type draScenario struct {
 	plugin  string
 	// claimGPU is the device (gpu-N) the claim pod holds, and its UUID.
 	claimGPU, claimUUID string
+	// claimName is that pod's ResourceClaim.
+	claimName string
 	// claims are the pods' ResourceClaim UIDs, by pod.
 	claims map[string][]string
 }
@@ -360,7 +366,9 @@ func (s *draScenario) claimPod(t *testing.T, ctx context.Context) {
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := createPod(ctx, claimProbePod(draPodClaim, oneGPU), true)
+	p := claimProbePod(draPodClaim, oneGPU)
+	p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "-cat="+claimMetadataPath())
+	pod, err := createPod(ctx, p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,6 +381,7 @@ func (s *draScenario) claimPod(t *testing.T, ctx context.Context) {
 		t.Fatalf("claim devices = %v, want one GPU", devs)
 	}
 	s.claimGPU, s.claimUUID = devs[0], uuidOf(devs[0])
+	s.claimName = claims[0].Name
 	s.record(draPodClaim, claims)
 	rep, err := probeOutput(ctx, draPodClaim)
 	if err != nil {
@@ -879,4 +888,55 @@ func uninstallDRA(t *testing.T, ctx context.Context, r *release, templates ...st
 	if left, err := leftovers(); err != nil || len(left) > 0 {
 		t.Errorf("left on the node: %v %v", left, err)
 	}
+}
+
+// claimMetadataPath is where the claim pod's container finds the device
+// metadata of its claim's request "gpu" (KEP-5304): the claim comes from a
+// template, so the path names the pod's claim ("devices"), not the
+// generated ResourceClaim.
+func claimMetadataPath() string {
+	return metadata.ResourceClaimTemplateFilePath(draDriver, "devices", "gpu")
+}
+
+// deviceMetadata: the claim pod's container has the metadata file, read
+// at start by the probe, a metadata.resource.k8s.io/v1beta1 object that
+// names the pod's claim and its GPU with the attributes the node's
+// ResourceSlice publishes for it. No kubelet feature gate is involved:
+// the plugin's helper writes the file and a CDI spec mounting it.
+func (s *draScenario) deviceMetadata(t *testing.T, ctx context.Context) {
+	if s.claimGPU == "" {
+		t.Skip("no claim pod")
+	}
+	rep, err := probeOutput(ctx, draPodClaim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := claimMetadataPath()
+	data := rep.Contents[path]
+	if data == "" {
+		t.Fatalf("the container has no %s (files: %v)", path, rep.Contents)
+	}
+	var md metadata.DeviceMetadata
+	var invalid error
+	if err := devicemetadata.DecodeMetadataFromStream(json.NewDecoder(strings.NewReader(data)), &md, devicemetadata.DecodeMetadataWithValidationResult(&invalid)); err != nil {
+		t.Fatalf("decoding %s: %v\n%s", path, err, data)
+	}
+	if invalid != nil {
+		t.Errorf("%s does not validate: %v", path, invalid)
+	}
+	if md.Name != s.claimName || md.PodClaimName == nil || *md.PodClaimName != "devices" || len(md.Requests) != 1 || md.Requests[0].Name != "gpu" {
+		t.Fatalf("metadata names claim %s (pod claim %v), requests %+v; want %s, devices, [gpu]", md.Name, md.PodClaimName, md.Requests, s.claimName)
+	}
+	devs := md.Requests[0].Devices
+	if len(devs) != 1 || devs[0].Name != s.claimGPU || devs[0].Driver != draDriver {
+		t.Fatalf("metadata devices %+v, want %s of %s", devs, s.claimGPU, draDriver)
+	}
+	_, published, err := nodeSlices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := published[s.claimGPU].Attributes; !apiequality.Semantic.DeepEqual(devs[0].Attributes, want) {
+		t.Errorf("%s metadata attributes\n got %v\nwant %v (the ResourceSlice's)", s.claimGPU, devs[0].Attributes, want)
+	}
+	recordDRA(fmt.Sprintf(`{"step":"deviceMetadata","path":%q,"attributes":%d,"bytes":%d}`, path, len(devs[0].Attributes), len(data)))
 }

@@ -38,6 +38,7 @@ type probeReport struct {
 		Minor uint32 `json:"minor"`
 	} `json:"devices"`
 	Files        map[string]bool   `json:"files"`
+	Contents     map[string]string `json:"contents"`
 	Links        map[string]string `json:"links"`
 	LDCache      []string          `json:"ldCache"`
 	LDCacheError string            `json:"ldCacheError"`

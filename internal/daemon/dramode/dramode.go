@@ -44,6 +44,8 @@ func Settings(c config.Config) (dra.Settings, error) {
 		PluginDir:          c.DRAPluginDir,
 		PluginRegistryDir:  c.PluginRegistryDir,
 		PodUID:             c.PodUID,
+		DeviceMetadata:     c.DRADeviceMetadata,
+		CDISpecDir:         c.CDISpecDir,
 		PodResourcesSocket: c.PodResourcesSocket,
 		SysfsRoot:          c.SysfsRoot,
 		DevRoot:            c.DevRoot,

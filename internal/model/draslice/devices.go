@@ -230,14 +230,10 @@ func migDevices(parent nvml.GPU, common map[string]Attribute, cdiID func(uuid st
 			}
 			continue
 		}
-		attrs := map[string]Attribute{
-			"type":            str(TypeMIG),
-			"uuid":            str(m.UUID),
-			"parentUUID":      str(parent.UUID),
-			"parentIndex":     integer(parent.Index),
-			"gpuInstance":     integer(m.GPUInstance),
-			"computeInstance": integer(m.ComputeInstance),
-		}
+		attrs := InstanceAttributes(m.UUID, m.GPUInstance, m.ComputeInstance)
+		attrs["type"] = str(TypeMIG)
+		attrs["parentUUID"] = str(parent.UUID)
+		attrs["parentIndex"] = integer(parent.Index)
 		if m.Profile != "" {
 			attrs["profile"] = str(m.Profile)
 		}
@@ -246,6 +242,17 @@ func migDevices(parent nvml.GPU, common map[string]Attribute, cdiID func(uuid st
 			Capacity: migCapacity(m.MemoryBytes, m.Multiprocessors)})
 	}
 	return out
+}
+
+// InstanceAttributes name one MIG instance: its UUID and instance IDs.
+// A MIG device publishes them; a placement, whose instance a claim's
+// Prepare creates, has them only in that claim's device metadata.
+func InstanceAttributes(uuid string, gpuInstance, computeInstance int) map[string]Attribute {
+	return map[string]Attribute{
+		"uuid":            str(uuid),
+		"gpuInstance":     integer(gpuInstance),
+		"computeInstance": integer(computeInstance),
+	}
 }
 
 // migCapacity is a MIG device's or placement's capacity: its memory and

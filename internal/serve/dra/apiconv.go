@@ -10,12 +10,9 @@ import (
 
 // apiDevice is d as the API has it, with taints.
 func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
-	out := resourceapi.Device{Name: d.Name, Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.Attributes))}
+	out := resourceapi.Device{Name: d.Name, Attributes: apiAttributes(d.Attributes)}
 	if d.AllowMultipleAllocations {
 		out.AllowMultipleAllocations = &d.AllowMultipleAllocations
-	}
-	for k, a := range d.Attributes {
-		out.Attributes[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version}
 	}
 	if len(d.Capacity) > 0 {
 		out.Capacity = make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.Capacity))
@@ -46,6 +43,16 @@ func apiDevice(d draslice.Device, taints []draslice.Taint) resourceapi.Device {
 			dt.TimeAdded = &metav1.Time{Time: *t.TimeAdded}
 		}
 		out.Taints = append(out.Taints, dt)
+	}
+	return out
+}
+
+// apiAttributes are attrs as the API has them: a slice's device, a
+// container's device metadata.
+func apiAttributes(attrs map[string]draslice.Attribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
+	for k, a := range attrs {
+		out[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version}
 	}
 	return out
 }

@@ -47,6 +47,10 @@ type Options struct {
 	// returns "" for a NIC without one.
 	GPUCDIID func(uuid string) string
 	NICCDIID func(pool, address string) string
+	// DeviceMetadata fills each prepared device's Metadata (metadata.go),
+	// which the helper writes to the containers' metadata files when
+	// kubeletplugin.EnableDeviceMetadata is on.
+	DeviceMetadata bool
 	// Specs, when set, gates Prepare on each CDI kind's spec being on disk.
 	Specs CDISpecs
 	// PodResources and Claims rebuild the prepared claims when the

@@ -56,6 +56,11 @@ type Settings struct {
 	PluginDir, PluginRegistryDir string
 	// PodUID is the plugin's pod, for rolling updates; empty: none.
 	PodUID string
+	// DeviceMetadata gives containers their devices' attributes in a
+	// metadata file (KEP-5304), mounted through a CDI spec the helper
+	// writes in CDISpecDir.
+	DeviceMetadata bool
+	CDISpecDir     string
 	// PodResourcesSocket is the kubelet's PodResources API; empty: not
 	// asked.
 	PodResourcesSocket string
@@ -150,6 +155,7 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, client 
 		Claims:         claims,
 		ClaimStatus:    claims,
 		Sources:        1 + s.NICPools,
+		DeviceMetadata: s.DeviceMetadata,
 		Log:            log,
 	})
 	if err != nil {
@@ -173,6 +179,12 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, client 
 		// Two pods of a rolling update serve side by side; the kubelet
 		// moves to the newer one.
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(s.PodUID)))
+	}
+	if s.DeviceMetadata {
+		// The helper writes each request's file under PluginDir and a CDI
+		// spec mounting it beside ours; the kubelet only passes the CDI ID
+		// on, so no kubelet feature gate is involved.
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, metadataVersions()), kubeletplugin.CDIDirectory(s.CDISpecDir))
 	}
 	if f.helper, err = kubeletplugin.Start(f.ctx, drv, opts...); err != nil {
 		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)

@@ -64,7 +64,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			if ok {
 				waits[c.UID] = w
 			}
-			out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
+			out[c.UID] = kubeletplugin.PrepareResult{Devices: d.resultLocked(p)}
 			continue
 		}
 		p, err := d.prepareLocked(ctx, c)
@@ -97,7 +97,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		}
 		d.cp.Claims[c.UID] = p
 		added = append(added, c.UID)
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: p.result()}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.resultLocked(p)}
 		if len(w.gpus) > 0 {
 			w.fresh = true
 			waits[c.UID] = w

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -174,6 +175,12 @@ func (d *Driver) heldClaims(resp *podresourcesapi.ListPodResourcesResponse) []he
 					}
 					ids := h.cdi[r.GetDeviceName()]
 					for _, cd := range r.GetCdiDevices() {
+						// The metadata file's CDI device is the helper's: it
+						// adds one at each Prepare, and one kept here would
+						// outlive draDeviceMetadata being turned off.
+						if strings.HasPrefix(cd.GetName(), d.o.DriverName+"/metadata=") {
+							continue
+						}
 						if !slices.Contains(ids, cd.GetName()) {
 							ids = append(ids, cd.GetName())
 						}

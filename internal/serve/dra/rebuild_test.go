@@ -99,7 +99,9 @@ func TestCorruptCheckpointRebuildsClaims(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"version":1,"claims":{"uid-1":`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
+	// The kubelet lists the helper's metadata CDI device too; it is the
+	// helper's to add, not the checkpoint's to keep.
+	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA, testDriver + "/metadata=uid-1_gpus"}}))
 	api := newFakeClaims(trainClaim())
 	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{

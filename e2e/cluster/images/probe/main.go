@@ -1,7 +1,8 @@
 // Command probe is the end-to-end test container: it prints, as one JSON
 // line, what a GPU workload would look for (the NVIDIA_*, CUDA_MPS_* and PCIDEVICE_*
 // environment, the /dev/nvidia* and /dev/nvidia-caps/* nodes with their numbers, any files named
-// by -look-for, the targets of links named by -links, and the libraries
+// by -look-for, the contents of files named by -cat, the targets of links
+// named by -links, and the libraries
 // the image's own `ldconfig -p` lists, as Triton reads them), then waits
 // for SIGTERM, or exits with -exit.
 package main
@@ -24,6 +25,8 @@ type Report struct {
 	Env     map[string]string `json:"env"`
 	Devices []Device          `json:"devices"`
 	Files   map[string]bool   `json:"files,omitempty"`
+	// Contents maps each -cat path to its contents ("" when unreadable).
+	Contents map[string]string `json:"contents,omitempty"`
 	// Links maps each -links path to its target ("" when not a link).
 	Links map[string]string `json:"links,omitempty"`
 	// LDCache is `ldconfig -p` of the image's ldconfig, line by line,
@@ -42,6 +45,7 @@ type Device struct {
 
 func main() {
 	lookFor := flag.String("look-for", "", "comma-separated paths whose presence to report")
+	cat := flag.String("cat", "", "comma-separated files whose contents to report")
 	links := flag.String("links", "", "comma-separated paths whose symlink targets to report")
 	ldconfig := flag.String("ldconfig", "", "the image's ldconfig, to report `ldconfig -p`")
 	exit := flag.Bool("exit", false, "exit after the report instead of waiting for SIGTERM")
@@ -75,6 +79,15 @@ func main() {
 		if p != "" {
 			_, err := os.Stat(p)
 			r.Files[p] = err == nil
+		}
+	}
+	for _, p := range strings.Split(*cat, ",") {
+		if p != "" {
+			if r.Contents == nil {
+				r.Contents = map[string]string{}
+			}
+			b, _ := os.ReadFile(p)
+			r.Contents[p] = string(b)
 		}
 	}
 	for _, p := range strings.Split(*links, ",") {
