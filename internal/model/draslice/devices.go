@@ -285,7 +285,9 @@ func NICDevices(p NICPool, sysfsRoot string, cdiID func(pool, address string) st
 			"sriovVF":  boolean(n.PF != ""),
 		}
 		set := func(name, v string) {
-			if v != "" {
+			// The API refuses a string attribute over 64 bytes, and with it
+			// the node's whole slice: a value too long is left out.
+			if v != "" && len(v) <= AttributeStringMax {
 				attrs[name] = str(v)
 			}
 		}
@@ -305,6 +307,10 @@ func NICDevices(p NICPool, sysfsRoot string, cdiID func(pool, address string) st
 	}
 	return out
 }
+
+// AttributeStringMax is the longest string attribute value the
+// resource.k8s.io API takes.
+const AttributeStringMax = 64
 
 // pciAttributes adds the standard PCI and NUMA attributes, each left out
 // when unknown: a constraint must never match on a guess.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 )
 
 func TestTaintsOf(t *testing.T) {
@@ -239,5 +240,40 @@ func TestMemoryShares(t *testing.T) {
 	want := `{"name":"gpu-0","capacity":{"memory":{"value":"80Gi","requestPolicy":{"default":"80Gi","min":"2Gi"}}},"allowMultipleAllocations":true}`
 	if string(b) != want {
 		t.Errorf("JSON\n got %s\nwant %s", b, want)
+	}
+}
+
+// A device the API would refuse makes it refuse the node's whole slice:
+// taints beyond its limit are dropped, the first kept.
+func TestTaintsOfCapped(t *testing.T) {
+	var conds []string
+	for i := range TaintsMax + 4 {
+		conds = append(conds, fmt.Sprintf("cond%d=v", i))
+	}
+	got := TaintsOf("d", strings.Join(conds, ", "))
+	if len(got) != TaintsMax || got[0].Key != "d/cond0" || got[TaintsMax-1].Key != fmt.Sprintf("d/cond%d", TaintsMax-1) {
+		t.Errorf("TaintsOf with %d conditions = %d taints (%v), want the first %d", len(conds), len(got), got, TaintsMax)
+	}
+}
+
+// A NIC with so many netdevs their list passes the API's 64 bytes has no
+// netdev attribute rather than a slice the API refuses.
+func TestNICLongAttributeLeftOut(t *testing.T) {
+	short := sysfs.NIC{Address: "0000:3b:00.0", Vendor: "15b3", Device: "101d", NUMANode: -1, Netdevs: []string{"eth0"}, IBDevices: []string{"mlx5_0"}}
+	long := short
+	long.Address = "0000:3b:00.1"
+	long.Netdevs = []string{"enp59s0f1np1", "enp59s0f1np1v0", "enp59s0f1np1v1", "enp59s0f1np1v2", "enp59s0f1np1v3"}
+	devs := NICDevices(NICPool{Name: "rdma", NICs: []sysfs.NIC{short, long}}, t.TempDir(), func(string, string) string { return "" }, slog.New(slog.DiscardHandler))
+	if len(devs) != 2 {
+		t.Fatalf("NICDevices = %d devices, want 2", len(devs))
+	}
+	if a, ok := devs[0].Attributes["netdev"]; !ok || a.String == nil || *a.String != "eth0" {
+		t.Errorf("short NIC netdev = %+v, want eth0", a)
+	}
+	if a, ok := devs[1].Attributes["netdev"]; ok {
+		t.Errorf("long NIC netdev = %q (%d bytes), want it left out", *a.String, len(*a.String))
+	}
+	if a, ok := devs[1].Attributes["rdmaDevice"]; !ok || *a.String != "mlx5_0" {
+		t.Errorf("long NIC rdmaDevice = %+v, want mlx5_0", a)
 	}
 }

@@ -68,8 +68,17 @@ func TaintsOf(domain, reason string) []Taint {
 			out = append(out, Taint{Key: domain + "/" + k, Value: labelish(value), Effect: EffectNoSchedule})
 		}
 	}
+	// The API refuses a device with more taints, and with it the node's
+	// whole slice: the first conditions the reason names are kept.
+	if len(out) > TaintsMax {
+		out = out[:TaintsMax]
+	}
 	return out
 }
+
+// TaintsMax is the most taints the resource.k8s.io API takes on one
+// device.
+const TaintsMax = 16
 
 // labelish makes s a label value: runs of other characters become "-",
 // it starts and ends alphanumeric and is at most 63 long.
