@@ -33,7 +33,8 @@ type Facts struct {
 }
 
 // Of computes the node's labels from the discovered GPUs, the settings
-// and what sysfs says of the machine (its DMI name, the GPUs' PCI class).
+// and what sysfs says of the machine (its DMI name, the GPUs' PCI class,
+// whether they are vGPUs).
 func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 	f := labels.Facts{
 		Inventory:   inv,
@@ -43,6 +44,9 @@ func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 		PCIClass:    map[string]uint32{},
 	}
 	f.Machine, _ = sysfs.ReadMachineType(o.SysfsRoot) // unknown is a value
+	if v, err := sysfs.ReadVGPU(o.SysfsRoot); err == nil {
+		f.VGPU = &v // else unknown: no vgpu.* labels, as GFD sets none then
+	}
 	for _, g := range inv.GPUs {
 		if c, err := sysfs.ReadPCIClass(o.SysfsRoot, g.PCIBusID); err == nil {
 			f.PCIClass[g.PCIBusID] = c
