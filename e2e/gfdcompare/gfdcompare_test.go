@@ -44,6 +44,9 @@ type tc struct {
 	name, profile string
 	migStrategy   string // both sides' --mig-strategy; "" for none
 	sharing       string // NVIDIA's v1 config (sharing:), converted with migrate --from for ours
+	// want are keys GFD must set on the case, so that a match is not two
+	// sides both leaving them out.
+	want []string
 }
 
 var cases = []tc{
@@ -51,8 +54,8 @@ var cases = []tc{
 	{name: "pcie-4gpu", profile: "pcie-4gpu"},
 	{name: "pcie-1gpu", profile: "pcie-1gpu"},
 	{name: "hgx-16", profile: "hgx-16"},
-	{name: "vgpu-1gpu", profile: "vgpu-1gpu"},
-	{name: "gb200-tray", profile: "gb200-tray"},
+	{name: "vgpu-1gpu", profile: "vgpu-1gpu", want: []string{"nvidia.com/vgpu.present", "nvidia.com/vgpu.host-driver-version", "nvidia.com/vgpu.host-driver-branch"}},
+	{name: "gb200-tray", profile: "gb200-tray", want: []string{"nvidia.com/gpu.clique", "nvidia.com/vgpu.present"}},
 	{name: "gb200-split", profile: "gb200-split"},
 	{name: "dgx-a100-mig-none", profile: "dgx-a100-mig"},
 	{name: "dgx-a100-mig-mixed", profile: "dgx-a100-mig", migStrategy: "mixed"},
@@ -136,6 +139,11 @@ func TestLabelsMatchGFD(t *testing.T) {
 			}
 			theirs := runGFD(t, gfd, lib, node, c, gfdConfig)
 			ours := runPlugin(t, plugin, lib, node, c, ourConfig)
+			for _, k := range c.want {
+				if theirs[k] == "" {
+					t.Errorf("GFD set no %s here", k)
+				}
+			}
 			common, diffs := compare(theirs, ours)
 			for _, d := range diffs {
 				t.Error(d)

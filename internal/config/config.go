@@ -73,13 +73,13 @@ type Config struct {
 	// ResourceSlices we own), Events, NodeCondition and NodeLabelsNode. PodUID,
 	// DRAPluginDir and PluginRegistryDir are DRA mode's: the pod for
 	// rolling-update hand-over, and the kubelet's directories.
-	Kubeconfig        string `json:"kubeconfig"`
-	NodeName          string `json:"nodeName"`
-	PodUID            string `json:"podUID"`
+	Kubeconfig string `json:"kubeconfig"`
+	NodeName   string `json:"nodeName"`
+	PodUID     string `json:"podUID"`
 	// PodName and PodNamespace are this pod's, for NodeLabelsNodeFeature:
 	// the object's namespace, and its owners (the pod's DaemonSet).
-	PodName      string `json:"podName"`
-	PodNamespace string `json:"podNamespace"`
+	PodName           string `json:"podName"`
+	PodNamespace      string `json:"podNamespace"`
 	DRAPluginDir      string `json:"draPluginDir"`
 	PluginRegistryDir string `json:"pluginRegistryDir"`
 	// Events and NodeCondition report device health to the API server:
