@@ -23,16 +23,14 @@ import (
 
 // GFDVersion is the k8s-device-plugin release whose gpu-feature-discovery
 // the labels are compared with (GFD_VERSION overrides it).
-const GFDVersion = "v0.19.0"
+const GFDVersion = "v0.19.1"
 
 const gfdModule = "github.com/NVIDIA/k8s-device-plugin"
 
 // onlyGFD are the keys GFD sets and the plugin does not, each with why
 // (docs/node-labels.md, "Where we differ from GFD"). Any other key only one
 // side sets fails the test.
-var onlyGFD = map[string]string{
-	"nvidia.com/vgpu.present": "vGPU labels are not served yet (GFD reads the GPUs' PCI config space for a vGPU host driver)",
-}
+var onlyGFD = map[string]string{}
 
 // valueDiffers are keys both set whose values may differ, with why. Empty:
 // every common key matches on every case.
@@ -46,6 +44,9 @@ type tc struct {
 	name, profile string
 	migStrategy   string // both sides' --mig-strategy; "" for none
 	sharing       string // NVIDIA's v1 config (sharing:), converted with migrate --from for ours
+	// want are keys GFD must set on the case, so that a match is not two
+	// sides both leaving them out.
+	want []string
 }
 
 var cases = []tc{
@@ -53,7 +54,9 @@ var cases = []tc{
 	{name: "pcie-4gpu", profile: "pcie-4gpu"},
 	{name: "pcie-1gpu", profile: "pcie-1gpu"},
 	{name: "hgx-16", profile: "hgx-16"},
-	{name: "vgpu-1gpu", profile: "vgpu-1gpu"},
+	{name: "vgpu-1gpu", profile: "vgpu-1gpu", want: []string{"nvidia.com/vgpu.present", "nvidia.com/vgpu.host-driver-version", "nvidia.com/vgpu.host-driver-branch"}},
+	{name: "gb200-tray", profile: "gb200-tray", want: []string{"nvidia.com/gpu.clique", "nvidia.com/vgpu.present"}},
+	{name: "gb200-split", profile: "gb200-split"},
 	{name: "dgx-a100-mig-none", profile: "dgx-a100-mig"},
 	{name: "dgx-a100-mig-mixed", profile: "dgx-a100-mig", migStrategy: "mixed"},
 	{name: "dgx-a100-mig-single", profile: "dgx-a100-mig", migStrategy: "single"},
@@ -136,6 +139,11 @@ func TestLabelsMatchGFD(t *testing.T) {
 			}
 			theirs := runGFD(t, gfd, lib, node, c, gfdConfig)
 			ours := runPlugin(t, plugin, lib, node, c, ourConfig)
+			for _, k := range c.want {
+				if theirs[k] == "" {
+					t.Errorf("GFD set no %s here", k)
+				}
+			}
 			common, diffs := compare(theirs, ours)
 			for _, d := range diffs {
 				t.Error(d)

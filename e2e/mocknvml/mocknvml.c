@@ -91,6 +91,7 @@ enum {
     HAS_BUS = 1 << 11,
     HAS_MINOR = 1 << 12,
     HAS_MIG = 1 << 13,
+    HAS_FABRIC = 1 << 14,
 };
 
 /* Signals a GPU answers NOT_SUPPORTED to (profile key unsupported=). */
@@ -274,6 +275,10 @@ struct nvmlDevice_st {
     unsigned nlinks;
     struct link_end links[NVML_NVLINK_MAX_LINKS];
     unsigned unsupported; /* UNSUP_* */
+    /* Fabric registration, with HAS_FABRIC (profile key fabric=). */
+    unsigned char fabric_uuid[16];
+    unsigned fabric_clique, fabric_state;
+    nvmlReturn_t fabric_status;
     unsigned mig;         /* MIG mode, with HAS_MIG */
     unsigned nmig, ngis;  /* the profile's mig lines and the GPU instances they name */
     struct mig_dev decl_migs[MAX_MIG];           /* by MIG device index: the order of the mig lines */
@@ -660,6 +665,61 @@ static int parse_unsupported(struct parser *ps, const char *val, unsigned *out)
 }
 
 /* parse_gpu_keys applies key=value tokens to g; identity keys only when allowed. */
+/*
+ * parse_fabric reads fabric=<cluster UUID>:<clique ID>[:<state>], the state
+ * completed (the default), in-progress, not-started or failed (completed,
+ * status NVML_ERROR_UNKNOWN: a registration the fabric manager refused).
+ */
+static int parse_fabric(struct parser *ps, const char *val, struct nvmlDevice_st *g)
+{
+    char buf[STR_LEN];
+    if (strlen(val) >= sizeof buf)
+        return fail_at(ps, "fabric %.40s... is too long", val);
+    strcpy(buf, val);
+    char *clique = strchr(buf, ':');
+    if (!clique)
+        return fail_at(ps, "fabric %s is not <cluster UUID>:<clique ID>[:<state>]", val);
+    *clique++ = '\0';
+    char *state = strchr(clique, ':');
+    if (state)
+        *state++ = '\0';
+    /* 8-4-4-4-12 hex digits. */
+    static const int groups[] = {8, 4, 4, 4, 12};
+    const char *c = buf;
+    unsigned n = 0;
+    for (int gi = 0; gi < 5; gi++) {
+        for (int k = 0; k < groups[gi]; k += 2) {
+            unsigned hi, lo;
+            if (!isxdigit((unsigned char)c[0]) || !isxdigit((unsigned char)c[1]))
+                return fail_at(ps, "fabric: cluster UUID %s is not 8-4-4-4-12 hex digits", buf);
+            hi = isdigit((unsigned char)c[0]) ? (unsigned)(c[0] - '0') : (unsigned)(tolower((unsigned char)c[0]) - 'a' + 10);
+            lo = isdigit((unsigned char)c[1]) ? (unsigned)(c[1] - '0') : (unsigned)(tolower((unsigned char)c[1]) - 'a' + 10);
+            g->fabric_uuid[n++] = (unsigned char)(hi << 4 | lo);
+            c += 2;
+        }
+        if (gi < 4 && *c++ != '-')
+            return fail_at(ps, "fabric: cluster UUID %s is not 8-4-4-4-12 hex digits", buf);
+    }
+    if (*c != '\0')
+        return fail_at(ps, "fabric: cluster UUID %s is not 8-4-4-4-12 hex digits", buf);
+    unsigned long long v;
+    if (parse_uint(clique, 10, 0xffffffffULL, &v))
+        return fail_at(ps, "fabric: clique ID %s is not a number", clique);
+    g->fabric_clique = (unsigned)v;
+    g->fabric_state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    g->fabric_status = NVML_SUCCESS;
+    if (state && !strcmp(state, "in-progress"))
+        g->fabric_state = NVML_GPU_FABRIC_STATE_IN_PROGRESS, g->fabric_status = NVML_ERROR_NOT_READY;
+    else if (state && !strcmp(state, "not-started"))
+        g->fabric_state = NVML_GPU_FABRIC_STATE_NOT_STARTED, g->fabric_status = NVML_ERROR_NOT_READY;
+    else if (state && !strcmp(state, "failed"))
+        g->fabric_status = NVML_ERROR_UNKNOWN;
+    else if (state && strcmp(state, "completed") != 0)
+        return fail_at(ps, "fabric: state %s is not one of completed in-progress not-started failed", state);
+    g->has |= HAS_FABRIC;
+    return 0;
+}
+
 static int parse_gpu_keys(struct parser *ps, char **tok, int n, struct nvmlDevice_st *g, int identity)
 {
     for (int i = 0; i < n; i++) {
@@ -757,6 +817,12 @@ static int parse_gpu_keys(struct parser *ps, char **tok, int n, struct nvmlDevic
         } else if (!strcmp(key, "unsupported")) {
             if (parse_unsupported(ps, val, &g->unsupported))
                 return -1;
+        } else if (!strcmp(key, "fabric")) {
+            if (parse_fabric(ps, val, g))
+                return -1;
+        } else if (!strcmp(key, "vgpuhost")) {
+            /* The host's driver, in the PCI config space the Go side writes
+             * (WriteSysfs): NVML does not say it. */
         } else {
             return fail_at(ps, "unknown key %s", key);
         }
@@ -3877,6 +3943,52 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         }
     });
 }
+
+#ifndef MOCK_R470
+/*
+ * Fabric info: NOT_SUPPORTED outside an NVLink domain (no fabric key), as
+ * on every GPU but those of a multi-node NVLink system. The versioned call
+ * takes v2 and v3 (v3 adds the health summary) and refuses other versions,
+ * writing no further than the caller's version says its struct reaches.
+ */
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    DEVICE_QUERY(device, gpuFabricInfo, {
+        if (!(g->has & HAS_FABRIC)) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            memcpy(gpuFabricInfo->clusterUuid, g->fabric_uuid, sizeof gpuFabricInfo->clusterUuid);
+            gpuFabricInfo->status = g->fabric_status;
+            gpuFabricInfo->cliqueId = g->fabric_clique;
+            gpuFabricInfo->state = (nvmlGpuFabricState_t)g->fabric_state;
+        }
+    });
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    DEVICE_QUERY(device, gpuFabricInfo, {
+        unsigned version = gpuFabricInfo->version;
+        if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3) {
+            ret_ = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        } else if (!(g->has & HAS_FABRIC)) {
+            ret_ = NVML_ERROR_NOT_SUPPORTED;
+        } else {
+            nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)(void *)gpuFabricInfo;
+            memcpy(v2->clusterUuid, g->fabric_uuid, sizeof v2->clusterUuid);
+            v2->status = g->fabric_status;
+            v2->cliqueId = g->fabric_clique;
+            v2->state = (nvmlGpuFabricState_t)g->fabric_state;
+            /* No degraded bandwidth, no route recovery, no unhealthy route. */
+            v2->healthMask = NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW |
+                             NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY |
+                             NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY;
+            if (version == nvmlGpuFabricInfo_v3)
+                gpuFabricInfo->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
+        }
+    });
+}
+#endif
 
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
 {

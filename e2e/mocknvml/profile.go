@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -176,6 +177,28 @@ type GPU struct {
 	// to, in the order Signals lists them: temp, throttle, recovery, remap,
 	// drain, procs.
 	Unsupported []string
+	// Fabric is the GPU's NVLink-domain registration (fabric=), nil for
+	// none: NVML's fabric info answers NOT_SUPPORTED.
+	Fabric *Fabric
+	// VGPUHost is the vGPU host's driver (vgpuhost=<version>:<branch>),
+	// which WriteSysfs puts in the GPU's PCI config space as a vGPU
+	// guest's vendor-specific capability; nil on bare metal.
+	VGPUHost *VGPUHost
+}
+
+// Fabric is a GPU's registration with a multi-node NVLink fabric.
+type Fabric struct {
+	ClusterUUID string // 8-4-4-4-12 hex, as written
+	CliqueID    uint32
+	// State is completed, in-progress, not-started or failed (completed
+	// with an error status).
+	State string
+}
+
+// VGPUHost is the host driver a vGPU guest's config space names; each at
+// most 10 bytes, as the capability's record holds them.
+type VGPUHost struct {
+	DriverVersion, DriverBranch string
 }
 
 // MIGDevice is one MIG device (a compute instance in a GPU instance) of a
@@ -445,6 +468,34 @@ func (ps *parser) checkString(key, val string, max int) error {
 	return nil
 }
 
+var clusterUUID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// parseFabric reads <cluster UUID>:<clique ID>[:<state>], as mocknvml.c's
+// parse_fabric does.
+func (ps *parser) parseFabric(val string) (*Fabric, error) {
+	parts := strings.Split(val, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, ps.errorf("fabric %s is not <cluster UUID>:<clique ID>[:<state>]", val)
+	}
+	if !clusterUUID.MatchString(parts[0]) {
+		return nil, ps.errorf("fabric: cluster UUID %s is not 8-4-4-4-12 hex digits", parts[0])
+	}
+	clique, err := parseUint(parts[1], 10, 0xffffffff)
+	if err != nil {
+		return nil, ps.errorf("fabric: clique ID %s is not a number", parts[1])
+	}
+	f := &Fabric{ClusterUUID: parts[0], CliqueID: uint32(clique), State: "completed"}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "completed", "in-progress", "not-started", "failed":
+			f.State = parts[2]
+		default:
+			return nil, ps.errorf("fabric: state %s is not one of completed in-progress not-started failed", parts[2])
+		}
+	}
+	return f, nil
+}
+
 // parseGPUKeys applies key=value words to g and counts the identity keys
 // (uuid, bus, minor) it saw, which only gpu lines may carry.
 func (ps *parser) parseGPUKeys(words []string, g *GPU, identity bool) (int, error) {
@@ -557,6 +608,18 @@ func (ps *parser) parseGPUKeys(words []string, g *GPU, identity bool) (int, erro
 				return 0, err
 			}
 			g.Unsupported = sigs
+		case "fabric":
+			f, err := ps.parseFabric(val)
+			if err != nil {
+				return 0, err
+			}
+			g.Fabric = f
+		case "vgpuhost":
+			version, branch, ok := strings.Cut(val, ":")
+			if !ok || version == "" || branch == "" || len(version) > 10 || len(branch) > 10 {
+				return 0, ps.errorf("vgpuhost %s is not <driver version>:<branch>, each at most 10 bytes, like 550.54.16:r550_00", val)
+			}
+			g.VGPUHost = &VGPUHost{DriverVersion: version, DriverBranch: branch}
 		default:
 			return 0, ps.errorf("unknown key %s", key)
 		}
@@ -974,7 +1037,7 @@ func (p *Profile) WriteSysfs(root string) error {
 			// What go-nvlib's nvpci reads besides (GFD's gpu.mode and
 			// vgpu.present): the BARs, and the config space header.
 			files["resource"] = pciResource(g.Index)
-			files["config"] = pciConfig(g.PCIDeviceID)
+			files["config"] = pciConfig(g.PCIDeviceID, g.VGPUHost)
 		}
 		for name, content := range files {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -1008,14 +1071,30 @@ func pciResource(index int) string {
 	return b.String()
 }
 
-// pciConfig is the first 256 bytes of a GPU's config space, as an
-// unprivileged read of sysfs' config gives them: vendor and device IDs and
-// the class code (3D controller), no capability list, so nothing reads as
-// a vGPU's vendor-specific capability.
-func pciConfig(pciDeviceID uint32) string {
+// pciConfig is the first 256 bytes of a GPU's config space: vendor and
+// device IDs and the class code (3D controller). On bare metal (host nil)
+// it has no capability list. A vGPU guest's has one, of one vendor-specific
+// capability (ID 0x09) as NVIDIA's vGPU manager exposes it: after the
+// capability's ID, next pointer and length, the signature "VF", then
+// records of an ID, their length (ID and length bytes included) and data;
+// record 0 holds the host driver's version and branch, 10 bytes each,
+// NUL-padded.
+func pciConfig(pciDeviceID uint32, host *VGPUHost) string {
 	c := make([]byte, 256)
 	binary.LittleEndian.PutUint32(c[0:], pciDeviceID)
 	c[0x0a], c[0x0b] = 0x02, 0x03 // subclass, class: 3D controller
+	if host == nil {
+		return string(c)
+	}
+	const at = 0xd4 // where the capability sits: past the header, dword-aligned
+	c[0x06] |= 0x10 // status: a capability list
+	c[0x34] = at    // the list's first entry
+	record := make([]byte, 2+10+10)
+	record[0], record[1] = 0, byte(len(record))
+	copy(record[2:12], host.DriverVersion)
+	copy(record[12:22], host.DriverBranch)
+	capability := append([]byte{0x09, 0x00, byte(5 + len(record)), 'V', 'F'}, record...)
+	copy(c[at:], capability)
 	return string(c)
 }
 

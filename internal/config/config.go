@@ -79,9 +79,13 @@ type Config struct {
 	// ResourceSlices we own), Events, NodeCondition and NodeLabelsNode. PodUID,
 	// DRAPluginDir and PluginRegistryDir are DRA mode's: the pod for
 	// rolling-update hand-over, and the kubelet's directories.
-	Kubeconfig        string `json:"kubeconfig"`
-	NodeName          string `json:"nodeName"`
-	PodUID            string `json:"podUID"`
+	Kubeconfig string `json:"kubeconfig"`
+	NodeName   string `json:"nodeName"`
+	PodUID     string `json:"podUID"`
+	// PodName and PodNamespace are this pod's, for NodeLabelsNodeFeature:
+	// the object's namespace, and its owners (the pod's DaemonSet).
+	PodName           string `json:"podName"`
+	PodNamespace      string `json:"podNamespace"`
 	DRAPluginDir      string `json:"draPluginDir"`
 	PluginRegistryDir string `json:"pluginRegistryDir"`
 	// DRADeviceMetadata: DRA mode writes each prepared request's device
@@ -156,7 +160,10 @@ const (
 	NodeLabelsNFD = "nfd"
 	// NodeLabelsNode patches the Node's labels through the API.
 	NodeLabelsNode = "node"
-	NodeLabelsNone = "none"
+	// NodeLabelsNodeFeature writes an NFD NodeFeature object through the
+	// API, which nfd-master turns into the Node's labels.
+	NodeLabelsNodeFeature = "nodefeature"
+	NodeLabelsNone        = "none"
 	// DefaultNFDFeaturesDir is where nfd-worker reads local feature files.
 	DefaultNFDFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
 )
@@ -216,7 +223,7 @@ const DefaultCDIHookPath = "/usr/libexec/gpu-device-plugin/gpu-device-plugin-cdi
 // UsesAPI says whether the plugin talks to the API server: DRA mode,
 // events, nodeCondition, nodeLabels: node.
 func (c Config) UsesAPI() bool {
-	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition || c.NodeLabels == NodeLabelsNode
+	return c.KubeletAPI == KubeletAPIDRA || c.Events || c.NodeCondition || c.NodeLabels == NodeLabelsNode || c.NodeLabels == NodeLabelsNodeFeature
 }
 
 // Node is this node's name: nodeName, else the host name in lower case

@@ -234,15 +234,16 @@ func TestReportSettings(t *testing.T) {
 }
 
 func TestNodeLabelsModes(t *testing.T) {
-	for _, mode := range []string{NodeLabelsNFD, NodeLabelsNode, NodeLabelsNone} {
+	for _, mode := range []string{NodeLabelsNFD, NodeLabelsNode, NodeLabelsNodeFeature, NodeLabelsNone} {
 		c := Default()
 		if err := c.Set("nodeLabels", mode); err != nil {
 			t.Fatal(err)
 		}
+		c.PodNamespace = "gpu"
 		if err := c.Validate(); err != nil {
 			t.Errorf("nodeLabels %s: %v", mode, err)
 		}
-		if c.UsesAPI() != (mode == NodeLabelsNode) {
+		if c.UsesAPI() != (mode == NodeLabelsNode || mode == NodeLabelsNodeFeature) {
 			t.Errorf("nodeLabels %s: UsesAPI %v", mode, c.UsesAPI())
 		}
 	}
@@ -250,6 +251,14 @@ func TestNodeLabelsModes(t *testing.T) {
 	c.NodeLabels = "gfd"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "nodeLabels") || !strings.Contains(err.Error(), NodeLabelsNode) {
 		t.Errorf("nodeLabels gfd: %v", err)
+	}
+	// nodefeature needs the namespace its object goes in: one line naming
+	// both keys and the flag.
+	c = Default()
+	c.NodeLabels = NodeLabelsNodeFeature
+	err := c.Validate()
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "nodeLabels") || !strings.Contains(err.Error(), "podNamespace") || !strings.Contains(err.Error(), "--pod-namespace") {
+		t.Errorf("nodeLabels nodefeature without podNamespace: %v", err)
 	}
 }
 

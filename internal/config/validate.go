@@ -68,7 +68,10 @@ func (c Config) ValidateWith(from func(key string) string, more ...Check) error 
 	oneOf("migStrategy", c.MIGStrategy, migStrategies()...)
 	oneOf("logLevel", c.LogLevel, "debug", "info", "warn", "error")
 	oneOf("logFormat", c.LogFormat, "text", "json")
-	oneOf("nodeLabels", c.NodeLabels, NodeLabelsNFD, NodeLabelsNode, NodeLabelsNone)
+	oneOf("nodeLabels", c.NodeLabels, NodeLabelsNFD, NodeLabelsNode, NodeLabelsNodeFeature, NodeLabelsNone)
+	if c.NodeLabels == NodeLabelsNodeFeature && c.PodNamespace == "" {
+		errs = append(errs, fmt.Errorf("config: %s: %s needs %s, the namespace its NodeFeature goes in; set --pod-namespace (the chart sets it from the downward API) or use nodeLabels %s", field("nodeLabels"), NodeLabelsNodeFeature, field("podNamespace"), NodeLabelsNode))
+	}
 	if c.NVMLRetryInterval.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("config: %s: %s is too short; use at least 1s", field("nvmlRetryInterval"), c.NVMLRetryInterval))
 	}

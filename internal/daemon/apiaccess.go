@@ -27,8 +27,8 @@ func apiUsers(cfg config.Config) []string {
 	if cfg.NodeCondition {
 		on = append(on, "nodeCondition")
 	}
-	if cfg.NodeLabels == config.NodeLabelsNode {
-		on = append(on, "nodeLabels: "+config.NodeLabelsNode)
+	if cfg.NodeLabels == config.NodeLabelsNode || cfg.NodeLabels == config.NodeLabelsNodeFeature {
+		on = append(on, "nodeLabels: "+cfg.NodeLabels)
 	}
 	if cordonOn(cfg) {
 		on = append(on, "remediation.cordon")

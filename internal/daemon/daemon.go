@@ -24,7 +24,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
@@ -205,8 +204,8 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		wg.Go(func() { cord.Run(ctx) })
 	}
 	labelsTo := LabelDelivery(cfg, "")
-	var labelsAPI nodelabels.API // nil unless nodeLabels: node
-	if cfg.NodeLabels == config.NodeLabelsNode {
+	var labelsAPI any // nil unless nodeLabels: node or nodefeature
+	if cfg.NodeLabels == config.NodeLabelsNode || cfg.NodeLabels == config.NodeLabelsNodeFeature {
 		labelsAPI, labelsTo.Node = api.client, api.node
 	}
 	// The one place the kubelet API is chosen: everything above and in

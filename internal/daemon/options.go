@@ -98,7 +98,7 @@ func LabelFacts(c config.Config) nodelabels.Facts {
 // LabelDelivery is where the node labels go; node is the Node's name,
 // needed by nodeLabels: node only.
 func LabelDelivery(c config.Config, node string) nodelabels.Delivery {
-	return nodelabels.Delivery{Mode: c.NodeLabels, NFDFeaturesDir: c.NFDFeaturesDir, Node: node}
+	return nodelabels.Delivery{Mode: c.NodeLabels, NFDFeaturesDir: c.NFDFeaturesDir, Node: node, Namespace: c.PodNamespace, Pod: c.PodName}
 }
 
 // MemoryShares are the GPUs sharing.memoryShares shares through DRA, and

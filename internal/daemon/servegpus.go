@@ -37,7 +37,7 @@ import (
 // was built for the old inventory stops, health hands its conditions on,
 // and everything is built again for a fresh discovery, while fe keeps
 // serving.
-func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI nodelabels.API, cord remediate.Cordoner, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
+func serveGPUs(ctx context.Context, cfg config.Config, open OpenFunc, mets *metrics.Metrics, specs *ondisk.Store, onHook func(bool, error), fe FrontEnd, rep *reporting, labelsTo nodelabels.Delivery, labelsAPI any, cord remediate.Cordoner, status *probe.Status, remEndpoint *remediate.Endpoint, log *slog.Logger) error {
 	absent := func(err error) {
 		status.Gate(gateGPUs, fmt.Sprintf("NVML did not load (%v); retrying every %s", err, cfg.NVMLRetryInterval))
 		if rep != nil {
@@ -120,7 +120,7 @@ type layoutRun struct {
 	fe          FrontEnd
 	rep         *reporting
 	labelsTo    nodelabels.Delivery
-	labelsAPI   nodelabels.API
+	labelsAPI   any
 	cord        remediate.Cordoner
 	status      *probe.Status
 	remEndpoint *remediate.Endpoint

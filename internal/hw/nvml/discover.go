@@ -87,6 +87,7 @@ func Discover(lib Library, sysfsRoot string, log *slog.Logger) (*Inventory, erro
 			gpu.MIG = migs.list(h, &gpu)
 		}
 		describe(&gpu, h, inv.syms)
+		gpu.Fabric = fabricInfo(h, inv.syms, gpu.UUID, log)
 		inv.GPUs = append(inv.GPUs, gpu)
 		inv.handles = append(inv.handles, h)
 	}

@@ -25,6 +25,9 @@ type GPU struct {
 	Brand                 string `json:"brand,omitempty"`
 	Architecture          string `json:"architecture,omitempty"`
 	CUDAComputeCapability string `json:"cudaComputeCapability,omitempty"`
+	// Fabric is the GPU's multi-node NVLink registration; nil where NVML
+	// has none (no NVLink domain, or a driver before R525).
+	Fabric *Fabric `json:"fabric,omitempty"`
 }
 
 // MIGDevice is one MIG device: a compute instance inside a GPU instance

@@ -54,6 +54,7 @@ func optionalSymbols() []string {
 	return append([]string{
 		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
 		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture, symGIProfileInfoV,
+		symFabricInfoV, symFabricInfo,
 	}, migListingSymbols()...)
 }
 
@@ -125,6 +126,9 @@ func (s Symbols) log(log *slog.Logger) {
 		fallbacks = append(fallbacks, "MIG devices not listed (a GPU in MIG mode serves nothing)")
 	} else if !s.Has(symGIProfileInfoV) {
 		fallbacks = append(fallbacks, "GPU instance profiles through "+symGIProfileInfo)
+	}
+	if !s.Has(symFabricInfoV) && !s.Has(symFabricInfo) {
+		fallbacks = append(fallbacks, "no fabric info (the driver predates NVLink domains; no gpu.clique)")
 	}
 	if !s.Has(symRemappedRows) {
 		off = append(off, "remapped-rows")

@@ -26,6 +26,7 @@ func TestOldDriverCallsOnlyWhatItHas(t *testing.T) {
 		d := nvmltest.Device(s, i)
 		d.GetCurrentClocksEventReasonsFunc = nil
 		d.GetNumaNodeIdFunc = nil
+		d.GetGpuFabricInfoFunc = nil
 		d.GetCurrentClocksThrottleReasonsFunc = func() (uint64, gonvml.Return) { return nvml.ReasonHWPowerBrake, gonvml.SUCCESS }
 	}
 	var buf bytes.Buffer

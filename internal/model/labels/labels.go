@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
@@ -42,6 +43,9 @@ type Facts struct {
 	// PCIClass is each GPU's PCI class code by bus ID; a GPU missing
 	// here makes gpu.mode "unknown".
 	PCIClass map[string]uint32
+	// VGPU is what the NVIDIA PCI functions' config space says of vGPU;
+	// nil when it could not be read whole, which sets no vgpu.* label.
+	VGPU *sysfs.VGPU
 }
 
 // KeyPattern matches every key Compute can return and no other label,
@@ -52,22 +56,23 @@ type Facts struct {
 // for nodeLabels: node holds this very text.
 const KeyPattern = `^nvidia\.com/(` +
 	`(gpu|mig-[0-9a-z][0-9a-z.]*)\.(product|count|replicas|sharing-strategy|memory|multiprocessors|slices\.(gi|ci)|engines\.(copy|decoder|encoder|jpeg|ofa))` +
-	`|gpu\.(family|compute\.(major|minor)|mode|machine)` +
+	`|gpu\.(family|compute\.(major|minor)|mode|machine|clique)` +
 	`|cuda\.(driver\.(major|minor|rev)|driver-version\.(major|minor|revision|full)|runtime\.(major|minor)|runtime-version\.(major|minor|full))` +
 	`|mig\.(capable|strategy)|mps\.capable` +
+	`|vgpu\.(present|host-driver-version|host-driver-branch)` +
 	`)$`
 
 // MaxKeys bounds how many keys Compute returns, and the chart's admission
 // policy for nodeLabels: node holds it too. The node-wide keys and the
-// majority model's gpu.* are 25 (33 with the single MIG strategy's MIG
+// majority model's gpu.* are 29 (37 with the single MIG strategy's MIG
 // attributes); the mixed strategy adds perProfileKeys for each MIG profile
 // in use. NVML knows 18 GPU-instance profiles (GPU_INSTANCE_PROFILE_COUNT),
 // each named once per GPU model, so a node of two GPU models in MIG mode
-// has at most 36 profile names: 25 + 13*36.
+// has at most 36 profile names: 29 + 13*36.
 const MaxKeys = nodeWideKeys + perProfileKeys*maxMIGProfiles
 
 const (
-	nodeWideKeys   = 25
+	nodeWideKeys   = 29
 	perProfileKeys = 13
 	maxMIGProfiles = 2 * 18
 )
@@ -99,6 +104,16 @@ func Compute(f Facts) Labels {
 	l.set("gpu.machine", orUnknown(truncate(sanitise(f.Machine))))
 	l.set("gpu.mode", mode(gpus, f.PCIClass))
 	l.addVersions(f.Inventory)
+	if c := clique(gpus); c != "" {
+		l.set("gpu.clique", c)
+	}
+	if v := f.VGPU; v != nil {
+		l.set("vgpu.present", strconv.FormatBool(v.Present))
+		if v.Present && v.HostDriverVersion != "" {
+			l.set("vgpu.host-driver-version", truncate(sanitise(v.HostDriverVersion)))
+			l.set("vgpu.host-driver-branch", truncate(sanitise(v.HostDriverBranch)))
+		}
+	}
 	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
 	// As GFD has it: true when a GPU of the node is shared through MPS.
 	l.set("mps.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool {
@@ -128,6 +143,29 @@ func Compute(f Facts) Labels {
 }
 
 func (l Labels) set(key string, value any) { l[Prefix+key] = fmt.Sprint(value) }
+
+// clique is gpu.clique, "<cluster UUID>.<clique ID>" of the NVLink domain
+// the node's GPUs are registered in; empty when none is, or when they name
+// more than one domain or clique (a label holds one), as GFD has it. GPUs
+// whose registration is unfinished or failed are not counted.
+func clique(gpus []nvml.GPU) string {
+	var uuids, cliques []string
+	for _, g := range gpus {
+		if !g.Fabric.Registered() {
+			continue
+		}
+		if !slices.Contains(uuids, g.Fabric.ClusterUUID) {
+			uuids = append(uuids, g.Fabric.ClusterUUID)
+		}
+		if c := strconv.FormatUint(uint64(g.Fabric.CliqueID), 10); !slices.Contains(cliques, c) {
+			cliques = append(cliques, c)
+		}
+	}
+	if len(uuids) != 1 || len(cliques) != 1 {
+		return ""
+	}
+	return uuids[0] + "." + cliques[0]
+}
 
 // majorityModel is the model with the most GPUs, a tie going to the
 // model of the lowest-indexed GPU, and its count.

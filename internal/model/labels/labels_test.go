@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
@@ -373,8 +374,10 @@ func TestKeyPattern(t *testing.T) {
 	single.MIGStrategy = gpu.MIGSingle
 	invalid := facts([]nvml.GPU{migGPU(h100s(2)[0], "1g.10gb"), h100s(2)[1]})
 	invalid.MIGStrategy = gpu.MIGSingle
+	gb200 := facts(inDomain(h100s(2), 7))
+	gb200.VGPU = &sysfs.VGPU{Present: true, HostDriverVersion: "570.133.20", HostDriverBranch: "r570_00"}
 	seen := map[string]bool{}
-	for name, f := range map[string]Facts{"plain": plain, "shared": shared, "mixed": mixed, "single": single, "single, invalid": invalid} {
+	for name, f := range map[string]Facts{"plain": plain, "shared": shared, "mixed": mixed, "single": single, "single, invalid": invalid, "clique, vGPU": gb200} {
 		for _, k := range Compute(f).Keys() {
 			seen[k] = true
 			if !IsKey(k) {
@@ -382,14 +385,15 @@ func TestKeyPattern(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"nvidia.com/mig-1g.10gb.me.engines.ofa", "nvidia.com/mig-1c.3g.40gb.count", "nvidia.com/gpu.engines.copy", "nvidia.com/cuda.driver-version.full"} {
+	for _, k := range []string{"nvidia.com/mig-1g.10gb.me.engines.ofa", "nvidia.com/mig-1c.3g.40gb.count", "nvidia.com/gpu.engines.copy", "nvidia.com/cuda.driver-version.full",
+		"nvidia.com/gpu.clique", "nvidia.com/vgpu.present", "nvidia.com/vgpu.host-driver-version", "nvidia.com/vgpu.host-driver-branch"} {
 		if !seen[k] {
 			t.Errorf("no fixture computed %s", k)
 		}
 	}
 	for _, k := range []string{
 		"nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver", "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/mig.config",
-		"nvidia.com/mig.config.state", "nvidia.com/device-plugin.config", "nvidia.com/gfd.timestamp", "nvidia.com/gpu.clique",
+		"nvidia.com/mig.config.state", "nvidia.com/device-plugin.config", "nvidia.com/gfd.timestamp", "nvidia.com/gpu.clique.x", "nvidia.com/vgpu.config",
 		"nvidia.com/gpu.count.x", "x.nvidia.com/gpu.count", "example.com/gpu.count", "nvidia.com/gpu-driver-upgrade-state",
 		"nvidia.com/mig-.count", "nvidia.com/gpu.workload.config", "kubernetes.io/hostname",
 	} {
@@ -428,8 +432,9 @@ func TestMaxKeys(t *testing.T) {
 		}, MaxKeys},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f := facts(tt.gpus())
+			f := facts(inDomain(tt.gpus(), 3))
 			f.MIGStrategy = tt.strategy
+			f.VGPU = &sysfs.VGPU{Present: true, HostDriverVersion: "570.133.20", HostDriverBranch: "r570_00"}
 			l := Compute(f)
 			if len(l) != tt.want || len(l) > MaxKeys {
 				t.Errorf("%d keys, want %d (MaxKeys %d): %v", len(l), tt.want, MaxKeys, l.Keys())
@@ -438,6 +443,88 @@ func TestMaxKeys(t *testing.T) {
 				if !IsKey(k) || len(k) > len(Prefix)+63 {
 					t.Errorf("key %s: not ours, or longer than the chart's policy allows", k)
 				}
+			}
+		})
+	}
+}
+
+const clusterUUID = "6c3f2a1e-9b7d-4e58-a0c4-1d2e3f405162"
+
+// inDomain registers every GPU in clique of one NVLink domain.
+func inDomain(gpus []nvml.GPU, clique uint32) []nvml.GPU {
+	for i := range gpus {
+		gpus[i].Fabric = &nvml.Fabric{ClusterUUID: clusterUUID, CliqueID: clique, State: nvml.FabricCompleted}
+	}
+	return gpus
+}
+
+// gpu.clique names the one domain and clique the registered GPUs share,
+// and nothing when they are not one, as GFD has it.
+func TestClique(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func([]nvml.GPU)
+		want string
+	}{
+		{"one clique", func([]nvml.GPU) {}, clusterUUID + ".7"},
+		{"no fabric", func(g []nvml.GPU) {
+			for i := range g {
+				g[i].Fabric = nil
+			}
+		}, ""},
+		{"a GPU still registering is left out", func(g []nvml.GPU) {
+			g[1].Fabric = &nvml.Fabric{State: nvml.FabricInProgress, Status: "not ready"}
+		}, clusterUUID + ".7"},
+		{"a failed registration is left out", func(g []nvml.GPU) {
+			g[1].Fabric.CliqueID, g[1].Fabric.Status = 8, "unknown error"
+		}, clusterUUID + ".7"},
+		{"two cliques", func(g []nvml.GPU) { g[2].Fabric.CliqueID, g[3].Fabric.CliqueID = 8, 8 }, ""},
+		{"two domains", func(g []nvml.GPU) { g[3].Fabric.ClusterUUID = "7d4f3b2e-0c8e-4f69-b1d5-2e3f40516273" }, ""},
+		{"clique 0", func(g []nvml.GPU) {
+			for i := range g {
+				g[i].Fabric.CliqueID = 0
+			}
+		}, clusterUUID + ".0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gpus := inDomain(h100s(4), 7)
+			tt.edit(gpus)
+			l := Compute(facts(gpus))
+			if got := l["nvidia.com/gpu.clique"]; got != tt.want {
+				t.Errorf("gpu.clique = %q, want %q", got, tt.want)
+			}
+			if bad := l.Invalid(); len(bad) > 0 {
+				t.Errorf("invalid labels: %v", bad)
+			}
+		})
+	}
+}
+
+// vgpu.present is set wherever the config space could be read (false on
+// bare metal, as GFD has it), the host's driver where a vGPU names it.
+func TestVGPU(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		vgpu *sysfs.VGPU
+		want map[string]string
+	}{
+		{"config space unreadable", nil, map[string]string{}},
+		{"bare metal", &sysfs.VGPU{}, map[string]string{"nvidia.com/vgpu.present": "false"}},
+		{"vGPU guest", &sysfs.VGPU{Present: true, HostDriverVersion: "550.54.16", HostDriverBranch: "r550_00"},
+			map[string]string{"nvidia.com/vgpu.present": "true", "nvidia.com/vgpu.host-driver-version": "550.54.16", "nvidia.com/vgpu.host-driver-branch": "r550_00"}},
+		{"vGPU without a host record", &sysfs.VGPU{Present: true}, map[string]string{"nvidia.com/vgpu.present": "true"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := facts(h100s(1))
+			f.VGPU = tt.vgpu
+			got := map[string]string{}
+			for k, v := range Compute(f) {
+				if strings.HasPrefix(k, "nvidia.com/vgpu.") {
+					got[k] = v
+				}
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("vgpu labels %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -137,6 +137,32 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (Pod, error
 	return p, err
 }
 
+// nodeFeatures is the path of a namespace's NodeFeatures.
+func nodeFeatures(namespace string) string {
+	return "/apis/" + NodeFeatureAPIVersion + "/namespaces/" + url.PathEscape(namespace) + "/nodefeatures"
+}
+
+// GetNodeFeature reads a NodeFeature.
+func (c *Client) GetNodeFeature(ctx context.Context, namespace, name string) (NodeFeature, error) {
+	var f NodeFeature
+	err := c.do(ctx, http.MethodGet, "nodefeatures", nodeFeatures(namespace)+"/"+url.PathEscape(name), "", nil, &f)
+	return f, err
+}
+
+// CreateNodeFeature creates f in its namespace.
+func (c *Client) CreateNodeFeature(ctx context.Context, f NodeFeature) error {
+	f.APIVersion, f.Kind = NodeFeatureAPIVersion, NodeFeatureKind
+	return c.do(ctx, http.MethodPost, "nodefeatures", nodeFeatures(f.Metadata.Namespace), "application/json", f, nil)
+}
+
+// UpdateNodeFeature replaces f; its resourceVersion, from the read it was
+// made from, makes the API server refuse it (409) if another writer came
+// in between.
+func (c *Client) UpdateNodeFeature(ctx context.Context, f NodeFeature) error {
+	f.APIVersion, f.Kind = NodeFeatureAPIVersion, NodeFeatureKind
+	return c.do(ctx, http.MethodPut, "nodefeatures", nodeFeatures(f.Metadata.Namespace)+"/"+url.PathEscape(f.Metadata.Name), "application/json", f, nil)
+}
+
 // GetNode reads a Node.
 func (c *Client) GetNode(ctx context.Context, name string) (Node, error) {
 	var n Node
@@ -261,6 +287,8 @@ func verb(method string) string {
 		return "create"
 	case http.MethodPatch:
 		return "patch"
+	case http.MethodPut:
+		return "update"
 	}
 	return strings.ToLower(method)
 }

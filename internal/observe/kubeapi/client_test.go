@@ -606,3 +606,43 @@ func TestFieldManagerOnWrites(t *testing.T) {
 		}
 	}
 }
+
+// NodeFeatures: a create and an update carry the whole object in
+// NodeFeature's group and version, with features' three maps as {} (as
+// NFD's own types write them), and a read keeps the owner references.
+func TestNodeFeatureRequests(t *testing.T) {
+	cl, srv := testClient(t)
+	ctx := context.Background()
+	yes := true
+	f := NodeFeature{
+		Metadata: ObjectMeta{Name: "nvidia-features-for-n1", Namespace: "gpu", Labels: map[string]string{"nfd.node.kubernetes.io/node-name": "n1"},
+			OwnerReferences: []OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "ds-uid", Controller: &yes}}},
+		Spec: NodeFeatureSpec{Labels: map[string]string{"nvidia.com/gpu.count": "8"}},
+	}
+	want := `{"apiVersion":"nfd.k8s-sigs.io/v1alpha1","kind":"NodeFeature","metadata":{"labels":{"nfd.node.kubernetes.io/node-name":"n1"},"name":"nvidia-features-for-n1","namespace":"gpu",` +
+		`"ownerReferences":[{"apiVersion":"apps/v1","controller":true,"kind":"DaemonSet","name":"ds","uid":"ds-uid"}]},"spec":{"features":{"attributes":{},"flags":{},"instances":{}},"labels":{"nvidia.com/gpu.count":"8"}}}`
+	f.Spec.Features = NodeFeatureFeatures{Flags: map[string]json.RawMessage{}, Attributes: map[string]json.RawMessage{}, Instances: map[string]json.RawMessage{}}
+	if err := cl.CreateNodeFeature(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	r := srv.last(t)
+	if r.Method != "POST" || r.Path != "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/gpu/nodefeatures" || r.ContentType != "application/json" {
+		t.Fatalf("request = %+v", r)
+	}
+	if got, _ := json.Marshal(r.Body); string(got) != want {
+		t.Fatalf("body\n got %s\nwant %s", got, want)
+	}
+	if err := cl.UpdateNodeFeature(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.last(t); r.Method != "PUT" || r.Path != "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/gpu/nodefeatures/nvidia-features-for-n1" {
+		t.Fatalf("request = %+v", r)
+	}
+	srv.answer(200, `{"apiVersion":"nfd.k8s-sigs.io/v1alpha1","kind":"NodeFeature","metadata":{"name":"x","namespace":"gpu","resourceVersion":"7",`+
+		`"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"pod-uid"}]},"spec":{"features":{"flags":{"f":{"elements":{}}}},"labels":{"a":"b"}}}`)
+	got, err := cl.GetNodeFeature(ctx, "gpu", "x")
+	if err != nil || got.Metadata.ResourceVersion != "7" || len(got.Metadata.OwnerReferences) != 1 || got.Metadata.OwnerReferences[0].UID != "pod-uid" ||
+		got.Spec.Labels["a"] != "b" || string(got.Spec.Features.Flags["f"]) != `{"elements":{}}` {
+		t.Fatalf("GetNodeFeature = %+v, %v", got, err)
+	}
+}

@@ -54,6 +54,19 @@ type ObjectMeta struct {
 	// the Events sent carry none.
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// OwnerReferences are read from Pods (their DaemonSet) and written on
+	// NodeFeatures.
+	OwnerReferences []OwnerReference `json:"ownerReferences,omitempty"`
+}
+
+// OwnerReference names an object's owner, which the garbage collector
+// waits for: the object goes once every owner has.
+type OwnerReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+	Controller *bool  `json:"controller,omitempty"`
 }
 
 // MetadataPatch is a JSON merge patch of an object's labels and
@@ -152,6 +165,37 @@ func (n Node) Condition(t string) (NodeCondition, bool) {
 	}
 	return NodeCondition{}, false
 }
+
+// NodeFeature is Node Feature Discovery's nfd.k8s-sigs.io/v1alpha1
+// NodeFeature: features and labels an agent asks nfd-master to put on the
+// Node its nfd.node.kubernetes.io/node-name label names.
+type NodeFeature struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   ObjectMeta      `json:"metadata"`
+	Spec       NodeFeatureSpec `json:"spec"`
+}
+
+// NodeFeatureSpec holds the labels; Features stays empty here (its three
+// maps written as {}, as NFD's own types write an empty set).
+type NodeFeatureSpec struct {
+	Features NodeFeatureFeatures `json:"features"`
+	Labels   map[string]string   `json:"labels"`
+}
+
+// NodeFeatureFeatures are NFD's raw feature sets, which nfd-master's rules
+// match on; none are sent, and those read back are kept as they came.
+type NodeFeatureFeatures struct {
+	Flags      map[string]json.RawMessage `json:"flags"`
+	Attributes map[string]json.RawMessage `json:"attributes"`
+	Instances  map[string]json.RawMessage `json:"instances"`
+}
+
+// NodeFeature's API group and version.
+const (
+	NodeFeatureAPIVersion = "nfd.k8s-sigs.io/v1alpha1"
+	NodeFeatureKind       = "NodeFeature"
+)
 
 // Pod is the part of a Pod read here.
 type Pod struct {

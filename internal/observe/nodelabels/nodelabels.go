@@ -33,7 +33,8 @@ type Facts struct {
 }
 
 // Of computes the node's labels from the discovered GPUs, the settings
-// and what sysfs says of the machine (its DMI name, the GPUs' PCI class).
+// and what sysfs says of the machine (its DMI name, the GPUs' PCI class,
+// whether they are vGPUs).
 func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 	f := labels.Facts{
 		Inventory:   inv,
@@ -43,6 +44,9 @@ func Of(o Facts, inv *nvml.Inventory) labels.Labels {
 		PCIClass:    map[string]uint32{},
 	}
 	f.Machine, _ = sysfs.ReadMachineType(o.SysfsRoot) // unknown is a value
+	if v, err := sysfs.ReadVGPU(o.SysfsRoot); err == nil {
+		f.VGPU = &v // else unknown: no vgpu.* labels, as GFD sets none then
+	}
 	for _, g := range inv.GPUs {
 		if c, err := sysfs.ReadPCIClass(o.SysfsRoot, g.PCIBusID); err == nil {
 			f.PCIClass[g.PCIBusID] = c
@@ -62,6 +66,8 @@ const (
 	ModeNFD = "nfd"
 	// ModeNode patches the Node's labels through the API.
 	ModeNode = "node"
+	// ModeNodeFeature writes an NFD NodeFeature object through the API.
+	ModeNodeFeature = "nodefeature"
 	// ModeNone writes the labels nowhere.
 	ModeNone = "none"
 )
@@ -73,39 +79,73 @@ type Delivery struct {
 	Mode string
 	// NFDFeaturesDir is NFD's features.d, for ModeNFD.
 	NFDFeaturesDir string
-	// Node is the Node's name, for ModeNode.
+	// Node is the Node's name, for ModeNode and ModeNodeFeature.
 	Node string
+	// Namespace and Pod are the plugin's, for ModeNodeFeature: where the
+	// object goes, and whose DaemonSet owns it (none without Pod).
+	Namespace, Pod string
 }
 
-// Keep writes the labels as d.Mode says, NFD's feature file or the Node
-// (through api, which that mode needs), and keeps them there until ctx
-// ends. Labels are left in place when it ends: a restarting plugin must not
+// Keep writes the labels as d.Mode says, NFD's feature file, the Node or
+// a NodeFeature, through api for those two (an API for the Node, a
+// FeatureAPI for a NodeFeature; *kubeapi.Client is both), and keeps them
+// there until ctx ends. Labels are left in place when it ends: a restarting plugin must not
 // make pods that select them unschedulable.
-func Keep(ctx context.Context, d Delivery, api API, l labels.Labels, log *slog.Logger) {
+func Keep(ctx context.Context, d Delivery, api any, l labels.Labels, log *slog.Logger) {
 	switch d.Mode {
 	case ModeNFD:
 		keepFile(ctx, d.NFDFeaturesDir, l, log)
 	case ModeNode:
 		node := d.Node
+		na, _ := api.(API)
 		var err error
 		switch {
 		case node == "":
 			err = errors.New("no node name")
-		case api == nil:
+		case na == nil:
 			err = errors.New("no API client")
 		}
 		if err != nil {
 			log.Warn("node labels not written", "nodeLabels", d.Mode, "err", err)
 			return
 		}
-		k := nodeKeeper{w: NodeWriter{API: api, Node: node}, interval: RepairInterval, after: time.After, log: log}
+		k := nodeKeeper{w: NodeWriter{API: na, Node: node}, interval: RepairInterval, after: time.After, log: log}
+		k.keep(ctx, l)
+	case ModeNodeFeature:
+		fa, _ := api.(FeatureAPI)
+		var err error
+		switch {
+		case d.Node == "":
+			err = errors.New("no node name")
+		case d.Namespace == "":
+			err = errors.New("no namespace")
+		case fa == nil:
+			err = errors.New("no API client")
+		}
+		if err != nil {
+			log.Warn("node labels not written", "nodeLabels", d.Mode, "err", err)
+			return
+		}
+		w := &FeatureWriter{API: fa, Namespace: d.Namespace, Node: d.Node, Pod: d.Pod}
+		k := nodeKeeper{w: w, interval: RepairInterval, after: time.After, log: log}
 		k.keep(ctx, l)
 	}
 }
 
-// nodeKeeper keeps labels on the Node.
+// syncer is a writer the keeper keeps the labels with: NodeWriter or
+// FeatureWriter.
+type syncer interface {
+	Sync(ctx context.Context, l labels.Labels) (bool, error)
+	// target names where the labels go, for the logs.
+	target() string
+}
+
+func (w NodeWriter) target() string     { return "node " + w.Node }
+func (w *FeatureWriter) target() string { return "NodeFeature " + w.Namespace + "/" + w.Name() }
+
+// nodeKeeper keeps labels on the Node, or in its NodeFeature.
 type nodeKeeper struct {
-	w        NodeWriter
+	w        syncer
 	interval time.Duration
 	// policy spaces the retries after a failed read or patch (RBAC or the
 	// admission policy may not be in place yet when the plugin starts);
@@ -133,12 +173,12 @@ func (k nodeKeeper) keep(ctx context.Context, l labels.Labels) {
 		case err != nil:
 			var class kubeapi.ErrorClass
 			wait, class = b.Fail(err)
-			k.log.Warn("node labels not written; retrying", "node", k.w.Node, "class", class.String(), "in", wait.String(), "err", err)
+			k.log.Warn("node labels not written; retrying", "to", k.w.target(), "class", class.String(), "in", wait.String(), "err", err)
 		case first:
-			k.log.Info("node labels on the Node", "node", k.w.Node, "labels", len(l), "changed", wrote, "product", l[labels.Prefix+"gpu.product"])
+			k.log.Info("node labels written", "to", k.w.target(), "labels", len(l), "changed", wrote, "product", l[labels.Prefix+"gpu.product"])
 		case wrote:
-			// Someone removed or changed one of them.
-			k.log.Info("node labels restored on the Node", "node", k.w.Node, "labels", len(l))
+			// Someone removed or changed one of them, or the object.
+			k.log.Info("node labels restored", "to", k.w.target(), "labels", len(l))
 		}
 		if err == nil {
 			first = false

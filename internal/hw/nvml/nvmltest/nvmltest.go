@@ -64,10 +64,13 @@ func Device(s *dgxa100.Server, i int) *dgxa100.Device {
 // spread over Switches NVSwitches, so every pair talks over NVLink.
 //
 // The library exports every optional NVML function except
-// nvmlDeviceGetTemperatureV and nvmlDeviceGetGpuInstanceProfileInfoV:
-// go-nvml's TemperatureHandler and GpuInstanceProfileInfoHandler call C
-// directly and cannot be mocked, so temperature goes through
-// GetTemperature and profile info through GetGpuInstanceProfileInfo.
+// nvmlDeviceGetTemperatureV, nvmlDeviceGetGpuInstanceProfileInfoV and
+// nvmlDeviceGetGpuFabricInfoV: go-nvml's TemperatureHandler,
+// GpuInstanceProfileInfoHandler and GpuFabricInfoHandler call C directly and
+// cannot be mocked, so temperature goes through GetTemperature, profile info
+// through GetGpuInstanceProfileInfo and fabric info through
+// GetGpuFabricInfo (NOT_SUPPORTED, as outside an NVLink domain, until
+// WithFabric).
 // WithoutSymbols takes more away, as an older driver would. MIG is off;
 // WithMIG turns it on with MIG devices.
 func NewDGXA100() *dgxa100.Server {
@@ -147,6 +150,9 @@ func NewDGXA100() *dgxa100.Server {
 		d.RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return {
 			return gonvml.SUCCESS
 		}
+		d.GetGpuFabricInfoFunc = func() (gonvml.GpuFabricInfo, gonvml.Return) {
+			return gonvml.GpuFabricInfo{}, gonvml.ERROR_NOT_SUPPORTED
+		}
 		// Nothing runs on it (SetProcesses).
 		SetProcesses(s, i, nil, nil)
 		// MIG off; a GPU put in MIG mode has no instances until WithMIG.
@@ -166,7 +172,7 @@ func NewDGXA100() *dgxa100.Server {
 // an older driver would, besides the two NewDGXA100 names. Call it before
 // Discover, which checks symbols once.
 func WithoutSymbols(s *dgxa100.Server, names ...string) {
-	missing := map[string]bool{"nvmlDeviceGetTemperatureV": true, "nvmlDeviceGetGpuInstanceProfileInfoV": true}
+	missing := map[string]bool{"nvmlDeviceGetTemperatureV": true, "nvmlDeviceGetGpuInstanceProfileInfoV": true, "nvmlDeviceGetGpuFabricInfoV": true}
 	for _, n := range names {
 		missing[n] = true
 	}
@@ -181,7 +187,13 @@ func WithoutSymbols(s *dgxa100.Server, names ...string) {
 // R470Symbols are the optional functions a R470 driver lacks.
 func R470Symbols() []string {
 	return []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTemperatureV",
-		"nvmlDeviceGetGpuInstanceProfileInfoV"}
+		"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV"}
+}
+
+// WithFabric makes GPU i answer fabric info as NVML's first fabric call
+// does: info, or ret when it is not SUCCESS.
+func WithFabric(s *dgxa100.Server, i int, info gonvml.GpuFabricInfo, ret gonvml.Return) {
+	Device(s, i).GetGpuFabricInfoFunc = func() (gonvml.GpuFabricInfo, gonvml.Return) { return info, ret }
 }
 
 // RecoveryActionValues returns a GetFieldValues hook that reports the
