@@ -92,6 +92,7 @@ enum {
     HAS_MINOR = 1 << 12,
     HAS_MIG = 1 << 13,
     HAS_FABRIC = 1 << 14,
+    HAS_VGPU = 1 << 15, /* a vGPU guest's GPU (vgpuhost=) */
 };
 
 /* Signals a GPU answers NOT_SUPPORTED to (profile key unsupported=). */
@@ -822,7 +823,9 @@ static int parse_gpu_keys(struct parser *ps, char **tok, int n, struct nvmlDevic
                 return -1;
         } else if (!strcmp(key, "vgpuhost")) {
             /* The host's driver, in the PCI config space the Go side writes
-             * (WriteSysfs): NVML does not say it. */
+             * (WriteSysfs): NVML does not say it, only that the GPU is a
+             * vGPU (its virtualization mode). */
+            g->has |= HAS_VGPU;
         } else {
             return fail_at(ps, "unknown key %s", key);
         }
@@ -3989,6 +3992,14 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
     });
 }
 #endif
+
+/* A vGPU guest's GPU says VGPU; a bare-metal one NONE. */
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *mode)
+{
+    DEVICE_QUERY(device, mode, {
+        *mode = (g->has & HAS_VGPU) ? NVML_GPU_VIRTUALIZATION_MODE_VGPU : NVML_GPU_VIRTUALIZATION_MODE_NONE;
+    });
+}
 
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
 {

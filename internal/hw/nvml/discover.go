@@ -152,6 +152,21 @@ func describe(g *GPU, h gonvml.Device, syms Symbols) {
 	if major, minor, ret := h.GetCudaComputeCapability(); ret == gonvml.SUCCESS {
 		g.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
 	}
+	if syms.Has(symVirtualizationMode) {
+		if m, ret := h.GetVirtualizationMode(); ret == gonvml.SUCCESS {
+			g.Virtualization = virtualizationName(m)
+		}
+	}
+}
+
+// virtualizationName spells NVML's virtualization mode; a value newer than
+// the table stays empty (unknown).
+func virtualizationName(m gonvml.GpuVirtualizationMode) string {
+	return map[gonvml.GpuVirtualizationMode]string{
+		gonvml.GPU_VIRTUALIZATION_MODE_NONE: VirtualizationNone, gonvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH: VirtualizationPassthrough,
+		gonvml.GPU_VIRTUALIZATION_MODE_VGPU: VirtualizationVGPU, gonvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU: VirtualizationHostVGPU,
+		gonvml.GPU_VIRTUALIZATION_MODE_HOST_VSGA: VirtualizationHostVSGA,
+	}[m]
 }
 
 // brandName and archName spell NVML's enums in lower case; a value newer

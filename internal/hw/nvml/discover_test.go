@@ -115,6 +115,7 @@ func TestDiscoverDGXA100(t *testing.T) {
 			Brand:                 "nvidia",
 			Architecture:          "ampere",
 			CUDAComputeCapability: "8.0",
+			Virtualization:        VirtualizationNone,
 		}
 		if !reflect.DeepEqual(g, want) {
 			t.Errorf("GPU %d = %+v, want %+v", i, g, want)

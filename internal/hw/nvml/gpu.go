@@ -22,8 +22,12 @@ type GPU struct {
 	MIG []MIGDevice `json:"mig,omitempty"`
 	// Brand, Architecture ("hopper") and CUDAComputeCapability ("9.0")
 	// describe the GPU for DRA selectors; empty when NVML does not say.
-	Brand                 string `json:"brand,omitempty"`
-	Architecture          string `json:"architecture,omitempty"`
+	Brand        string `json:"brand,omitempty"`
+	Architecture string `json:"architecture,omitempty"`
+	// Virtualization is what NVML says the GPU is to virtualization
+	// (VirtualizationNone, ...; VirtualizationVGPU in a vGPU guest), empty
+	// when it cannot say.
+	Virtualization        string `json:"virtualization,omitempty"`
 	CUDAComputeCapability string `json:"cudaComputeCapability,omitempty"`
 	// Fabric is the GPU's multi-node NVLink registration; nil where NVML
 	// has none (no NVLink domain, or a driver before R525).
@@ -114,3 +118,12 @@ func (t Topology) Between(i, j int) Link {
 	}
 	return t.Links[i][j]
 }
+
+// NVML's virtualization modes, as GPU.Virtualization spells them.
+const (
+	VirtualizationNone        = "none"
+	VirtualizationPassthrough = "passthrough"
+	VirtualizationVGPU        = "vgpu"
+	VirtualizationHostVGPU    = "hostVGPU"
+	VirtualizationHostVSGA    = "hostVSGA"
+)

@@ -25,6 +25,7 @@ const (
 	symRemappedRows          = "nvmlDeviceGetRemappedRows"                 // R460+
 	symFieldValues           = "nvmlDeviceGetFieldValues"                  // R410+; the recovery-action field is R550+
 	symArchitecture          = "nvmlDeviceGetArchitecture"                 // R460+
+	symVirtualizationMode    = "nvmlDeviceGetVirtualizationMode"           // in R470; optional for libraries that lack it
 
 	// Listing MIG devices (R450+, with attributes v2). Without every one
 	// of them a GPU's MIG mode is still read, but its MIG devices are not
@@ -54,7 +55,7 @@ func optionalSymbols() []string {
 	return append([]string{
 		symClocksEventReasons, symClocksThrottleReasons, symTemperatureV, symTemperature,
 		symNumaNodeID, symMigMode, symRemappedRows, symFieldValues, symArchitecture, symGIProfileInfoV,
-		symFabricInfoV, symFabricInfo,
+		symFabricInfoV, symFabricInfo, symVirtualizationMode,
 	}, migListingSymbols()...)
 }
 

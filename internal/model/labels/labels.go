@@ -113,6 +113,11 @@ func Compute(f Facts) Labels {
 			l.set("vgpu.host-driver-version", truncate(sanitise(v.HostDriverVersion)))
 			l.set("vgpu.host-driver-branch", truncate(sanitise(v.HostDriverBranch)))
 		}
+	} else if present, ok := vgpuGuest(gpus); ok {
+		// The config space could not be read whole (an unprivileged
+		// container): NVML still says whether the GPUs are vGPUs, though
+		// not the host's driver.
+		l.set("vgpu.present", strconv.FormatBool(present))
 	}
 	l.set("mig.capable", strconv.FormatBool(slices.ContainsFunc(gpus, func(g nvml.GPU) bool { return g.MIGCapable })))
 	// As GFD has it: true when a GPU of the node is shared through MPS.
@@ -451,4 +456,19 @@ func (l Labels) Invalid() []string {
 		}
 	}
 	return bad
+}
+
+// vgpuGuest says whether any GPU is a vGPU guest's, as NVML's
+// virtualization mode tells; false for ok when a GPU's mode is unknown.
+func vgpuGuest(gpus []nvml.GPU) (present, ok bool) {
+	if len(gpus) == 0 {
+		return false, false
+	}
+	for _, g := range gpus {
+		if g.Virtualization == "" {
+			return false, false
+		}
+		present = present || g.Virtualization == nvml.VirtualizationVGPU
+	}
+	return present, true
 }

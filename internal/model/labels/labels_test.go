@@ -506,16 +506,25 @@ func TestVGPU(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		vgpu *sysfs.VGPU
+		// virt is every GPU's NVML virtualization mode.
+		virt string
 		want map[string]string
 	}{
-		{"config space unreadable", nil, map[string]string{}},
-		{"bare metal", &sysfs.VGPU{}, map[string]string{"nvidia.com/vgpu.present": "false"}},
-		{"vGPU guest", &sysfs.VGPU{Present: true, HostDriverVersion: "550.54.16", HostDriverBranch: "r550_00"},
+		{"config space unreadable, NVML silent", nil, "", map[string]string{}},
+		{"config space unreadable, NVML says vGPU", nil, nvml.VirtualizationVGPU, map[string]string{"nvidia.com/vgpu.present": "true"}},
+		{"config space unreadable, NVML says bare metal", nil, nvml.VirtualizationNone, map[string]string{"nvidia.com/vgpu.present": "false"}},
+		{"config space unreadable, NVML says passthrough", nil, nvml.VirtualizationPassthrough, map[string]string{"nvidia.com/vgpu.present": "false"}},
+		{"config space wins over NVML", &sysfs.VGPU{}, nvml.VirtualizationVGPU, map[string]string{"nvidia.com/vgpu.present": "false"}},
+		{"bare metal", &sysfs.VGPU{}, "", map[string]string{"nvidia.com/vgpu.present": "false"}},
+		{"vGPU guest", &sysfs.VGPU{Present: true, HostDriverVersion: "550.54.16", HostDriverBranch: "r550_00"}, "",
 			map[string]string{"nvidia.com/vgpu.present": "true", "nvidia.com/vgpu.host-driver-version": "550.54.16", "nvidia.com/vgpu.host-driver-branch": "r550_00"}},
-		{"vGPU without a host record", &sysfs.VGPU{Present: true}, map[string]string{"nvidia.com/vgpu.present": "true"}},
+		{"vGPU without a host record", &sysfs.VGPU{Present: true}, "", map[string]string{"nvidia.com/vgpu.present": "true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f := facts(h100s(1))
+			f := facts(h100s(2))
+			for i := range f.Inventory.GPUs {
+				f.Inventory.GPUs[i].Virtualization = tt.virt
+			}
 			f.VGPU = tt.vgpu
 			got := map[string]string{}
 			for k, v := range Compute(f) {

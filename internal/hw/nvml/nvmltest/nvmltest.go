@@ -153,6 +153,10 @@ func NewDGXA100() *dgxa100.Server {
 		d.GetGpuFabricInfoFunc = func() (gonvml.GpuFabricInfo, gonvml.Return) {
 			return gonvml.GpuFabricInfo{}, gonvml.ERROR_NOT_SUPPORTED
 		}
+		// Bare metal.
+		d.GetVirtualizationModeFunc = func() (gonvml.GpuVirtualizationMode, gonvml.Return) {
+			return gonvml.GPU_VIRTUALIZATION_MODE_NONE, gonvml.SUCCESS
+		}
 		// Nothing runs on it (SetProcesses).
 		SetProcesses(s, i, nil, nil)
 		// MIG off; a GPU put in MIG mode has no instances until WithMIG.
