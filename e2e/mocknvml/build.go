@@ -64,6 +64,7 @@ func R470Missing() []string {
 		"nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses_v3",
 		"nvmlDeviceGetGraphicsRunningProcesses_v3",
 		"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+		"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", // R525+
 	}
 }
 

@@ -146,6 +146,10 @@ func TestChildDiscover(t *testing.T) {
 			Index: i, UUID: p.UUID, Minor: p.Minor, Name: p.Name, MemoryBytes: p.MemoryBytes(),
 			PCIBusID: p.BusID, NUMANode: p.NUMANode,
 			Brand: p.Brand, Architecture: p.Architecture, CUDAComputeCapability: p.ComputeCapability,
+			Virtualization: nvml.VirtualizationNone,
+		}
+		if p.VGPUHost != nil {
+			want.Virtualization = nvml.VirtualizationVGPU
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("GPU %d:\n got %+v\nwant %+v", i, got, want)
