@@ -52,8 +52,8 @@ func TestCRDMatchesTypes(t *testing.T) {
 	var crd struct {
 		Metadata struct{ Name string }
 		Spec     struct {
-			Group string
-			Names struct{ Kind, Plural string }
+			Group    string
+			Names    struct{ Kind, Plural string }
 			Versions []struct {
 				Name   string
 				Schema struct {

@@ -21,8 +21,8 @@ func Migrate(stream []byte) (out []byte, converted int, err error) {
 	var b bytes.Buffer
 	for i, doc := range docs {
 		var head struct {
-			APIVersion string         `json:"apiVersion"`
-			Kind       string         `json:"kind"`
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
 			Metadata   struct{ Name string }
 			Spec       map[string]any `json:"spec"`
 		}
