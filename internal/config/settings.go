@@ -295,9 +295,9 @@ const (
 	CategoryRemediation = "Remediation"
 	CategoryCDI         = "CDI"
 	// CategoryIMEX: multi-node NVLink's IMEX channels.
-	CategoryIMEX = "IMEX channels"
-	CategoryNICs        = "NICs"
-	CategoryDRA         = "DRA"
-	CategoryReporting   = "Reporting"
-	CategoryLogging     = "Logging"
+	CategoryIMEX      = "IMEX channels"
+	CategoryNICs      = "NICs"
+	CategoryDRA       = "DRA"
+	CategoryReporting = "Reporting"
+	CategoryLogging   = "Logging"
 )
