@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -17,6 +18,14 @@ type IMEX struct {
 	// Required makes a channel that cannot be made or found an error at
 	// start (no GPU is served); else it is warned about and not injected.
 	Required bool `json:"required"`
+	// ComputeDomains (DRA mode) publishes this node's IMEX channel device
+	// and serves ComputeDomain channel claims: the node's entry in the
+	// domain's status, its nvidia-imex, the channel
+	// (docs/compute-domains.md).
+	ComputeDomains bool `json:"computeDomains"`
+	// NodeIP is the address this node's nvidia-imex serves its peers on,
+	// written to the node's entry in the domains' status.
+	NodeIP string `json:"nodeIP"`
 }
 
 // imexSettings are the imex section's keys.
@@ -29,6 +38,12 @@ func imexSettings() []Setting {
 		{Key: "imex.required", Category: CategoryIMEX, Flag: "imex-required", Default: "false",
 			Usage: "true: a channel of imex.channelIDs that cannot be made or found (no IMEX support in the driver, a file in the way) stops the plugin at start with the reason, so no GPU is served without it; false: it is warned about once and not injected",
 			set:   boolean(func(c *Config) *bool { return &m(c).Required })},
+		{Key: "imex.computeDomains", Category: CategoryIMEX, Flag: "imex-compute-domains", Default: "false",
+			Usage: "DRA mode: publish this node's IMEX channel device (when its GPUs completed their fabric registration) and serve ComputeDomain channel claims: the node's entry in the domain's status, one nvidia-imex per domain from --driver-root, the channel node and its CDI device; needs imex.nodeIP",
+			set:   boolean(func(c *Config) *bool { return &m(c).ComputeDomains })},
+		{Key: "imex.nodeIP", Category: CategoryIMEX, Flag: "imex-node-ip", Default: "",
+			Usage: "DRA mode with imex.computeDomains: the address this node's nvidia-imex serves its ComputeDomain peers on, and that the node writes in the domain's status (the chart sets the pod's status.hostIP)",
+			set:   str(func(c *Config) *string { return &m(c).NodeIP })},
 	}
 }
 
@@ -62,6 +77,14 @@ func validateIMEX(c Config, field func(string) string) []error {
 	}
 	if len(ids) > 0 && c.KubeletAPI == KubeletAPIDRA {
 		errs = append(errs, fmt.Errorf("config: %s: %v needs kubeletAPI %s; in DRA mode IMEX channels come with ComputeDomains: leave it empty", field("imex.channelIDs"), ids, KubeletAPIDevicePlugin))
+	}
+	if c.IMEX.ComputeDomains {
+		if c.KubeletAPI != KubeletAPIDRA {
+			errs = append(errs, fmt.Errorf("config: %s: true needs kubeletAPI %s; in device-plugin mode use imex.channelIDs, or set it to false", field("imex.computeDomains"), KubeletAPIDRA))
+		}
+		if net.ParseIP(c.IMEX.NodeIP) == nil {
+			errs = append(errs, fmt.Errorf("config: %s: %q is not an IP address, and imex.computeDomains needs one; set it to the node's address (the chart sets the pod's status.hostIP), or set imex.computeDomains to false", field("imex.nodeIP"), c.IMEX.NodeIP))
+		}
 	}
 	return errs
 }

@@ -244,3 +244,24 @@ func HookMissingMessage(path string) string {
 		"so where an image's library directories differ from the host's, CUDA fails at its first call; install it (the node package does; the chart's init container copies it to cdiHook.hostDir; " +
 		"or run `" + HookName + " install --dir DIR` and set cdiHookPath to DIR/" + HookName + ")"
 }
+
+// ChannelKind is the CDI kind of the IMEX channels DRA's ComputeDomain
+// claims get: one spec with a device per channel ("channel<N>"), each
+// carrying the channel's node.
+const ChannelKind = "gpu-device-plugin.github.io/imex-channel"
+
+// ChannelDevice names IMEX channel id's ChannelKind device.
+func ChannelDevice(id int) string { return "channel" + strconv.Itoa(id) }
+
+// ChannelSpec is the ChannelKind spec of channels ids, their nodes under
+// devRoot ("" is /dev) as the container runtime sees it.
+func ChannelSpec(devRoot string, ids []int) (*specs.Spec, error) {
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+	devs := make([]Device, 0, len(ids))
+	for _, id := range ids {
+		devs = append(devs, Device{Name: ChannelDevice(id), Edits: Edits{Nodes: []DeviceNode{devNode(devRoot, IMEXChannelNode(id))}}})
+	}
+	return Spec(ChannelKind, devs, Edits{})
+}

@@ -17,6 +17,8 @@ const (
 	TypeGPU = "gpu"
 	TypeMIG = "mig"
 	TypeNIC = "nic"
+	// TypeChannel is a node's IMEX channel of ComputeDomains.
+	TypeChannel = "channel"
 )
 
 // Standard attributes, which other drivers publish too, so one constraint

@@ -84,7 +84,11 @@ func New(o Options) *Daemons {
 	if o.Command == nil {
 		root := o.DriverRoot
 		o.Command = func(ctx context.Context, name string, args ...string) *exec.Cmd {
-			return exec.CommandContext(ctx, filepath.Join(root, "usr/bin", name), args...)
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "usr/bin", name), args...)
+			// A clean environment; Go opens every other descriptor
+			// close-on-exec, so the daemon inherits only stdio.
+			cmd.Env = []string{}
+			return cmd
 		}
 	}
 	return &Daemons{o: o, d: map[string]*daemon{}}
