@@ -64,3 +64,30 @@ func TestIMEXSettings(t *testing.T) {
 		t.Errorf("required, no channel: %v", err)
 	}
 }
+
+// imex.computeDomains needs DRA mode and a node address, each refused on
+// one line naming the key and the fix.
+func TestIMEXComputeDomains(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"DRA with an address", "kubeletAPI: dra\nimex:\n  computeDomains: true\n  nodeIP: 10.0.0.7\n", ""},
+		{"no address", "kubeletAPI: dra\nimex:\n  computeDomains: true\n", `imex.nodeIP (--imex-node-ip): "" is not an IP address`},
+		{"not an address", "kubeletAPI: dra\nimex:\n  computeDomains: true\n  nodeIP: node-a\n", `"node-a" is not an IP address`},
+		{"device-plugin mode", "imex:\n  computeDomains: true\n  nodeIP: 10.0.0.7\n", "imex.computeDomains (--imex-compute-domains): true needs kubeletAPI dra"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("f.yaml", []byte(tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
