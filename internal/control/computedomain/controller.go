@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -148,17 +148,26 @@ func (c *Controller) Reconcile(ctx context.Context, namespace, name string) erro
 // that name that is not the domain's, or the API refused).
 const ReasonTemplate = "TemplateNotCreated"
 
+// writeStatus applies the domain's top-level status (status, reason,
+// message) with the controller's field manager, forced: the nodes own
+// their entries in status.nodes (each its own manager), so the controller
+// never writes them and never conflicts with a node. A lost node is named
+// in the message and the reason; its entry stays as the node wrote it.
 func (c *Controller) writeStatus(ctx context.Context, d Domain, st cd.Status) error {
-	if reflect.DeepEqual(st, d.Status) {
+	if st.Status == d.Status.Status && st.Reason == d.Status.Reason && st.Message == d.Status.Message {
 		return nil
 	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": cd.APIVersion, "kind": cd.Kind,
+		"metadata": map[string]any{"name": d.Name, "namespace": d.Namespace},
+		"status":   map[string]any{"status": st.Status, "reason": st.Reason, "message": st.Message},
+	})
 	if err != nil {
 		return err
 	}
-	u := d.obj.DeepCopy()
-	u.Object["status"] = m
-	if _, err := c.o.Dynamic.Resource(GVR).Namespace(d.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	force := true
+	if _, err := c.o.Dynamic.Resource(GVR).Namespace(d.Namespace).Patch(ctx, d.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: &force}, "status"); err != nil {
 		return fmt.Errorf("writing the status of ComputeDomain %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	return nil

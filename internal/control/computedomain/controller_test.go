@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	kfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	cd "github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
 )
@@ -60,6 +61,7 @@ func setup(t *testing.T, objs ...runtime.Object) (*Controller, *dynfake.FakeDyna
 	}
 	dc := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "ComputeDomainList"}, dyn...)
 	kc := kfake.NewClientset(kube...)
+	applyStatus(t, dc)
 	c := New(Options{Dynamic: dc, Kube: kc, DriverName: driver, NodeTimeout: time.Minute, Now: func() time.Time { return now }})
 	return c, dc, kc, objs
 }
@@ -188,4 +190,41 @@ func TestGoneDomainNeedsNothing(t *testing.T) {
 	if err := c.Reconcile(t.Context(), "team", "job"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// applyStatus has the fake serve the controller's server-side apply of
+// status: the keys it applies under status replace those of the object,
+// status.nodes (the nodes' own) stays as it is unless applied. It
+// refuses an apply that is not forced or names no field manager, as the
+// controller must never conflict with the nodes.
+func applyStatus(t *testing.T, dc *dynfake.FakeDynamicClient) {
+	dc.PrependReactor("patch", GVR.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.ApplyPatchType || pa.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		var body struct {
+			Status map[string]any `json:"status"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+			return true, nil, err
+		}
+		if _, ok := body.Status["nodes"]; ok {
+			t.Errorf("the controller applied status.nodes, which the nodes own: %s", pa.GetPatch())
+		}
+		o, err := dc.Tracker().Get(GVR, pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		u := o.(*unstructured.Unstructured).DeepCopy()
+		st, _ := u.Object["status"].(map[string]any)
+		if st == nil {
+			st = map[string]any{}
+		}
+		for k, v := range body.Status {
+			st[k] = v
+		}
+		u.Object["status"] = st
+		return true, u, dc.Tracker().Update(GVR, u, pa.GetNamespace())
+	})
 }
