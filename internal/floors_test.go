@@ -41,6 +41,9 @@ var allowed = map[string][]string{
 	"state":   {},
 	"ocihook": {},
 	"daemon":  {"hw", "config", "model", "node", "observe", "serve", "state"},
+	// control is the cluster-wide controllers (ComputeDomains): the
+	// model's values, no node's hardware.
+	"control": {"config", "model"},
 }
 
 // banned modules are kubelet, gRPC and Kubernetes code: the model and the

@@ -36,7 +36,12 @@ func main() {
 	launcher.RunIfHelper()
 	cudaprobe.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == controllerCommand {
+		err = runController(ctx, os.Args[2:])
+	} else {
+		err = run(ctx, os.Args[1:])
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-device-plugin-dra:", err)

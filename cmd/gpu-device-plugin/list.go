@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -127,6 +128,35 @@ type listedGPU struct {
 	Remediation *listedRemediation `json:"remediation,omitempty"`
 	AllocatedTo []listedHolder     `json:"allocatedTo"`
 	MIG         []listedMIG        `json:"mig"`
+	// Fabric is its multi-node NVLink registration (GB200, GB300 NVL72);
+	// left out where NVML has none.
+	Fabric *listedFabric `json:"fabric,omitempty"`
+}
+
+// listedFabric is a GPU's NVLink domain registration as NVML gives it.
+type listedFabric struct {
+	// Clique is "<clusterUUID>.<cliqueID>", the gpu.clique label's form;
+	// "" until the registration completed and succeeded.
+	Clique      string `json:"clique"`
+	ClusterUUID string `json:"clusterUUID"`
+	CliqueID    uint32 `json:"cliqueID"`
+	// State is not-started, in-progress or completed; Status NVML's error
+	// when a completed registration failed, else "".
+	State  string `json:"state"`
+	Status string `json:"status"`
+	// HealthMask is NVML's fabric health bits (0: nothing reported).
+	HealthMask uint32 `json:"healthMask"`
+}
+
+func newListedFabric(f *nvml.Fabric) *listedFabric {
+	if f == nil {
+		return nil
+	}
+	l := &listedFabric{ClusterUUID: f.ClusterUUID, CliqueID: f.CliqueID, State: f.State, Status: f.Status, HealthMask: f.HealthMask}
+	if f.Registered() {
+		l.Clique = f.ClusterUUID + "." + strconv.FormatUint(uint64(f.CliqueID), 10)
+	}
+	return l
 }
 
 // listedMPS is what a GPU's MPS control daemon says of itself.
@@ -275,7 +305,7 @@ func newListedGPU(g nvml.GPU, health string, s snapshot.State) listedGPU {
 		Index: g.Index, UUID: g.UUID, Minor: g.Minor, Name: g.Name, MemoryBytes: g.MemoryBytes,
 		PCIBusID: g.PCIBusID, NUMANode: g.NUMANode, MIGEnabled: g.MIGEnabled,
 		Health: health, Reason: s.Reason, Resource: s.Served.Resource, DeviceIDs: orEmpty(s.Served.IDs), Sharing: s.Sharing,
-		AllocatedTo: listedHolders(s.Holders), MIG: []listedMIG{},
+		AllocatedTo: listedHolders(s.Holders), MIG: []listedMIG{}, Fabric: newListedFabric(g.Fabric),
 	}
 }
 

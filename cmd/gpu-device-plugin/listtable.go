@@ -135,6 +135,13 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// Each GPU's NVLink domain registration, for GPUs that have one: the
+	// table of a node without multi-node NVLink stays as it was.
+	for _, g := range l.GPUs {
+		if g.Fabric != nil {
+			fmt.Fprintln(w, fabricLine(g.Index, g.Fabric))
+		}
+	}
 	// Each remediation under way in words, and how a human ends one that
 	// waits for them.
 	for _, g := range l.GPUs {
@@ -214,4 +221,18 @@ func writeTable(w io.Writer, l listing, showDRA bool) error {
 		return err
 	}
 	return nil
+}
+
+// fabricLine is one GPU's multi-node NVLink registration in words:
+// "GPU 0 fabric: clique <cluster UUID>.<clique ID>, completed, health mask 0x0".
+func fabricLine(index int, f *listedFabric) string {
+	clique := f.Clique
+	if clique == "" {
+		clique = "none"
+	}
+	state := f.State
+	if f.Status != "" {
+		state += " (" + f.Status + ")"
+	}
+	return fmt.Sprintf("GPU %d fabric: clique %s, cluster %s, clique ID %d, %s, health mask 0x%x", index, clique, orDash(f.ClusterUUID), f.CliqueID, state, f.HealthMask)
 }

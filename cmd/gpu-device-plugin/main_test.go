@@ -262,3 +262,50 @@ func TestEmptyEnvironmentIsUnset(t *testing.T) {
 		t.Errorf("empty GPU_DEVICE_PLUGIN_CONFIG: xidIgnore = %v, %v; want the default", cfg.XIDIgnore, err)
 	}
 }
+
+// list shows each GPU's NVLink domain registration: JSON keys pinned
+// here, one line per GPU under the table, nothing for a GPU without one.
+func TestListFabric(t *testing.T) {
+	uuid := [16]uint8{0x5a, 0x1c, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01}
+	gb200 := func(string) (nvml.Library, error) {
+		s := nvmltest.NewDGXA100()
+		nvmltest.WithFabric(s, 0, gonvml.GpuFabricInfo{ClusterUuid: uuid, CliqueId: 3, State: gonvml.GPU_FABRIC_STATE_COMPLETED, Status: uint32(gonvml.SUCCESS)}, gonvml.SUCCESS)
+		nvmltest.WithFabric(s, 1, gonvml.GpuFabricInfo{State: gonvml.GPU_FABRIC_STATE_IN_PROGRESS, Status: uint32(gonvml.ERROR_NOT_READY)}, gonvml.SUCCESS)
+		return s, nil
+	}
+	out, _, err := run(t, gb200, "list", "-o", "json", "--sysfs-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		GPUs []map[string]json.RawMessage `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"clique":"5a1c0000-0000-0000-0000-000000000001.3","clusterUUID":"5a1c0000-0000-0000-0000-000000000001","cliqueID":3,"state":"completed","status":"","healthMask":0}`
+	compact := func(m json.RawMessage) string {
+		var b bytes.Buffer
+		if err := json.Compact(&b, m); err != nil {
+			return err.Error()
+		}
+		return b.String()
+	}
+	if got := compact(raw.GPUs[0]["fabric"]); got != want {
+		t.Errorf("GPU 0 fabric:\n%s\nwant\n%s", got, want)
+	}
+	if got := compact(raw.GPUs[1]["fabric"]); !strings.Contains(got, `"clique":""`) || !strings.Contains(got, `"state":"in-progress"`) {
+		t.Errorf("GPU 1 fabric (registering): %s", got)
+	}
+	if _, ok := raw.GPUs[2]["fabric"]; ok {
+		t.Errorf("GPU 2 has no fabric, yet lists one: %s", raw.GPUs[2]["fabric"])
+	}
+	text, _, err := run(t, gb200, "list", "--sysfs-root", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "GPU 0 fabric: clique 5a1c0000-0000-0000-0000-000000000001.3, cluster 5a1c0000-0000-0000-0000-000000000001, clique ID 3, completed, health mask 0x0\n") ||
+		!strings.Contains(text, "GPU 1 fabric: clique none, cluster -, clique ID 0, in-progress") || strings.Contains(text, "GPU 2 fabric") {
+		t.Errorf("table:\n%s", text)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/nvidia"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
 )
 
 func migrateCommand(stdout, stderr io.Writer) *cli.Command {
@@ -21,6 +22,7 @@ func migrateCommand(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "from", Usage: "NVIDIA's config file (version: v1)"},
 			&cli.BoolFlag{Name: "env", Usage: "also read NVIDIA's environment variables (MIG_STRATEGY, ...) from this environment; they win over --from, as in NVIDIA's plugin"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "config", Usage: "config (our config file) or values (our Helm chart's values)"},
+			&cli.StringFlag{Name: "compute-domains", Usage: "a YAML manifest: print it with NVIDIA's ComputeDomains (resource.nvidia.com/v1beta1) rewritten to ours, every other object as it was (docs/compute-domains.md)"},
 		},
 		Action: noArgs(func(c *cli.Context) error { return migrate(c, stdout, stderr) }),
 	}
@@ -29,6 +31,12 @@ func migrateCommand(stdout, stderr io.Writer) *cli.Command {
 // migrate prints our config for NVIDIA's settings on stdout, and one line
 // on stderr for each setting it could not carry over.
 func migrate(c *cli.Context, stdout, stderr io.Writer) error {
+	if f := c.String("compute-domains"); f != "" {
+		if c.String("from") != "" || c.Bool("env") {
+			return cli.Exit("migrate: --compute-domains converts a manifest on its own; run it apart from --from and --env", 2)
+		}
+		return migrateComputeDomains(f, stdout, stderr)
+	}
 	output := c.String("output")
 	if output != "config" && output != "values" {
 		return cli.Exit(fmt.Sprintf("migrate: --output: %q is not allowed; use config or values", output), 2)
@@ -93,4 +101,22 @@ func warnNVIDIAEnv(log *slog.Logger) {
 	log.Warn("NVIDIA k8s-device-plugin environment variables are set; they are not applied",
 		"variables", nvidia.Describe(found),
 		"fix", "set our counterparts instead (gpu-device-plugin migrate --env prints them as config), and remove these")
+}
+
+// migrateComputeDomains prints the manifest in file with NVIDIA's
+// ComputeDomains rewritten to ours, and how many on stderr.
+func migrateComputeDomains(file string, stdout, stderr io.Writer) error {
+	in, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("migrate: --compute-domains: %w", err)
+	}
+	out, n, err := computedomain.Migrate(in)
+	if err != nil {
+		return fmt.Errorf("migrate: --compute-domains %s: %w", file, err)
+	}
+	if _, err := stdout.Write(out); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Fprintf(stderr, "migrate: %d ComputeDomain(s) rewritten to %s\n", n, computedomain.APIVersion)
+	return nil
 }

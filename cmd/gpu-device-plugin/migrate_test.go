@@ -153,3 +153,21 @@ func TestNVIDIAEnvWarnsOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateComputeDomains(t *testing.T) {
+	in := "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata:\n  name: job\nspec:\n  numNodes: 2\n  channel:\n    resourceClaimTemplate:\n      name: job-channel\n"
+	f := writeFile(t, "cd.yaml", in)
+	out, stderr, err := run(t, mockOpen, "migrate", "--compute-domains", f)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if want := strings.Replace(in, "resource.nvidia.com/v1beta1", "gpu-device-plugin.github.io/v1alpha1", 1); out != want {
+		t.Errorf("got:\n%s", out)
+	}
+	if !strings.Contains(stderr, "1 ComputeDomain(s) rewritten") {
+		t.Errorf("stderr: %q", stderr)
+	}
+	if _, _, err := run(t, mockOpen, "migrate", "--compute-domains", f, "--from", f); err == nil || !strings.Contains(err.Error(), "apart from --from") {
+		t.Errorf("with --from: %v", err)
+	}
+}

@@ -1038,3 +1038,51 @@ func TestPackagingDRA(t *testing.T) {
 		}
 	}
 }
+
+// computeDomains.enabled: the channel class the controller's templates
+// name, the plugin's settings from the downward API, and its RBAC on
+// ComputeDomains; off by default.
+func TestHelmDRAComputeDomains(t *testing.T) {
+	off := renderWith(t, draValues(nil))
+	for _, dc := range off.DeviceClasses {
+		if strings.HasPrefix(dc.Name, "compute-domain-channel.") {
+			t.Errorf("DeviceClass %s rendered with computeDomains off", dc.Name)
+		}
+	}
+	objs := renderWith(t, draValues(chartutil.Values{"computeDomains": map[string]any{"enabled": true}}))
+	if errs := objs.validate(); len(errs) > 0 {
+		t.Fatalf("the API server would reject the chart's objects:\n%v", errs.ToAggregate())
+	}
+	var class *resourcev1.DeviceClass
+	for _, dc := range objs.DeviceClasses {
+		if dc.Name == "compute-domain-channel."+draDriver {
+			class = dc
+		}
+	}
+	if class == nil || !strings.Contains(class.Spec.Selectors[0].CEL.Expression, `.type == "channel"`) {
+		t.Fatalf("channel DeviceClass = %+v", class)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range objs.DaemonSets[0].Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if env["GPU_DEVICE_PLUGIN_IMEX_COMPUTE_DOMAINS"].Value != "true" {
+		t.Error("imex.computeDomains not set")
+	}
+	if ip := env["GPU_DEVICE_PLUGIN_IMEX_NODE_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("imex.nodeIP = %+v, want the pod's status.hostIP", ip)
+	}
+	verbs := map[string][]string{}
+	for _, cr := range objs.ClusterRoles {
+		for _, r := range cr.Rules {
+			if slices.Contains(r.APIGroups, "gpu-device-plugin.github.io") {
+				for _, res := range r.Resources {
+					verbs[res] = append(verbs[res], r.Verbs...)
+				}
+			}
+		}
+	}
+	if !slices.Equal(verbs["computedomains"], []string{"get", "list", "watch"}) || !slices.Equal(verbs["computedomains/status"], []string{"patch"}) {
+		t.Errorf("ComputeDomain RBAC = %v", verbs)
+	}
+}

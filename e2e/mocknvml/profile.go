@@ -1167,13 +1167,24 @@ const (
 	// capability's minor, gets the major the fixture's nodes have.
 	NVIDIACapsMajor = 1
 	NVIDIAUVMMajor  = 1
+	// NVIDIAIMEXMajor is nvidia-caps-imex-channels', listed only for a
+	// profile with a GPU in an NVLink domain (fabric=), as a driver with
+	// IMEX support lists it; 1 for the same reason as the others.
+	NVIDIAIMEXMajor = 1
 )
 
 // devicesFile is /proc/devices as a node with the driver loaded lists the
 // driver's character devices (and no others: nothing else reads it here).
-func devicesFile() string {
-	return fmt.Sprintf("Character devices:\n%3d nvidia-caps\n%3d nvidia-uvm\n%3d nvidia\n%3d nvidiactl\n\nBlock devices:\n",
-		NVIDIACapsMajor, NVIDIAUVMMajor, NVIDIAMajor, NVIDIAMajor)
+func (p *Profile) devicesFile() string {
+	imex := ""
+	for _, g := range p.GPUs {
+		if g.Fabric != nil {
+			imex = fmt.Sprintf("%3d nvidia-caps-imex-channels\n", NVIDIAIMEXMajor)
+			break
+		}
+	}
+	return fmt.Sprintf("Character devices:\n%3d nvidia-caps\n%s%3d nvidia-uvm\n%3d nvidia\n%3d nvidiactl\n\nBlock devices:\n",
+		NVIDIACapsMajor, imex, NVIDIAUVMMajor, NVIDIAMajor, NVIDIAMajor)
 }
 
 // WriteProc writes the MIG capabilities as the driver shows them under
@@ -1189,7 +1200,7 @@ func (p *Profile) WriteProc(procRoot string) error {
 	if err := os.MkdirAll(procRoot, 0o755); err != nil {
 		return fmt.Errorf("writing proc: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(devicesFile()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(p.devicesFile()), 0o644); err != nil {
 		return fmt.Errorf("writing proc devices: %w", err)
 	}
 	base := filepath.Join(procRoot, "driver", "nvidia", "capabilities")

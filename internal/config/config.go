@@ -110,6 +110,9 @@ type Config struct {
 	// Remediation is what the plugin may do to heal a faulted GPU: see
 	// remediation.go.
 	Remediation Remediation `json:"remediation"`
+	// IMEX is the IMEX channels the device-plugin front-end gives every
+	// container with a GPU: see imex.go.
+	IMEX IMEX `json:"imex"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.

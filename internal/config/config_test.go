@@ -323,7 +323,9 @@ func TestMigrationGuideKeys(t *testing.T) {
 		}
 		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[3], -1) {
 			n++
-			if root, _, _ := strings.Cut(m[1], "."); !slices.Contains(known, root) {
+			// A section's own key (imex.required), or a key inside a
+			// file-only value (sharing.timeSlicing.placement).
+			if root, _, _ := strings.Cut(m[1], "."); !slices.Contains(known, m[1]) && !slices.Contains(known, root) {
 				t.Errorf("%s maps onto %q, which is no key", MigrationGuide, m[1])
 			}
 		}

@@ -43,7 +43,9 @@ func TestDocsNameRealFlags(t *testing.T) {
 		// list, allocate, cdi generate
 		"--output", "--dra", "--size", "--resource", "--available", "--must-include",
 		// migrate
-		"--from", "--env",
+		"--from", "--env", "--compute-domains",
+		// gpu-device-plugin-dra compute-domain-controller
+		"--namespace", "--lease-name", "--identity", "--node-timeout", "--resync", "--lease-duration",
 		// gpu-device-plugin-cdi-hook
 		"--dir", "--link", "--folder"}
 	for _, s := range Settings() {

@@ -32,7 +32,7 @@ type setter func(c *Config, key, value string) error
 
 // Categories lists the setting categories in order.
 func Categories() []string {
-	return []string{CategoryKubelet, CategoryDriver, CategoryHealth, CategoryRemediation, CategoryCDI, CategoryNICs, CategoryDRA, CategoryReporting, CategoryLogging}
+	return []string{CategoryKubelet, CategoryDriver, CategoryHealth, CategoryRemediation, CategoryCDI, CategoryIMEX, CategoryNICs, CategoryDRA, CategoryReporting, CategoryLogging}
 }
 
 // EnvPrefix starts every environment variable the plugin reads.
@@ -145,6 +145,7 @@ func Settings() []Setting {
 			set: boolean(func(c *Config) *bool { return &c.NodeCondition })},
 	}
 	s = append(s, remediationSettings()...)
+	s = append(s, imexSettings()...)
 	for i := range s {
 		s[i].Env = EnvName(s[i].Flag)
 	}
@@ -293,8 +294,10 @@ const (
 	// CategoryRemediation: GPUs that heal themselves.
 	CategoryRemediation = "Remediation"
 	CategoryCDI         = "CDI"
-	CategoryNICs        = "NICs"
-	CategoryDRA         = "DRA"
-	CategoryReporting   = "Reporting"
-	CategoryLogging     = "Logging"
+	// CategoryIMEX: multi-node NVLink's IMEX channels.
+	CategoryIMEX      = "IMEX channels"
+	CategoryNICs      = "NICs"
+	CategoryDRA       = "DRA"
+	CategoryReporting = "Reporting"
+	CategoryLogging   = "Logging"
 )

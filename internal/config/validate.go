@@ -194,6 +194,7 @@ func (c Config) ValidateWith(from func(key string) string, more ...Check) error 
 	}
 	errs = append(errs, ValidateNICResources(c.NICResources, strategies)...)
 	errs = append(errs, validateRemediation(c, field)...)
+	errs = append(errs, validateIMEX(c, field)...)
 	for _, check := range more {
 		errs = append(errs, check(c, field)...)
 	}

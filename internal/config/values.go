@@ -38,7 +38,7 @@ func (c Config) Values() map[string]string {
 }
 
 // sectionKeys are the top-level keys whose keys are settings of their own.
-var sectionKeys = map[string]bool{"remediation": true}
+var sectionKeys = map[string]bool{"remediation": true, "imex": true}
 
 func text(v json.RawMessage) string {
 	var s string

@@ -17,6 +17,9 @@ func CDIOptions(cfg config.Config) ondisk.Options {
 		DevRoot:        cfg.DevRoot,
 		HookPath:       cfg.CDIHookPath,
 	}
+	if cfg.KubeletAPI != config.KubeletAPIDRA {
+		o.IMEXChannels = cfg.IMEX.ChannelIDs
+	}
 	for _, r := range cfg.NICResources {
 		o.NICResources = append(o.NICResources, r.Name)
 	}

@@ -214,7 +214,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	var fe FrontEnd
 	switch {
 	case cfg.KubeletAPI != config.KubeletAPIDRA:
-		fe = dpnode.New(dpnode.Options{Layout: LayoutOptions(cfg), DevicePluginDir: cfg.DevicePluginDir}, specs, info, log)
+		fe = dpnode.New(dpnode.Options{Layout: LayoutOptions(cfg), DevicePluginDir: cfg.DevicePluginDir, IMEX: IMEXChannels(cfg)}, specs, info, log)
 	case o.dra == nil:
 		return errors.New("kubeletAPI dra: this executable serves the device-plugin API only; DRA mode runs in gpu-device-plugin-dra, which serve starts when it is installed beside it")
 	default:

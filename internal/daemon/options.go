@@ -13,6 +13,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/imexchan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
@@ -88,6 +89,12 @@ func LayoutOptions(c config.Config) layout.Options {
 		TimeSlicing: TimeSlicing(c),
 		MPS:         MPS(c),
 	}
+}
+
+// IMEXChannels are the IMEX channels device-plugin mode readies and
+// injects (imex.channelIDs, imex.required).
+func IMEXChannels(c config.Config) imexchan.Options {
+	return imexchan.Options{IDs: c.IMEX.ChannelIDs, Required: c.IMEX.Required, ProcRoot: c.ProcRoot, DevRoot: c.DevRoot}
 }
 
 // LabelFacts are the settings the node labels take.

@@ -244,6 +244,24 @@ migStrategy: mixed
 			notes: []string{`DP_DISABLE_HEALTHCHECKS: "all" turns every XID check off, which has no counterpart here`},
 		},
 		{
+			name: "imex block: channel 0, required",
+			file: "version: v1\nimex:\n  channelIDs: [0]\n  required: true\n",
+			want: "imex:\n  channelIDs:\n  - 0\n  required: true\n",
+		},
+		{
+			name: "imex variables, as the chart's env gives them, win over the file",
+			file: "version: v1\nimex:\n  channelIDs: []\n",
+			env:  map[string]string{"IMEX_CHANNEL_IDS": "0", "IMEX_REQUIRED": "false"},
+			want: "imex:\n  channelIDs:\n  - 0\n  required: false\n",
+		},
+		{
+			name:  "imex channels NVIDIA refuses are left out",
+			file:  "version: v1\nimex:\n  channelIDs: [1, 2]\n",
+			env:   map[string]string{"IMEX_REQUIRED": "maybe"},
+			want:  "{}\n",
+			notes: []string{"imex.channelIDs: [1 2]: only none or [0] is allowed", `IMEX_REQUIRED: "maybe" is not true or false`},
+		},
+		{
 			name: "variables alone",
 			env:  map[string]string{"GFD_MIG_STRATEGY": "single", "MIG_STRATEGY": "mixed", "CONTAINER_DRIVER_ROOT": "/driver-root"},
 			want: "driverRoot: /driver-root\nhostDriverRoot: /\nmigStrategy: mixed\n",

@@ -100,10 +100,10 @@ func Keys() []Key {
 			Note: "same shape: `renameByDefault`, `failRequestsGreaterThanOne`, `resources[{name, replicas, rename, devices}]`; devices by UUID or model name, not by index or count", move: timeSlicing},
 		{File: "sharing.mps", Ours: "sharing.mps",
 			Note: "same shape as `sharing.timeSlicing`; one share per container, as NVIDIA's plugin serves it, is the default here too, held by the daemon (`maxSharesPerContainer` allows more); at most 48 replicas a GPU; device-plugin mode only (DRA shares through claims)", move: mps},
-		{File: "imex.channelIDs", Flag: "imex-channel-ids", Env: []string{"IMEX_CHANNEL_IDS"},
-			Note: "IMEX channels are not added to GPU containers"},
-		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"},
-			Note: "IMEX channels are not added to GPU containers"},
+		{File: "imex.channelIDs", Flag: "imex-channel-ids", Env: []string{"IMEX_CHANNEL_IDS"}, Ours: "imex.channelIDs",
+			Note: "same values: none or `[0]`; the channel's node is made when missing (NVIDIA's plugin only looks for it); device-plugin mode only (DRA gives channels through ComputeDomains)", move: imexChannelIDs},
+		{File: "imex.required", Flag: "imex-required", Env: []string{"IMEX_REQUIRED"}, Ours: "imex.required",
+			Note: "same meaning: a channel that cannot be made or found stops the plugin at start", move: imexRequired},
 		{Env: []string{"DP_DISABLE_HEALTHCHECKS"}, Ours: "xids",
 			Note: "each XID listed becomes an `xids` entry `XID=ignore`; `all` or `xids` (every XID check off) has no counterpart: list the XIDs. NVIDIA's plugin always ignores 13, 31, 43, 45, 68 and 109; here the defaults come from NVIDIA's XID catalog, which makes 109 fatal: add `109=ignore` to keep it ignored", move: healthCheckXIDs("ignore")},
 		{Env: []string{"DP_ENABLE_HEALTHCHECKS"}, Ours: "xids",
@@ -275,4 +275,60 @@ func healthCheckXIDs(class string) mover {
 			r.Config["xids"] = entries
 		}
 	}
+}
+
+// imexSection is our imex map, made on first use.
+func (r *Result) imexSection() map[string]any {
+	sec, _ := r.Config["imex"].(map[string]any)
+	if sec == nil {
+		sec = map[string]any{}
+		r.Config["imex"] = sec
+	}
+	return sec
+}
+
+// imexChannelIDs takes a list of numbers, or a comma-separated string as
+// IMEX_CHANNEL_IDS gives it. NVIDIA's plugin refuses anything but none or
+// [0] at start; so does ours, so such a value is left out with a note.
+func imexChannelIDs(r *Result, at string, v json.RawMessage) {
+	var ids []int
+	if err := json.Unmarshal(v, &ids); err != nil {
+		s, ok := str(r, at, v)
+		if !ok {
+			return
+		}
+		for _, f := range strings.Split(s, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				r.note(at, fmt.Sprintf("%q is not a list of channel numbers; left out", s))
+				return
+			}
+			ids = append(ids, n)
+		}
+	}
+	if len(ids) > 1 || len(ids) == 1 && ids[0] != 0 {
+		r.note(at, fmt.Sprintf("%v: only none or [0] is allowed (NVIDIA's plugin refuses it too); left out", ids))
+		return
+	}
+	r.imexSection()["channelIDs"] = ids
+}
+
+// imexRequired takes a boolean, or its string form as IMEX_REQUIRED
+// gives it.
+func imexRequired(r *Result, at string, v json.RawMessage) {
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		s, ok := str(r, at, v)
+		if !ok {
+			return
+		}
+		if b, err = strconv.ParseBool(strings.TrimSpace(s)); err != nil {
+			r.note(at, fmt.Sprintf("%q is not true or false; left out", s))
+			return
+		}
+	}
+	r.imexSection()["required"] = b
 }

@@ -9,10 +9,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/ondisk"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/imexd"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 
@@ -25,6 +27,7 @@ func With(opts ...dra.FrontEndOption) daemon.Option {
 		if err != nil {
 			return nil, err
 		}
+		s.IMEXDaemons = imexDaemons(cfg, log)
 		return start(ctx, s, specs, log)
 	})
 }
@@ -55,5 +58,20 @@ func Settings(c config.Config) (dra.Settings, error) {
 		IgnoredTimeSlicing: len(c.Sharing.TimeSlicing.Resources),
 		MemoryShares:       daemon.MemoryShares(c),
 		MIGPartitioned:     daemon.MIGPartitioned(c),
+		IMEXNodeIP:         c.IMEX.NodeIP,
 	}, nil
+}
+
+// imexDaemons are the node's nvidia-imex daemons when imex.computeDomains
+// is on, their files under the plugin directory; nil when off.
+func imexDaemons(c config.Config, log *slog.Logger) dra.IMEXDaemons {
+	if !c.IMEX.ComputeDomains {
+		return nil
+	}
+	return imexd.New(imexd.Options{
+		Dir:        filepath.Join(c.DRAPluginDir, "compute-domains"),
+		BindIP:     c.IMEX.NodeIP,
+		DriverRoot: c.DriverRoot,
+		Log:        log.With("component", "imexd"),
+	})
 }

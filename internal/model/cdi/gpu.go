@@ -73,6 +73,9 @@ type GPUSpecOptions struct {
 	// ControlNodes are the control node names to pass (see
 	// PresentControlNodes); nil looks them up under DevRoot.
 	ControlNodes []string
+	// IMEXChannels are the IMEX channels device-plugin mode hands out
+	// (imex.channelIDs): each gets a device of its own, IMEXChannelDevice.
+	IMEXChannels []int
 	// HookPath is where the runtime finds our hook program on the host.
 	// Empty leaves the hook out: no libcuda.so link and no ld cache
 	// update in the container.
@@ -110,6 +113,9 @@ func GPUSpec(gpus []nvml.GPU, driver driverroot.Files, o GPUSpecOptions) (*specs
 				devices = append(devices, d)
 			}
 		}
+	}
+	for _, id := range o.IMEXChannels {
+		devices = append(devices, Device{Name: IMEXChannelDevice(id), Edits: Edits{Nodes: []DeviceNode{devNode(devRoot, IMEXChannelNode(id))}}})
 	}
 	controls := o.ControlNodes
 	if controls == nil {
@@ -174,6 +180,17 @@ func HookArgs(driver driverroot.Files) []string {
 // MIGCapNode is the path of MIG capability node minor under /dev.
 func MIGCapNode(minor int) string { return "nvidia-caps/nvidia-cap" + strconv.Itoa(minor) }
 
+// IMEXChannelDevice is the GPUKind device of IMEX channel id,
+// "imex-channel<id>": no GPU's UUID or index can take that name. Allocate
+// names it beside the GPUs when imex.channelIDs has the channel.
+func IMEXChannelDevice(id int) string { return "imex-channel" + strconv.Itoa(id) }
+
+// IMEXChannelNode is IMEX channel id's node relative to /dev (imex.Path
+// is the absolute form).
+func IMEXChannelNode(id int) string {
+	return "nvidia-caps-imex-channels/channel" + strconv.Itoa(id)
+}
+
 // MIGCaps is the device of MIGKind for MIG device m: its access
 // capability nodes only (ok false without both minors).
 func MIGCaps(devRoot string, m nvml.MIGDevice) (Device, bool) {
@@ -226,4 +243,25 @@ func HookMissingMessage(path string) string {
 	return "CDI hook " + HookName + " not installed at " + path + ": GPU containers get no libcuda.so link and no ld cache entry for the driver's libraries, " +
 		"so where an image's library directories differ from the host's, CUDA fails at its first call; install it (the node package does; the chart's init container copies it to cdiHook.hostDir; " +
 		"or run `" + HookName + " install --dir DIR` and set cdiHookPath to DIR/" + HookName + ")"
+}
+
+// ChannelKind is the CDI kind of the IMEX channels DRA's ComputeDomain
+// claims get: one spec with a device per channel ("channel<N>"), each
+// carrying the channel's node.
+const ChannelKind = "gpu-device-plugin.github.io/imex-channel"
+
+// ChannelDevice names IMEX channel id's ChannelKind device.
+func ChannelDevice(id int) string { return "channel" + strconv.Itoa(id) }
+
+// ChannelSpec is the ChannelKind spec of channels ids, their nodes under
+// devRoot ("" is /dev) as the container runtime sees it.
+func ChannelSpec(devRoot string, ids []int) (*specs.Spec, error) {
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+	devs := make([]Device, 0, len(ids))
+	for _, id := range ids {
+		devs = append(devs, Device{Name: ChannelDevice(id), Edits: Edits{Nodes: []DeviceNode{devNode(devRoot, IMEXChannelNode(id))}}})
+	}
+	return Spec(ChannelKind, devs, Edits{})
 }

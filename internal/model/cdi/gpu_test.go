@@ -535,3 +535,31 @@ func TestGPUSpecMIG(t *testing.T) {
 		}
 	})
 }
+
+// device-plugin mode's IMEX channels are devices of the GPU spec of their
+// own, named so no GPU can take the name, each with the channel's node;
+// the spec validates.
+func TestGPUSpecIMEXChannels(t *testing.T) {
+	dev := t.TempDir()
+	s, err := GPUSpec([]nvml.GPU{{Index: 0, UUID: "GPU-abc", Minor: 0}}, driverroot.Files{}, GPUSpecOptions{DevRoot: dev, ControlNodes: []string{}, IMEXChannels: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range s.Devices {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, []string{"GPU-abc", "0", "imex-channel0"}) {
+		t.Fatalf("devices %v", names)
+	}
+	nodes := s.Devices[2].ContainerEdits.DeviceNodes
+	if len(nodes) != 1 || nodes[0].Path != "/dev/nvidia-caps-imex-channels/channel0" || nodes[0].HostPath != filepath.Join(dev, "nvidia-caps-imex-channels", "channel0") {
+		t.Errorf("imex-channel0's nodes: %+v", nodes)
+	}
+	if err := Validate(s); err != nil {
+		t.Error(err)
+	}
+	if got := QualifiedName(GPUKind, IMEXChannelDevice(0)); got != "gpu-device-plugin.github.io/gpu=imex-channel0" {
+		t.Errorf("qualified name %q", got)
+	}
+}

@@ -17,6 +17,8 @@ const (
 	TypeGPU = "gpu"
 	TypeMIG = "mig"
 	TypeNIC = "nic"
+	// TypeChannel is a node's IMEX channel of ComputeDomains.
+	TypeChannel = "channel"
 )
 
 // Standard attributes, which other drivers publish too, so one constraint
@@ -181,6 +183,14 @@ func GPUDevices(in GPUs, sysfsRoot string, cdiID func(uuid string) string, log *
 		// over it, so only whole GPUs carry the clique.
 		if cliques[i] != "" {
 			attrs["nvlinkClique"] = str(cliques[i])
+		}
+		// The multi-node NVLink domain (GB200, GB300 NVL72), which spans
+		// nodes, unlike nvlinkClique's island on this node: a claim's
+		// matchAttribute on cliqueID keeps GPUs of several nodes in one
+		// domain and clique, the gpu.clique label's value.
+		if g.Fabric.Registered() {
+			attrs["cliqueID"] = str(g.Fabric.ClusterUUID + "." + strconv.FormatUint(uint64(g.Fabric.CliqueID), 10))
+			attrs["fabricClusterUUID"] = str(g.Fabric.ClusterUUID)
 		}
 		d := Device{Name: GPUDeviceName(g), Attributes: attrs, ID: g.UUID, Type: TypeGPU, CDIIDs: []string{cdiID(g.UUID)}}
 		if g.MemoryBytes > 0 {

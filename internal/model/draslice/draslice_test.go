@@ -277,3 +277,46 @@ func TestNICLongAttributeLeftOut(t *testing.T) {
 		t.Errorf("long NIC rdmaDevice = %+v, want mlx5_0", a)
 	}
 }
+
+// A whole GPU registered in a multi-node NVLink domain carries cliqueID
+// ("<cluster UUID>.<clique ID>", the gpu.clique label's value) and
+// fabricClusterUUID; one still registering, or without a fabric, carries
+// neither, and MIG devices never do.
+func TestFabricAttributes(t *testing.T) {
+	const cluster = "5a1c0000-0000-0000-0000-000000000001"
+	for _, tc := range []struct {
+		name   string
+		fabric *nvml.Fabric
+		want   bool
+	}{
+		{"registered", &nvml.Fabric{ClusterUUID: cluster, CliqueID: 3, State: nvml.FabricCompleted}, true},
+		{"registering", &nvml.Fabric{State: nvml.FabricInProgress}, false},
+		{"registration failed", &nvml.Fabric{ClusterUUID: cluster, CliqueID: 3, State: nvml.FabricCompleted, Status: "ERROR_INSUFFICIENT_RESOURCES"}, false},
+		{"no fabric", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := mixedGPUs()
+			for i := range in.GPUs {
+				in.GPUs[i].Fabric = tc.fabric
+			}
+			whole := 0
+			for _, d := range GPUDevices(in, t.TempDir(), func(string) string { return "" }, nil) {
+				clique, hasClique := d.Attributes["cliqueID"]
+				uuid, hasUUID := d.Attributes["fabricClusterUUID"]
+				if d.Type != TypeGPU || !tc.want {
+					if hasClique || hasUUID {
+						t.Errorf("%s (%s) has fabric attributes %q %q", d.Name, d.Type, attrString(clique), attrString(uuid))
+					}
+					continue
+				}
+				whole++
+				if attrString(clique) != cluster+".3" || attrString(uuid) != cluster {
+					t.Errorf("%s: cliqueID %q, fabricClusterUUID %q", d.Name, attrString(clique), attrString(uuid))
+				}
+			}
+			if tc.want && whole == 0 {
+				t.Error("no whole GPU published")
+			}
+		})
+	}
+}

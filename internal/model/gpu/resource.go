@@ -71,7 +71,16 @@ type Options struct {
 	// MPSRoot holds the MPS control daemons' directories (sharing.MPSDir), for
 	// units shared through MPS.
 	MPSRoot string
+	// IMEXChannels are the IMEX channels every allocation gets (their
+	// nodes ready under DevRoot): each channel's node and
+	// NVIDIA_IMEX_CHANNELS with envvar, its CDI device with a cdi-*
+	// strategy, as NVIDIA's device plugin injects imex.channelIDs.
+	IMEXChannels []int
 }
+
+// IMEXChannelsEnv names the IMEX channels a container may use, for the
+// NVIDIA container runtime (NVIDIA's plugin sets it too).
+const IMEXChannelsEnv = "NVIDIA_IMEX_CHANNELS"
 
 // Replica placements (time-slicing's placement setting).
 const (
@@ -121,6 +130,7 @@ type Resource struct {
 	packed  bool
 	mps     bool // some units are shared through MPS
 	mpsRoot string
+	imex    []int
 
 	envvar, cdiCRI, cdiAnnotations bool
 }
@@ -155,6 +165,7 @@ func NewUnits(units []Unit, topo nvml.Topology, o Options) (*Resource, error) {
 		failGT1: o.FailRequestsGreaterThanOne, packed: o.Placement == PlacementPacked,
 		maxMPS:  max(o.MaxMPSShares, 1),
 		mpsRoot: o.MPSRoot,
+		imex:    slices.Clone(o.IMEXChannels),
 	}
 	if len(o.Strategies) == 0 {
 		o.Strategies = []string{StrategyEnvvar}
@@ -394,11 +405,22 @@ func (r *Resource) Allocate(ids []string) (*device.Answer, error) {
 			resp.Nodes = append(resp.Nodes, devNode(r.devRoot, name))
 		}
 		resp.Env = map[string]string{VisibleDevicesEnv: strings.Join(visible, ",")}
+		if len(r.imex) > 0 {
+			ids := make([]string, len(r.imex))
+			for k, id := range r.imex {
+				ids[k] = strconv.Itoa(id)
+				resp.Nodes = append(resp.Nodes, devNode(r.devRoot, cdi.IMEXChannelNode(id)))
+			}
+			resp.Env[IMEXChannelsEnv] = strings.Join(ids, ",")
+		}
 	}
 	if r.cdiCRI || r.cdiAnnotations {
-		names := make([]string, len(sel))
+		names := make([]string, len(sel), len(sel)+len(r.imex))
 		for k, e := range sel {
 			names[k] = e.cdiName
+		}
+		for _, id := range r.imex {
+			names = append(names, cdi.QualifiedName(cdi.GPUKind, cdi.IMEXChannelDevice(id)))
 		}
 		if r.cdiCRI {
 			resp.CDIDevices = names

@@ -49,6 +49,9 @@ type Options struct {
 	DevRoot    string
 	// MPSRoot holds the MPS control daemons' directories.
 	MPSRoot string
+	// IMEXChannels are the IMEX channels every allocation gets, their
+	// nodes ready (gpu.Options.IMEXChannels).
+	IMEXChannels []int
 	// TimeSlicing and MPS are the two ways of sharing (replicas).
 	TimeSlicing sharing.TimeSlicing
 	MPS         sharing.MPS
@@ -75,7 +78,7 @@ func GPUs(o Options, inv *nvml.Inventory, specs gpu.CDISpecs, log *slog.Logger) 
 		opts := gpu.Options{
 			IDStrategy: o.IDStrategy, Strategies: o.Strategies, DevRoot: o.DevRoot,
 			Placement: ts.Placement, FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne,
-			Specs: specs,
+			Specs: specs, IMEXChannels: o.IMEXChannels,
 		}
 		if slices.ContainsFunc(r.Units, func(u gpu.Unit) bool { return u.MPS }) {
 			// Validation keeps a resource to one way of sharing. Placement

@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/layout"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/imexchan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin"
 )
 
@@ -68,6 +69,10 @@ type Options struct {
 	Layout layout.Options
 	// DevicePluginDir is the kubelet's device-plugin directory (sockets).
 	DevicePluginDir string
+	// IMEX are the IMEX channels every GPU container gets: readied at
+	// each TakeGPUs, once the driver is there (its /proc/devices line
+	// comes with it).
+	IMEX imexchan.Options
 }
 
 // New is the device-plugin front-end. specs are the plugin's CDI specs on
@@ -93,6 +98,11 @@ func (f *FrontEnd) readiness(resource string) func(string) {
 // time-slicing lay out (nvidia.com/gpu, nvidia.com/mig-<profile>, renamed
 // shared resources). specs is nil without CDI.
 func (f *FrontEnd) TakeGPUs(inv *nvml.Inventory, specs gpu.CDISpecs) (health.Notifier, error) {
+	channels, err := imexchan.Provide(f.o.IMEX, f.log)
+	if err != nil {
+		return nil, err
+	}
+	f.o.Layout.IMEXChannels = channels
 	return f.lay(inv, specs, nil, false)
 }
 

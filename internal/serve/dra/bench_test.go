@@ -145,7 +145,7 @@ func BenchmarkClaimStatus(b *testing.B) {
 			d, _ := statusDriver(b, client, o)
 			ctx := context.Background()
 			claims := []*resourceapi.ResourceClaim{c}
-			out, _, err := d.prepareClaims(ctx, claims)
+			out, _, err := d.prepareClaims(ctx, claims, nil)
 			if err != nil || out[c.UID].Err != nil {
 				b.Fatal(err, out[c.UID].Err)
 			}

@@ -54,6 +54,9 @@ type preparedDevice struct {
 	// MIG is set for a MIG instance the claim's Prepare creates on a
 	// partitioned GPU.
 	MIG *preparedMIG `json:"mig,omitempty"`
+	// Domain is set for a ComputeDomain's IMEX channel: the domain and
+	// its channel.
+	Domain *preparedDomain `json:"computeDomain,omitempty"`
 	// gpu is the GPU's UUID while preparing (not kept).
 	gpu   string
 	extra jsonkeep.Fields

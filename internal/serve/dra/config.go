@@ -97,6 +97,10 @@ func requestConfigs(driver string, cfgs []resourceapi.DeviceAllocationConfigurat
 			at += ", for requests " + strings.Join(c.Requests, ", ")
 		}
 		at += ")"
+		if isChannelConfig(c.Opaque.Parameters.Raw) {
+			// A ComputeDomain's: read by channelConfigOf.
+			continue
+		}
 		g, err := decodeGPUConfig(c.Opaque.Parameters.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("opaque %s for driver %s: %w", at, driver, err)
@@ -231,4 +235,12 @@ func (d *Driver) resetTimeSlicesLocked(ctx context.Context, p preparedClaim) {
 		}
 		d.o.Log.Info("put the GPU's time-slice interval back to Default", "device", dv.Device, "gpu", e.ID, "nvidiaSMI", said)
 	}
+}
+
+// isChannelConfig says whether raw is a ComputeDomain channel's config.
+func isChannelConfig(raw []byte) bool {
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(raw, &k) == nil && k.Kind == ChannelConfigKind
 }

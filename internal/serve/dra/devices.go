@@ -32,6 +32,14 @@ func (d *Driver) SetGPUs(ctx context.Context, in draslice.GPUs) {
 		in.Partitions = parts
 	}
 	d.gpus = draslice.GPUDevices(in, d.o.SysfsRoot, d.o.GPUCDIID, d.o.Log)
+	if d.cd != nil {
+		clique := ""
+		if ch, ok := draslice.ChannelDevice(in.GPUs); ok {
+			d.gpus = append(d.gpus, ch)
+			clique = *ch.Attributes["cliqueID"].String
+		}
+		d.cd.setClique(clique)
+	}
 	d.counters = draslice.CounterSets(in)
 	d.reindex()
 	d.reported["gpus"] = true

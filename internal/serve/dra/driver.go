@@ -141,6 +141,10 @@ type Driver struct {
 	migReconciled bool
 	parents       map[string]nvml.GPU
 
+	// cd is the node's part in ComputeDomains; nil unless
+	// SetComputeDomains.
+	cd *domains
+
 	pubMu   sync.Mutex // orders publications
 	pub     Publisher
 	pubCtx  context.Context

@@ -14,12 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/imex"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -77,12 +79,26 @@ type Settings struct {
 	// MIGPartitioned says whether a GPU in MIG mode is partitioned for
 	// claims (sharing.migPartitions).
 	MIGPartitioned func(nvml.GPU) bool
+	// IMEXDaemons, when set, serves ComputeDomain channel claims
+	// (imex.computeDomains) with this node's address IMEXNodeIP: the
+	// wiring makes them (internal/node/imexd).
+	IMEXDaemons IMEXDaemons
+	IMEXNodeIP  string
 }
 
 // FrontEndOption changes how NewFrontEnd reaches the API server.
 type FrontEndOption func(*frontEndOptions)
 
-type frontEndOptions struct{ client kubernetes.Interface }
+type frontEndOptions struct {
+	client  kubernetes.Interface
+	dynamic dynamic.Interface
+}
+
+// WithDynamicClient reads and writes ComputeDomains through c instead of
+// a client made as WithKubeClient's is: a fake one in tests.
+func WithDynamicClient(c dynamic.Interface) FrontEndOption {
+	return func(o *frontEndOptions) { o.dynamic = c }
+}
 
 // WithKubeClient uses c instead of the kubeconfig setting or the pod's
 // service account: a fake clientset in tests, an embedder's client.
@@ -100,7 +116,7 @@ func NewFrontEnd(opts ...FrontEndOption) func(context.Context, Settings, *ondisk
 		opt(&o)
 	}
 	return func(ctx context.Context, s Settings, specs *ondisk.Store, log *slog.Logger) (*FrontEnd, error) {
-		return startFrontEnd(ctx, s, specs, o.client, log)
+		return startFrontEnd(ctx, s, specs, o, log)
 	}
 }
 
@@ -121,8 +137,9 @@ type FrontEnd struct {
 
 // startFrontEnd registers the driver with the kubelet. Slices are
 // published once the GPUs and every NIC pool have reported.
-func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, client kubernetes.Interface, log *slog.Logger) (*FrontEnd, error) {
+func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo frontEndOptions, log *slog.Logger) (*FrontEnd, error) {
 	var err error
+	client := fo.client
 	if client == nil {
 		if client, err = kubeClient(s); err != nil {
 			return nil, err
@@ -162,6 +179,11 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, client 
 		return nil, err
 	}
 	f.drv = drv
+	if s.IMEXDaemons != nil {
+		if err := f.useComputeDomains(ctx, fo.dynamic); err != nil {
+			return nil, err
+		}
+	}
 	// Before the kubelet can call: a claim prepared before a checkpoint
 	// that no longer reads must guard its devices from the first Prepare.
 	drv.Rebuild(ctx)
@@ -440,3 +462,38 @@ func (f *FrontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{
 // Evict makes the taints of a GPU's devices NoExecute while on (see
 // Driver.Evict): the remediation's eviction, found by type assertion.
 func (f *FrontEnd) Evict(uuid string, on bool) { f.drv.Evict(uuid, on) }
+
+// useComputeDomains serves ComputeDomain channel claims: the channel's
+// CDI spec, the domains through dyn (or a client made from the settings),
+// channel nodes made from the driver's major.
+func (f *FrontEnd) useComputeDomains(ctx context.Context, dyn dynamic.Interface) error {
+	s := f.s
+	if dyn == nil {
+		rc, err := restConfig(s)
+		if err != nil {
+			return err
+		}
+		if dyn, err = dynamic.NewForConfig(rc); err != nil {
+			return fmt.Errorf("DRA: ComputeDomains: API client: %w", err)
+		}
+	}
+	spec, err := cdi.ChannelSpec(s.DevRoot, []int{domainChannel})
+	if err != nil {
+		return err
+	}
+	f.specs.Publish(cdi.ChannelKind, spec)
+	channel := func(id int) error {
+		major, ok, err := imex.Major(s.ProcRoot)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("the driver lists no %s device in %s/devices: it has no IMEX support", imex.DeviceName, s.ProcRoot)
+		}
+		_, err = imex.EnsureChannel(s.DevRoot, major, id)
+		return err
+	}
+	return f.drv.SetComputeDomains(ctx, ComputeDomainOptions{
+		API: NewDomainAPI(dyn, s.Node), Daemons: s.IMEXDaemons, NodeIP: s.IMEXNodeIP, Channel: channel,
+	})
+}

@@ -23,7 +23,8 @@ import (
 // prepared claims' status.devices entries are written (writeClaimStatus).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.pods.record(claims)
-	out, waits, err := d.prepareClaims(ctx, claims)
+	gates := d.channelGates(ctx, claims)
+	out, waits, err := d.prepareClaims(ctx, claims, gates)
 	d.undoPrepared(ctx, awaitMPS(ctx, waits, out))
 	d.writeClaimStatus(ctx, claims, out)
 	return out, err
@@ -31,7 +32,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // prepareClaims prepares claims under the lock, and says which answers
 // wait for MPS daemons to come up.
-func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, map[types.UID]mpsWait, error) {
+func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim, gates map[types.UID]channelGate) (map[types.UID]kubeletplugin.PrepareResult, map[types.UID]mpsWait, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	waits := map[types.UID]mpsWait{}
@@ -67,7 +68,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			out[c.UID] = kubeletplugin.PrepareResult{Devices: d.resultLocked(p)}
 			continue
 		}
-		p, err := d.prepareLocked(ctx, c)
+		p, err := d.prepareLocked(ctx, c, gates)
 		if err == nil && p.hasMIG() {
 			if err = d.prepareMIGLocked(c.UID, &p); err != nil {
 				d.resetTimeSlicesLocked(ctx, p)
@@ -129,7 +130,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	return out, waits, nil
 }
 
-func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim) (preparedClaim, error) {
+func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim, gates map[types.UID]channelGate) (preparedClaim, error) {
 	p := preparedClaim{Namespace: c.Namespace, Name: c.Name}
 	if c.Status.Allocation == nil {
 		return p, errors.New("not allocated")
@@ -156,6 +157,29 @@ func (d *Driver) prepareLocked(ctx context.Context, c *resourceapi.ResourceClaim
 			if err := holders.conflict(r.Device, r.ShareID); err != nil {
 				return p, fmt.Errorf("request %q: %w", r.Request, err)
 			}
+		}
+		if e.Type == draslice.TypeChannel {
+			g, ok := gates[c.UID]
+			switch {
+			case d.cd == nil:
+				return p, fmt.Errorf("request %q: device %s is an IMEX channel, and this node serves no ComputeDomains (imex.computeDomains is false)", r.Request, r.Device)
+			case !ok:
+				return p, fmt.Errorf("request %q: device %s: the claim's ComputeDomain was not looked at; the kubelet retries", r.Request, r.Device)
+			case g.err != nil:
+				return p, fmt.Errorf("request %q: %w", r.Request, g.err)
+			}
+			if d.o.Specs != nil {
+				if err := d.o.Specs.Ensure(cdi.ChannelKind); err != nil {
+					return p, fmt.Errorf("request %q: device %s: %w", r.Request, r.Device, err)
+				}
+			}
+			dom := g.dom
+			p.Devices = append(p.Devices, preparedDevice{
+				Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+				CDIDeviceIDs: []string{cdi.QualifiedName(cdi.ChannelKind, cdi.ChannelDevice(dom.Channel))},
+				Domain:       &dom,
+			})
+			continue
 		}
 		if h := d.health[e.ID]; h != nil && !h.healthy {
 			d.o.Log.Warn("preparing an unhealthy device (the claim tolerates its taint)", "device", r.Device, "reason", h.reason, "claim", c.Namespace+"/"+c.Name)
@@ -296,6 +320,25 @@ func (p preparedClaim) result() []kubeletplugin.Device {
 // error: the kubelet retries, and restarts.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.pods.forget(claims)
+	out, err := d.unprepareClaims(ctx, claims)
+	d.mu.Lock()
+	ds := d.cd
+	d.mu.Unlock()
+	if ds != nil {
+		// The domains no claim of this node needs any more are left: their
+		// daemons stopped, this node's entries removed.
+		var gone []types.UID
+		for _, c := range claims {
+			if out[c.UID] == nil {
+				gone = append(gone, c.UID)
+			}
+		}
+		ds.release(ctx, gone)
+	}
+	return out, err
+}
+
+func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()

@@ -15,6 +15,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 // PodResources is the kubelet's PodResources API: which claims each
@@ -229,6 +230,11 @@ func (d *Driver) rebuiltClaim(c *resourceapi.ResourceClaim, h heldClaim) (prepar
 		// An MPS client's limits and the interval set, as Prepare found
 		// them, so its daemon is run again and the interval put back at
 		// Unprepare: the device and the config were accepted then.
+		if r.Device == draslice.ChannelDeviceName {
+			if cc, err := channelConfigOf(d.o.DriverName, c.Status.Allocation.Devices.Config); err == nil {
+				dv.Domain = &preparedDomain{UID: cc.DomainUID, Namespace: cc.DomainNamespace, Name: cc.DomainName, Channel: domainChannel}
+			}
+		}
 		if e, ok := d.byName[r.Device]; ok && cerr == nil {
 			dv.MPS, _ = mpsOf(r, e, configOf(r.Request))
 			dv.TimeSlice, _ = configOf(r.Request).timeSlice()

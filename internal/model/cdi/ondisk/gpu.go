@@ -147,7 +147,7 @@ func GPUSpec(o Options, gpus []nvml.GPU, log *slog.Logger) (*specs.Spec, error) 
 }
 
 func gpuSpecInputs(o Options, log *slog.Logger) (driverroot.Files, cdi.GPUSpecOptions, error) {
-	opts := cdi.GPUSpecOptions{DevRoot: o.DevRoot, HookPath: o.HookPath}
+	opts := cdi.GPUSpecOptions{DevRoot: o.DevRoot, HookPath: o.HookPath, IMEXChannels: o.IMEXChannels}
 	driver, err := driverroot.Find(o.DriverRoot)
 	if err != nil {
 		if !errors.Is(err, driverroot.ErrNoDriver) {

@@ -24,4 +24,8 @@ type Options struct {
 	DevRoot string
 	// HookPath is the CDI hook the GPU spec runs; "" runs none.
 	HookPath string
+	// IMEXChannels are device-plugin mode's IMEX channels
+	// (imex.channelIDs): the GPU spec defines a device for each, which
+	// Allocate names only once the channel's node is ready.
+	IMEXChannels []int
 }

@@ -1,0 +1,280 @@
+// Package imexd runs one nvidia-imex per ComputeDomain a node takes part
+// in: its config.cfg and nodes_config.cfg written under the domain's own
+// directory, the daemon started from the driver root, restarted when it
+// dies, restarted when its peers change, asked whether it is ready through
+// nvidia-imex-ctl -q, and stopped with its directory removed when the
+// domain is done on the node.
+package imexd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
+)
+
+// Command makes the command that runs a driver-root program (name is
+// "nvidia-imex" or "nvidia-imex-ctl") with args. The wiring passes one
+// that confines it as the MPS daemons are; the default runs
+// <DriverRoot>/usr/bin/<name> as it is.
+type Command func(ctx context.Context, name string, args ...string) *exec.Cmd
+
+// Options configure Daemons.
+type Options struct {
+	// Dir holds one directory per domain (its UID): config.cfg,
+	// nodes_config.cfg, the log and PID file.
+	Dir string
+	// BindIP is this node's address, the one its status entry gives.
+	BindIP string
+	// ServerPort and CmdPort are nvidia-imex's ports; zero is NVIDIA's
+	// default.
+	ServerPort, CmdPort int
+	// DriverRoot is where the driver's programs are when Command is nil.
+	DriverRoot string
+	Command    Command
+	// RestartDelay is the wait before a dead daemon is started again,
+	// doubled up to a minute while it keeps dying; zero is one second.
+	RestartDelay time.Duration
+	Log          *slog.Logger
+	// Started, when set, is told each start of a daemon (its PID).
+	Started func(domain string, pid int)
+}
+
+// Daemons are the node's IMEX daemons, by domain UID.
+type Daemons struct {
+	o  Options
+	mu sync.Mutex
+	d  map[string]*daemon
+}
+
+type daemon struct {
+	dir    string
+	peers  []string
+	cancel context.CancelFunc
+	done   chan struct{}
+	// starts counts the daemon's starts, for status and tests.
+	starts int
+}
+
+// New makes Daemons; none run until Ensure.
+func New(o Options) *Daemons {
+	if o.ServerPort == 0 {
+		o.ServerPort = computedomain.DefaultServerPort
+	}
+	if o.CmdPort == 0 {
+		o.CmdPort = computedomain.DefaultCmdPort
+	}
+	if o.RestartDelay <= 0 {
+		o.RestartDelay = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Command == nil {
+		root := o.DriverRoot
+		o.Command = func(ctx context.Context, name string, args ...string) *exec.Cmd {
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "usr/bin", name), args...)
+			// A clean environment; Go opens every other descriptor
+			// close-on-exec, so the daemon inherits only stdio.
+			cmd.Env = []string{}
+			return cmd
+		}
+	}
+	return &Daemons{o: o, d: map[string]*daemon{}}
+}
+
+func (ds *Daemons) config(dir string) computedomain.IMEX {
+	return computedomain.IMEX{BindIP: ds.o.BindIP, ServerPort: ds.o.ServerPort, CmdPort: ds.o.CmdPort,
+		NodesFile: filepath.Join(dir, "nodes_config.cfg"), LogFile: filepath.Join(dir, "nvidia-imex.log"),
+		PIDFile: filepath.Join(dir, "nvidia-imex.pid")}
+}
+
+// Ensure runs domain's daemon with peers (every address of the clique,
+// this node's included): started when it is not running, restarted when
+// the peers differ from those it runs with, left alone otherwise. ctx
+// bounds the daemon's life: its end stops the daemon as Stop does, but
+// leaves the directory.
+func (ds *Daemons) Ensure(ctx context.Context, domain string, peers []string) error {
+	if !validName(domain) {
+		return fmt.Errorf("imexd: domain %q is not a UID", domain)
+	}
+	peers = slices.Sorted(slices.Values(peers))
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.d[domain]; d != nil {
+		if slices.Equal(d.peers, peers) {
+			return nil
+		}
+		ds.o.Log.Info("IMEX peers changed; restarting the daemon", "domain", domain, "peers", strings.Join(peers, ","))
+		d.cancel()
+		<-d.done
+		delete(ds.d, domain)
+	}
+	dir := filepath.Join(ds.o.Dir, domain)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("imexd: %w", err)
+	}
+	cfg := ds.config(dir)
+	if _, err := atomicfile.Write(cfg.NodesFile, []byte(computedomain.NodesConfigFile(peers)), atomicfile.Options{}); err != nil {
+		return fmt.Errorf("imexd: domain %s: %w", domain, err)
+	}
+	if _, err := atomicfile.Write(filepath.Join(dir, "config.cfg"), []byte(cfg.ConfigFile()), atomicfile.Options{}); err != nil {
+		return fmt.Errorf("imexd: domain %s: %w", domain, err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	d := &daemon{dir: dir, peers: peers, cancel: cancel, done: make(chan struct{})}
+	ds.d[domain] = d
+	go ds.supervise(dctx, domain, d)
+	return nil
+}
+
+// supervise starts the daemon and starts it again when it dies, until ctx
+// ends; then it stops it (SIGTERM through CommandContext's Cancel).
+func (ds *Daemons) supervise(ctx context.Context, domain string, d *daemon) {
+	defer close(d.done)
+	delay := ds.o.RestartDelay
+	for ctx.Err() == nil {
+		cmd := ds.o.Command(ctx, "nvidia-imex", "-c", filepath.Join(d.dir, "config.cfg"))
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		cmd.WaitDelay = 10 * time.Second
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		began := time.Now()
+		err := cmd.Start()
+		if err == nil {
+			ds.mu.Lock()
+			d.starts++
+			ds.mu.Unlock()
+			ds.o.Log.Info("IMEX daemon started", "domain", domain, "pid", cmd.Process.Pid)
+			if ds.o.Started != nil {
+				ds.o.Started(domain, cmd.Process.Pid)
+			}
+			err = cmd.Wait()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if time.Since(began) > time.Minute {
+			delay = ds.o.RestartDelay
+		}
+		ds.o.Log.Warn("IMEX daemon ended; starting it again", "domain", domain, "err", err,
+			"stderr", strings.TrimSpace(stderr.String()), "after", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Minute)
+	}
+	ds.o.Log.Info("IMEX daemon stopped", "domain", domain)
+}
+
+// Ready asks domain's daemon through nvidia-imex-ctl -q: nil when it says
+// READY, else why not.
+func (ds *Daemons) Ready(ctx context.Context, domain string) error {
+	ds.mu.Lock()
+	d := ds.d[domain]
+	ds.mu.Unlock()
+	if d == nil {
+		return fmt.Errorf("no IMEX daemon runs for domain %s", domain)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := ds.o.Command(ctx, "nvidia-imex-ctl", "-q", "-c", filepath.Join(d.dir, "config.cfg")).Output()
+	if err != nil {
+		return fmt.Errorf("nvidia-imex-ctl -q: %w", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "READY" {
+		return fmt.Errorf("IMEX daemon not ready: nvidia-imex-ctl -q says %q", got)
+	}
+	return nil
+}
+
+// Starts is how many times domain's daemon was started (0: none runs).
+func (ds *Daemons) Starts(domain string) int {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.d[domain]; d != nil {
+		return d.starts
+	}
+	return 0
+}
+
+// Stop stops domain's daemon, waits for it to end and removes its
+// directory. Stopping a domain that runs none only removes the directory.
+func (ds *Daemons) Stop(domain string) error {
+	if !validName(domain) {
+		return fmt.Errorf("imexd: domain %q is not a UID", domain)
+	}
+	ds.mu.Lock()
+	d := ds.d[domain]
+	delete(ds.d, domain)
+	ds.mu.Unlock()
+	if d != nil {
+		d.cancel()
+		<-d.done
+	}
+	if err := os.RemoveAll(filepath.Join(ds.o.Dir, domain)); err != nil {
+		return fmt.Errorf("imexd: %w", err)
+	}
+	return nil
+}
+
+// Running are the domains whose daemons run, sorted.
+func (ds *Daemons) Running() []string {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return slices.Sorted(func(yield func(string) bool) {
+		for k := range ds.d {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+}
+
+// Sweep stops the daemons and removes the directories of domains not in
+// keep: what an earlier run left, or domains deleted while this one was
+// down. Nothing half-started stays on the node.
+func (ds *Daemons) Sweep(keep []string) error {
+	var errs []error
+	for _, dom := range ds.Running() {
+		if !slices.Contains(keep, dom) {
+			errs = append(errs, ds.Stop(dom))
+		}
+	}
+	ents, err := os.ReadDir(ds.o.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("imexd: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && validName(e.Name()) && !slices.Contains(keep, e.Name()) {
+			errs = append(errs, ds.Stop(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validName: a UID is letters, digits and dashes; nothing that walks out
+// of Dir.
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
