@@ -16,6 +16,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/allocator"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/gpu"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/imexchan"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )
 
@@ -53,6 +54,24 @@ type allocation struct {
 	// Placement is the time-slicing placement, for a shared resource.
 	Placement string          `json:"placement,omitempty"`
 	Picks     []allocatedPick `json:"picks,omitempty"`
+	// IMEXChannels are imex.channelIDs' channels, which every allocation
+	// of a GPU resource gets once serve has readied them; absent when
+	// none is set.
+	IMEXChannels []allocatedIMEX `json:"imexChannels,omitempty"`
+}
+
+// allocatedIMEX is one IMEX channel of imex.channelIDs: its node as the
+// container sees it, whether serve gives it, and why not.
+type allocatedIMEX struct {
+	ID   int    `json:"id"`
+	Path string `json:"path"`
+	// Given: serve gives it with every allocation (its node is made at
+	// start when missing).
+	Given bool `json:"given"`
+	// Present: the node is already under devRoot.
+	Present bool `json:"present"`
+	// Reason is why it is not given; with imex.required serve stops.
+	Reason string `json:"reason,omitempty"`
 }
 
 // allocatedPick is one device ID the preferred allocation chose, its
@@ -166,15 +185,49 @@ func allocate(c *cli.Context, open daemon.OpenFunc, stdout, stderr io.Writer) er
 		out = allocation{Size: size, Available: len(available), Exact: choice.Exact, Score: choice.Score}
 		out.GPUs, out.Pairs = chosenUnits(units, topo, choice.IDs)
 	}
+	for _, ch := range imexchan.Preview(daemon.IMEXChannels(cfg)) {
+		out.IMEXChannels = append(out.IMEXChannels, allocatedIMEX{ID: ch.ID, Path: ch.Path, Given: ch.Given, Present: ch.Present, Reason: ch.Reason})
+	}
 	if output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
+	write := writeAllocation
 	if out.Picks != nil {
-		return writePicks(stdout, out)
+		write = writePicks
 	}
-	return writeAllocation(stdout, out)
+	if err := write(stdout, out); err != nil {
+		return err
+	}
+	return writeIMEX(stdout, out.IMEXChannels, cfg.IMEX.Required)
+}
+
+// writeIMEX prints one line per IMEX channel of imex.channelIDs: what
+// every allocation also gets, or why it gets none and what serve does
+// about it.
+func writeIMEX(w io.Writer, channels []allocatedIMEX, required bool) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	for _, ch := range channels {
+		var err error
+		switch {
+		case ch.Given && ch.Present:
+			_, err = fmt.Fprintf(w, "IMEX channel %d: %s with every allocation\n", ch.ID, ch.Path)
+		case ch.Given:
+			_, err = fmt.Fprintf(w, "IMEX channel %d: %s with every allocation (serve makes the node at start)\n", ch.ID, ch.Path)
+		case required:
+			_, err = fmt.Fprintf(w, "IMEX channel %d: none: %s; imex.required is true, so serve stops at start\n", ch.ID, ch.Reason)
+		default:
+			_, err = fmt.Fprintf(w, "IMEX channel %d: none: %s; serve warns and gives none (imex.required is false)\n", ch.ID, ch.Reason)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // chosenUnits describes the units with UUIDs ids and each pair of them.

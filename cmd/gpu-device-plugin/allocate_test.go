@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -143,4 +146,76 @@ func TestAllocateWithoutDriver(t *testing.T) {
 	if !errors.Is(err, nvml.ErrNoDriver) {
 		t.Fatalf("err = %v, want ErrNoDriver", err)
 	}
+}
+
+// With imex.channelIDs, allocate says which IMEX channel every
+// allocation also gets, or why none and what serve does; it makes no
+// node. Without it, nothing is said.
+func TestAllocateIMEX(t *testing.T) {
+	procRoot := func(t *testing.T, imex bool) string {
+		t.Helper()
+		devices := "Character devices:\n195 nvidia\n"
+		if imex {
+			devices += "234 nvidia-caps-imex-channels\n"
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "devices"), []byte(devices+"\nBlock devices:\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	t.Run("json: given, node made by serve", func(t *testing.T) {
+		dev := t.TempDir()
+		out, _, err := runAllocate(t, "--size", "1", "-o", "json", "--proc-root", procRoot(t, true), "--dev-root", dev, "--imex-channel-ids", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a allocation
+		if err := json.Unmarshal([]byte(out), &a); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		want := []allocatedIMEX{{ID: 0, Path: "/dev/nvidia-caps-imex-channels/channel0", Given: true}}
+		if !reflect.DeepEqual(a.IMEXChannels, want) {
+			t.Errorf("imexChannels = %+v, want %+v", a.IMEXChannels, want)
+		}
+		if !strings.Contains(out, `"imexChannels": [`) || !strings.Contains(out, `"given": true`) || !strings.Contains(out, `"present": false`) {
+			t.Errorf("JSON keys:\n%s", out)
+		}
+		if entries, _ := os.ReadDir(dev); len(entries) != 0 {
+			t.Errorf("allocate made %v under --dev-root", entries)
+		}
+	})
+	t.Run("table: no IMEX support, required", func(t *testing.T) {
+		proc := procRoot(t, false)
+		out, _, err := runAllocate(t, "--size", "2", "--proc-root", proc, "--dev-root", t.TempDir(), "--imex-channel-ids", "0", "--imex-required", "true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "IMEX channel 0: none: " + filepath.Join(proc, "devices") + " lists no nvidia-caps-imex-channels character device: the driver has no IMEX support; imex.required is true, so serve stops at start\n"
+		if !strings.HasSuffix(out, want) {
+			t.Errorf("table does not end with %q:\n%s", want, out)
+		}
+	})
+	t.Run("table: given", func(t *testing.T) {
+		out, _, err := runAllocate(t, "--size", "2", "--proc-root", procRoot(t, true), "--dev-root", t.TempDir(), "--imex-channel-ids", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "\nIMEX channel 0: /dev/nvidia-caps-imex-channels/channel0 with every allocation (serve makes the node at start)\n"; !strings.HasSuffix(out, want) {
+			t.Errorf("table does not end with %q:\n%s", want, out)
+		}
+	})
+	t.Run("not set: nothing said", func(t *testing.T) {
+		out, _, err := runAllocate(t, "--size", "1", "-o", "json", "--proc-root", procRoot(t, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "imex") {
+			t.Errorf("imexChannels without imex.channelIDs:\n%s", out)
+		}
+		out, _, err = runAllocate(t, "--size", "1", "--proc-root", procRoot(t, true))
+		if err != nil || strings.Contains(out, "IMEX") {
+			t.Errorf("table: %v\n%s", err, out)
+		}
+	})
 }

@@ -63,7 +63,7 @@ var (
 	remediationKeys = []string{"stateDir", "remediation.enabled", "remediation.window"}
 
 	listKeys     = slices.Concat(nodeKeys, servedKeys, healthKeys, remediationKeys, []string{"kubeletAPI", "podResourcesSocket", "nodeName", "cdiHookPath", "runtimeConfigRoot"})
-	allocateKeys = slices.Concat(nodeKeys, servedKeys)
+	allocateKeys = slices.Concat(nodeKeys, servedKeys, []string{"imex.channelIDs", "imex.required"})
 	cdiKeys      = slices.Concat(nodeKeys, []string{"cdiSpecDir", "hostDriverRoot", "cdiHookPath"})
 	versionKeys  = slices.Concat([]string{"driverRoot", "nvmlLibrary"}, loggingKeys)
 	launcherKeys = slices.Concat([]string{"driverRoot", "devRoot", "mpsRoot", "mpsLauncherSocket"}, loggingKeys)

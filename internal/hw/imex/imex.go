@@ -127,6 +127,38 @@ func EnsureChannel(devRoot string, major uint32, id int) (string, error) {
 	return path, nil
 }
 
+// IsChannel says, making nothing, whether channel id's node is in place
+// under devRoot (true) or missing, so that EnsureChannel would make it
+// (false). Anything else at its path or at the directory's (a symbolic
+// link, a file, another device) is the error EnsureChannel would return.
+func IsChannel(devRoot string, major uint32, id int) (bool, error) {
+	if id < 0 || id > MaxChannel {
+		return false, fmt.Errorf("IMEX channel %d: the driver numbers channels 0 to %d", id, MaxChannel)
+	}
+	dirPath := filepath.Join(devRoot, DeviceName)
+	path := filepath.Join(dirPath, "channel"+strconv.Itoa(id))
+	fi, err := os.Lstat(dirPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("checking %s: %w", dirPath, err)
+	case !fi.IsDir():
+		return false, fmt.Errorf("%s is not a directory (a symbolic link or a file); remove it", dirPath)
+	}
+	var st unix.Stat_t
+	err = unix.Lstat(path, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("checking %s: %w", path, err)
+	case st.Mode&unix.S_IFMT != unix.S_IFCHR || uint64(st.Rdev) != unix.Mkdev(major, uint32(id)):
+		return false, fmt.Errorf("%s exists and is not IMEX channel %d (want a character device %d:%d); remove it", path, id, major, id)
+	}
+	return true, nil
+}
+
 // openDir opens devRoot/nvidia-caps-imex-channels without following a
 // link in its last component, making it when missing.
 func openDir(devRoot string) (int, error) {

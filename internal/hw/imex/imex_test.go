@@ -192,3 +192,59 @@ func TestChannels(t *testing.T) {
 		t.Errorf("Channels = %v, %v; want [2 12]", got, err)
 	}
 }
+
+// IsChannel makes nothing and agrees with EnsureChannel: missing is
+// false, the node EnsureChannel made is true, whatever EnsureChannel
+// refuses is an error.
+func TestIsChannel(t *testing.T) {
+	t.Run("missing: false, nothing made", func(t *testing.T) {
+		dev := t.TempDir()
+		if ok, err := IsChannel(dev, 234, 0); ok || err != nil {
+			t.Errorf("no directory: %v, %v; want false, nil", ok, err)
+		}
+		if err := os.Mkdir(filepath.Join(dev, DeviceName), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := IsChannel(dev, 234, 0); ok || err != nil {
+			t.Errorf("no node: %v, %v; want false, nil", ok, err)
+		}
+		if entries, _ := os.ReadDir(filepath.Join(dev, DeviceName)); len(entries) != 0 {
+			t.Errorf("IsChannel made %v", entries)
+		}
+	})
+	t.Run("in the way: the error EnsureChannel gives", func(t *testing.T) {
+		dev, elsewhere := t.TempDir(), t.TempDir()
+		if err := os.Symlink(elsewhere, filepath.Join(dev, DeviceName)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := IsChannel(dev, 234, 0); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+			t.Errorf("a linked directory: %v", err)
+		}
+		dev = t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dev, DeviceName), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dev, DeviceName, "channel1"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := IsChannel(dev, 234, 1); err == nil || !strings.Contains(err.Error(), "is not IMEX channel 1") {
+			t.Errorf("a file in the way: %v", err)
+		}
+		if _, err := IsChannel(dev, 234, MaxChannel+1); err == nil || !strings.Contains(err.Error(), "0 to 2047") {
+			t.Errorf("channel out of range: %v", err)
+		}
+	})
+	t.Run("the node EnsureChannel made: true; another major's: an error", func(t *testing.T) {
+		needRoot(t)
+		dev := t.TempDir()
+		if _, err := EnsureChannel(dev, 234, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := IsChannel(dev, 234, 0); !ok || err != nil {
+			t.Errorf("made: %v, %v; want true, nil", ok, err)
+		}
+		if _, err := IsChannel(dev, 240, 0); err == nil || !strings.Contains(err.Error(), "is not IMEX channel 0") {
+			t.Errorf("another major: %v", err)
+		}
+	})
+}

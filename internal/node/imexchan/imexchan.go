@@ -46,12 +46,9 @@ func Provide(o Options, log *slog.Logger) ([]int, error) {
 		log.Warn("IMEX channels not injected (imex.required is false)", "channels", o.IDs, "reason", reason.Error())
 		return nil, nil
 	}
-	major, ok, err := imex.Major(o.ProcRoot)
+	major, err := driverMajor(o.ProcRoot)
 	if err != nil {
 		return skip(err)
-	}
-	if !ok {
-		return skip(fmt.Errorf("%s lists no %s character device: the driver has no IMEX support", filepath.Join(o.ProcRoot, "devices"), imex.DeviceName))
 	}
 	var out []int
 	for _, id := range o.IDs {
@@ -67,4 +64,62 @@ func Provide(o Options, log *slog.Logger) ([]int, error) {
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+// Channel is what Preview says of one channel of Options.IDs.
+type Channel struct {
+	ID int
+	// Path is the node as a container sees it.
+	Path string
+	// Given: serve gives the channel to every GPU container. Present:
+	// its node is already under DevRoot (else serve makes it).
+	Given, Present bool
+	// Reason is why it is not given, when not.
+	Reason string
+}
+
+// Preview says, without making anything, what Provide would do with
+// o.IDs: each channel is given when the driver lists the IMEX major and
+// no file other than the channel's node is in its way. It is for the
+// commands that show what serve would do.
+func Preview(o Options) []Channel {
+	if len(o.IDs) == 0 {
+		return nil
+	}
+	out := make([]Channel, len(o.IDs))
+	for k, id := range o.IDs {
+		out[k] = Channel{ID: id, Path: imex.Path(id)}
+	}
+	fail := func(reason string) []Channel {
+		for k := range out {
+			out[k].Reason = reason
+		}
+		return out
+	}
+	major, err := driverMajor(o.ProcRoot)
+	if err != nil {
+		return fail(err.Error())
+	}
+	for k, id := range o.IDs {
+		present, err := imex.IsChannel(o.DevRoot, major, id)
+		if err != nil {
+			out[k].Reason = err.Error()
+			continue
+		}
+		out[k].Given, out[k].Present = true, present
+	}
+	return out
+}
+
+// driverMajor is the IMEX channels' major from procRoot/devices; none
+// listed is an error saying the driver has no IMEX support.
+func driverMajor(procRoot string) (uint32, error) {
+	major, ok, err := imex.Major(procRoot)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%s lists no %s character device: the driver has no IMEX support", filepath.Join(procRoot, "devices"), imex.DeviceName)
+	}
+	return major, nil
 }

@@ -81,3 +81,51 @@ func TestProvide(t *testing.T) {
 		}
 	})
 }
+
+// Preview says what Provide would do and makes nothing.
+func TestPreview(t *testing.T) {
+	if got := Preview(Options{ProcRoot: t.TempDir(), DevRoot: t.TempDir()}); got != nil {
+		t.Errorf("no channel asked for: %v", got)
+	}
+	inWay := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(inWay, imex.DeviceName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inWay, imex.DeviceName, "channel0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		devices   string
+		dev       string
+		given     bool
+		reasonHas string
+	}{
+		{name: "IMEX support, no node yet: given, serve makes it", devices: withIMEX, dev: t.TempDir(), given: true},
+		{name: "no IMEX support: not given, why", devices: withoutIMEX, dev: t.TempDir(), reasonHas: "the driver has no IMEX support"},
+		{name: "a file in the way: not given, remove it", devices: withIMEX, dev: inWay, reasonHas: "remove it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Preview(Options{IDs: []int{0}, Required: true, ProcRoot: proc(t, tc.devices), DevRoot: tc.dev})
+			if len(got) != 1 || got[0].ID != 0 || got[0].Path != "/dev/nvidia-caps-imex-channels/channel0" || got[0].Given != tc.given || got[0].Present {
+				t.Fatalf("got %+v; want channel 0, given %t, not present", got, tc.given)
+			}
+			if !strings.Contains(got[0].Reason, tc.reasonHas) || (tc.given && got[0].Reason != "") {
+				t.Errorf("reason %q; want it to say %q", got[0].Reason, tc.reasonHas)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(filepath.Join(inWay, imex.DeviceName)); len(entries) != 1 {
+		t.Errorf("Preview changed %s: %v", inWay, entries)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a node in place needs root (CAP_MKNOD)")
+	}
+	dev, procRoot := t.TempDir(), proc(t, withIMEX)
+	if _, err := Provide(Options{IDs: []int{0}, ProcRoot: procRoot, DevRoot: dev}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := Preview(Options{IDs: []int{0}, ProcRoot: procRoot, DevRoot: dev}); len(got) != 1 || !got[0].Given || !got[0].Present {
+		t.Errorf("after Provide: %+v; want given and present", got)
+	}
+}
