@@ -61,8 +61,11 @@ func (c *clock) queue(d time.Duration) chan chan time.Time {
 	return c.reg[d]
 }
 
+// After's channel is unbuffered: fire returns once the service took the
+// time, so what the test asks next is answered after the service acted on
+// it (a buffered one would let a query overtake the tick in its select).
 func (c *clock) After(d time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
+	ch := make(chan time.Time)
 	c.queue(d) <- ch
 	return ch
 }
@@ -81,7 +84,11 @@ func (c *clock) fire(d time.Duration) {
 	for len(q) > 0 {
 		ch = <-q // an older one was dropped by the service
 	}
-	ch <- c.Now()
+	select {
+	case ch <- c.Now():
+	case <-time.After(time.Minute):
+		panic(fmt.Sprintf("the service never took the %s timer fired", d))
+	}
 }
 
 type resetter struct {
