@@ -137,8 +137,15 @@ func TestHelmComputeDomainControllerDeployment(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %v, want 1 by default", d.Spec.Replicas)
 	}
-	if _, two := cdControllerObjects(t, map[string]any{"replicas": 2}); *two.Spec.Replicas != 2 {
-		t.Errorf("computeDomains.controller.replicas=2 renders %d", *two.Spec.Replicas)
+	// values-all.yaml's controller values reach the Deployment.
+	all := readValues(t, filepath.Join("testdata", "values-all.yaml"))
+	ctl := all["computeDomains"].(map[string]any)["controller"].(map[string]any)
+	_, d2 := cdControllerObjects(t, ctl)
+	if *d2.Spec.Replicas != 2 {
+		t.Errorf("computeDomains.controller.replicas=2 renders %d", *d2.Spec.Replicas)
+	}
+	if r := d2.Spec.Template.Spec.Containers[0].Resources; r.Requests.Cpu().String() != "20m" || r.Requests.Memory().String() != "48Mi" || r.Limits.Memory().String() != "96Mi" {
+		t.Errorf("computeDomains.controller.resources render %+v, want values-all.yaml's", r)
 	}
 	pod := d.Spec.Template
 	if pod.Spec.ServiceAccountName != cdController {
@@ -346,7 +353,9 @@ func TestHelmComputeDomainStatusPolicy(t *testing.T) {
 		setDomainNodes(t, u, append(domainNodes(u), nodeEntry("n1", "10.0.0.1"))...)
 		nodeApplied(t, u, "n1")
 	}
-	withOwn := func(u *unstructured.Unstructured) { setDomainNodes(t, u, append(domainNodes(u), nodeEntry("n1", "10.0.0.1"))...) }
+	withOwn := func(u *unstructured.Unstructured) {
+		setDomainNodes(t, u, append(domainNodes(u), nodeEntry("n1", "10.0.0.1"))...)
+	}
 	const notOurs = "may change only its own entry in a ComputeDomain's status.nodes, not "
 	const others = "may write only its own entry in a ComputeDomain's status.nodes, not the entries of "
 
