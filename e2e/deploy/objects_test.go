@@ -61,6 +61,12 @@ type objects struct {
 	PolicyBindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	DeviceClasses       []*resourcev1.DeviceClass
 
+	// computeDomains.enabled's controller: its Deployment, and the Lease's
+	// Role and RoleBinding.
+	Deployments  []*appsv1.Deployment
+	Roles        []*rbacv1.Role
+	RoleBindings []*rbacv1.RoleBinding
+
 	// The monitoring values' (metrics.serviceMonitor, .prometheusRule,
 	// .dashboard): Dashboards are the ConfigMaps of component dashboard.
 	ServiceMonitors []*monitoringv1.ServiceMonitor
@@ -119,6 +125,15 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 		case "apps/v1/DaemonSet":
 			o := &appsv1.DaemonSet{}
 			out.DaemonSets, target = append(out.DaemonSets, o), o
+		case "apps/v1/Deployment":
+			o := &appsv1.Deployment{}
+			out.Deployments, target = append(out.Deployments, o), o
+		case "rbac.authorization.k8s.io/v1/Role":
+			o := &rbacv1.Role{}
+			out.Roles, target = append(out.Roles, o), o
+		case "rbac.authorization.k8s.io/v1/RoleBinding":
+			o := &rbacv1.RoleBinding{}
+			out.RoleBindings, target = append(out.RoleBindings, o), o
 		case "v1/Service":
 			o := &corev1.Service{}
 			out.Services, target = append(out.Services, o), o
@@ -176,6 +191,21 @@ func (o objects) validate() field.ErrorList {
 		var in apps.DaemonSet
 		errs = append(errs, convert(ds.DeepCopy(), &in)...)
 		errs = append(errs, prefix("DaemonSet "+ds.Name, appsvalidation.ValidateDaemonSet(&in, corevalidation.PodValidationOptions{}))...)
+	}
+	for _, d := range o.Deployments {
+		var in apps.Deployment
+		errs = append(errs, convert(d.DeepCopy(), &in)...)
+		errs = append(errs, prefix("Deployment "+d.Name, appsvalidation.ValidateDeployment(&in, corevalidation.PodValidationOptions{}))...)
+	}
+	for _, r := range o.Roles {
+		var in rbac.Role
+		errs = append(errs, convert(r.DeepCopy(), &in)...)
+		errs = append(errs, prefix("Role "+r.Name, rbacvalidation.ValidateRole(&in))...)
+	}
+	for _, rb := range o.RoleBindings {
+		var in rbac.RoleBinding
+		errs = append(errs, convert(rb.DeepCopy(), &in)...)
+		errs = append(errs, prefix("RoleBinding "+rb.Name, rbacvalidation.ValidateRoleBinding(&in))...)
 	}
 	for _, svc := range o.Services {
 		var in core.Service

@@ -19,7 +19,7 @@ import (
 // and the Kubernetes API reference, not key by key; lists are described by
 // their key.
 func TestHelmValuesCommented(t *testing.T) {
-	kubernetesFields := []string{"resources", "mpsLauncher.resources", "securityContext", "cdiHook.securityContext",
+	kubernetesFields := []string{"resources", "mpsLauncher.resources", "computeDomains.controller.resources", "securityContext", "cdiHook.securityContext",
 		"updateStrategy", "dra.updateStrategy", "affinity", "nodeSelector", "podAnnotations", "podLabels",
 		"health.livenessProbe", "health.readinessProbe",
 		// The plugin's settings by name (config.map), each a config.

@@ -326,6 +326,13 @@ exist. Sets forgedManagers, the managers whose entries are new or grew. */}}
 - name: fieldManager
   expression: >-
     {{ include "gpu-device-plugin.fieldManager" . | quote }}
+{{ include "gpu-device-plugin.managedFieldsChecks" . }}
+{{- end }}
+
+{{/* managedFieldsVariables without fieldManager, for a policy whose writer
+writes as a manager of its own (the ComputeDomain policy: one per node);
+such a policy defines fieldManager before these. */}}
+{{- define "gpu-device-plugin.managedFieldsChecks" -}}
 - name: foreignEntries
   expression: >-
     request.operation == "DELETE" ? [] :
@@ -507,4 +514,25 @@ Called as (dict "root" $ "out" $out). */}}
 {{/* The probes' Unix socket, in the pod's own emptyDir (volume probe). */}}
 {{- define "gpu-device-plugin.healthSocket" -}}
 /run/probe/health.sock
+{{- end }}
+
+{{/* The ComputeDomain controller's name: its Deployment, ServiceAccount,
+roles and leader Lease (a label value, so at most 63 characters). */}}
+{{- define "gpu-device-plugin.cdController" -}}
+{{ include "gpu-device-plugin.fullname" . | trunc 37 | trimSuffix "-" }}-compute-domain-controller
+{{- end }}
+
+{{/* The controller's pod labels: not the plugin's selector labels, which
+the DaemonSets and the metrics Service select by. */}}
+{{- define "gpu-device-plugin.cdControllerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-device-plugin.name" . | trunc 37 | trimSuffix "-" }}-compute-domain-controller
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpu-device-plugin.cdControllerLabels" -}}
+{{ include "gpu-device-plugin.cdControllerSelectorLabels" . }}
+app.kubernetes.io/component: compute-domain-controller
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
