@@ -83,13 +83,21 @@ func (c *checker) draShare(ctx context.Context, s *Step, k *harness.DRAKubelet, 
 		return data
 	}
 	var client string
+	ours, metadata := 0, 0
 	for _, d := range info.CDIDevices {
 		data.CDIDevices = append(data.CDIDevices, d.Name)
 		if strings.HasPrefix(d.Name, cdi.MPSKind+"=") {
 			client = strings.TrimPrefix(d.Name, cdi.MPSKind+"=")
 		}
+		// The device metadata file (KEP-5304, draDeviceMetadata) comes as
+		// a CDI device of the helper library's own kind.
+		if strings.Contains(d.Name, "/metadata=") {
+			metadata++
+		} else {
+			ours++
+		}
 	}
-	if !s.check("memory share: the GPU's and an MPS client's CDI devices", client != "" && len(data.CDIDevices) == 2, "%v", data.CDIDevices) {
+	if !s.check("memory share: the GPU's and an MPS client's CDI devices, and the device metadata's", client != "" && ours == 2 && metadata == 1, "%v", data.CDIDevices) {
 		return data
 	}
 	data.Env, err = specEnv(specDir, client)
