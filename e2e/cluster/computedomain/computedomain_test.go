@@ -205,8 +205,12 @@ func TestComputeDomain(t *testing.T) {
 			} else if r.firstRefusal == "" {
 				r.firstRefusal = err.Error()
 			}
-			if ids := got[n.name]; !slices.Equal(ids, []string{channelCDI}) {
-				t.Errorf("node %s: CDI devices %v, want [%s]", n.name, ids, channelCDI)
+			// The channel, and the claim's own metadata device
+			// (draDeviceMetadata, on by default).
+			ids := got[n.name]
+			meta := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == channelCDI })
+			if len(ids)-len(meta) != 1 || slices.ContainsFunc(meta, func(id string) bool { return !strings.HasPrefix(id, driverName+"/metadata=") }) {
+				t.Errorf("node %s: CDI devices %v, want %s and the claim's metadata device", n.name, ids, channelCDI)
 			}
 			checkChannel(t, n)
 		}
@@ -215,6 +219,21 @@ func TestComputeDomain(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkReady(t, st, job)
+		// Each node wrote its device status into its claim: a server-side
+		// apply the API server refuses when it would change the allocation.
+		for _, n := range job {
+			if err := poll(ctx, 30*time.Second, func() (bool, error) {
+				cl, err := c.kube.ResourceV1().ResourceClaims(namespace).Get(ctx, claims[n.name].Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				return slices.ContainsFunc(cl.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool {
+					return d.Driver == driverName && d.Pool == n.name && d.Device == channelDevice
+				}), nil
+			}); err != nil {
+				t.Errorf("node %s: claim %s has no device status for its channel: %v", n.name, claims[n.name].Name, err)
+			}
+		}
 		for _, s := range tl.all() {
 			if s.status == "Ready" {
 				r.ready = s.at.Sub(created)

@@ -44,7 +44,7 @@ func (r *report) String() string {
 	fmt.Fprintf(&b, "plugin stopped (SIGSTOP) to NodeLost             %s\n", d(r.lostAfter))
 	fmt.Fprintf(&b, "plugin continued to Ready                        %s\n", d(r.backAfter))
 	fmt.Fprintf(&b, "domain deleted to no nvidia-imex on any node     %s\n", d(r.daemonsGone))
-	fmt.Fprintf(&b, "domain deleted to its template gone (GC)         %s\n", d(r.templateGone))
+	fmt.Fprintf(&b, "domain deleted to its template gone (GC), at most %s\n", d(r.templateGone))
 	fmt.Fprintf(&b, "lane                                             %s\n\n", d(r.total))
 	fmt.Fprintf(&b, "first refusal:   %s\n", r.firstRefusal)
 	fmt.Fprintf(&b, "other clique:    %s\n", r.refusal)
@@ -69,6 +69,9 @@ func transitions(ts []transition, origin time.Time) string {
 	var parts []string
 	for _, t := range ts {
 		s := t.status
+		if s == "" {
+			s = "no status"
+		}
 		if t.reason != "" {
 			s += "/" + t.reason
 		}
