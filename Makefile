@@ -271,7 +271,7 @@ deploy-test:
 #                          default) or kind's upstream kindest/node (KIND_NODE_IMAGE=upstream);
 #                          the cluster stays up until
 #   make e2e-kind-down     which deletes it, stops that daemon and removes everything it made.
-.PHONY: e2e-cluster e2e-scale e2e-cluster-down e2e-kind e2e-kind-down
+.PHONY: e2e-cluster e2e-scale e2e-computedomain e2e-cluster-down e2e-kind e2e-kind-down
 
 E2E_RUN ?=
 e2e-cluster:
@@ -284,6 +284,13 @@ e2e-cluster:
 # against the cluster make e2e-cluster left up; figures in e2e/cluster/.report/scale.txt.
 e2e-scale:
 	E2E_SUITE_PKG=./cluster/scale/ e2e/cluster/suite.sh e2e/cluster/.run/suite.env -run TestScale
+
+# ComputeDomains end to end (e2e/cluster/computedomain): six fake GB200 nodes on
+# two cliques (DRA plugin processes with the stand-in nvidia-imex) and the
+# controller against the cluster make e2e-cluster left up; figures in
+# e2e/cluster/.report/computedomain.txt.
+e2e-computedomain:
+	E2E_SUITE_PKG=./cluster/computedomain/ e2e/cluster/suite.sh e2e/cluster/.run/suite.env -run TestComputeDomain
 
 e2e-cluster-down:
 	e2e/cluster/cluster.sh down

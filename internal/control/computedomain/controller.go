@@ -183,7 +183,7 @@ func Template(d Domain, driver string) (*resourcev1.ResourceClaimTemplate, error
 	if d.Spec.Channel.AllocationMode == cd.AllocationAll {
 		mode, count = resourcev1.DeviceAllocationModeAll, 0
 	}
-	params, err := json.Marshal(ChannelConfig{APIVersion: cd.APIVersion, Kind: ChannelConfigKind,
+	params, err := sortedJSON(ChannelConfig{APIVersion: cd.APIVersion, Kind: ChannelConfigKind,
 		DomainUID: d.UID, DomainName: d.Name, DomainNamespace: d.Namespace, AllocationMode: d.Spec.Channel.AllocationMode})
 	if err != nil {
 		return nil, err
@@ -204,6 +204,25 @@ func Template(d Domain, driver string) (*resourcev1.ResourceClaimTemplate, error
 					Driver: driver, Parameters: runtime.RawExtension{Raw: params}}}}},
 		}}},
 	}, nil
+}
+
+// sortedJSON is v as JSON with its object keys sorted, as the API server
+// writes an unstructured object. A claim's allocation copies the template's
+// opaque parameters byte for byte, and a server-side apply of the claim's
+// status (the node's device status) round-trips them through such an
+// object: in struct order the bytes differ, and the API server refuses the
+// apply as a change of the allocation ("field cannot be modified once
+// set").
+func sortedJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
 }
 
 // DomainLabel marks the templates the controller made with their

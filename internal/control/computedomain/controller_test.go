@@ -112,6 +112,16 @@ func TestTemplateCreatedWithOwnerAndConfig(t *testing.T) {
 	if cfg.DomainUID != "uid-1" || cfg.Kind != ChannelConfigKind || cfg.DomainName != "job" {
 		t.Errorf("config: %+v", cfg)
 	}
+	// Keys sorted, as the API server's unstructured round trip writes
+	// them: a claim's allocation copies these bytes, and the node's
+	// server-side apply of the claim's status must not change them.
+	var asMap map[string]any
+	if err := json.Unmarshal(op.Parameters.Raw, &asMap); err != nil {
+		t.Fatal(err)
+	}
+	if canon, _ := json.Marshal(asMap); string(canon) != string(op.Parameters.Raw) {
+		t.Errorf("parameters %s, want their keys sorted: %s", op.Parameters.Raw, canon)
+	}
 	st := status(t, dc)
 	if st.Status != cd.NotReady || st.Reason != cd.ReasonWaitingForNodes {
 		t.Errorf("status: %+v", st)
