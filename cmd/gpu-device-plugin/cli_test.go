@@ -280,7 +280,8 @@ func TestEmptyVariable(t *testing.T) {
 	}
 }
 
-// serve's start line is one line with the config file and every key.
+// serve's start line is one line with the config file, every key and
+// the GOGC in effect.
 func TestServeLogsItsSettings(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // serve starts, says what it runs with, and stops
@@ -303,7 +304,7 @@ func TestServeLogsItsSettings(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("%d start lines, want 1:\n%s", len(lines), stderr.String())
 	}
-	for _, want := range []string{"config=" + file, "deviceIDStrategy=index", "excludeGPUs=3,7", "logLevel=info", "podResourcesSocket=\"\"", "xidIgnore=8,11,13,", "xids=\"\""} {
+	for _, want := range []string{"config=" + file, "deviceIDStrategy=index", "excludeGPUs=3,7", "logLevel=info", "podResourcesSocket=\"\"", "xidIgnore=8,11,13,", "xids=\"\"", "gogc="} {
 		if !strings.Contains(lines[0], " "+want) {
 			t.Errorf("start line lacks %s:\n%s", want, lines[0])
 		}

@@ -32,7 +32,10 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 		log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
 		return execDRA(cfg, path)
 	}
-	log.Info("starting gpu-device-plugin", startAttrs(cfg, o)...)
+	// Set here, not in main: the one-shot commands exit before a GC
+	// matters, and DRA mode is another executable.
+	gogc := tuneGC(os.LookupEnv)
+	log.Info("starting gpu-device-plugin", append(startAttrs(cfg, o), "gogc", gogc)...)
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")
 	return err

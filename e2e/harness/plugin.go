@@ -437,6 +437,10 @@ func (p *Plugin) closeControl() error {
 type Usage struct {
 	// PeakRSS is the high-water mark of resident memory (VmHWM), in bytes.
 	PeakRSS int64
+	// RSS is resident memory now (VmRSS), in bytes: RSSAnon (heap, stacks,
+	// the runtime's own) plus RSSFile (the mapped executable and libraries)
+	// plus shared memory. Zero once the process has exited.
+	RSS, RSSAnon, RSSFile int64
 	// User and System are the CPU time spent in user and kernel mode.
 	User, System time.Duration
 }
@@ -469,7 +473,8 @@ func (p *Plugin) Usage() (Usage, error) {
 // Linux architecture Go supports (sysconf would need cgo).
 const clockTicks = 100
 
-// ProcUsage reads a live process's VmHWM and utime+stime from /proc.
+// ProcUsage reads a live process's VmHWM, VmRSS, RssAnon, RssFile and
+// utime+stime from /proc.
 func ProcUsage(pid int) (Usage, error) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid))
 	status, err := os.ReadFile(filepath.Join(dir, "status"))
@@ -481,8 +486,13 @@ func ProcUsage(pid int) (Usage, error) {
 		return Usage{}, err
 	}
 	var u Usage
-	if u.PeakRSS, err = parseVmHWM(status); err != nil {
-		return Usage{}, err
+	for _, f := range []struct {
+		key string
+		to  *int64
+	}{{"VmHWM", &u.PeakRSS}, {"VmRSS", &u.RSS}, {"RssAnon", &u.RSSAnon}, {"RssFile", &u.RSSFile}} {
+		if *f.to, err = parseStatusKB(status, f.key); err != nil {
+			return Usage{}, err
+		}
 	}
 	if u.User, u.System, err = parseStatTimes(stat); err != nil {
 		return Usage{}, err
@@ -490,24 +500,25 @@ func ProcUsage(pid int) (Usage, error) {
 	return u, nil
 }
 
-// parseVmHWM finds "VmHWM:   1234 kB" in /proc/<pid>/status.
-func parseVmHWM(status []byte) (int64, error) {
+// parseStatusKB finds "<key>:   1234 kB" in /proc/<pid>/status and
+// returns it in bytes.
+func parseStatusKB(status []byte, key string) (int64, error) {
 	for line := range strings.SplitSeq(string(status), "\n") {
-		v, ok := strings.CutPrefix(line, "VmHWM:")
+		v, ok := strings.CutPrefix(line, key+":")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(v)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("status: VmHWM line %q is not <n> kB", line)
+			return 0, fmt.Errorf("status: %s line %q is not <n> kB", key, line)
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("status: VmHWM line %q: %w", line, err)
+			return 0, fmt.Errorf("status: %s line %q: %w", key, line, err)
 		}
 		return kb << 10, nil
 	}
-	return 0, errors.New("status: no VmHWM line")
+	return 0, fmt.Errorf("status: no %s line", key)
 }
 
 // parseStatTimes reads utime and stime, fields 14 and 15 of

@@ -8,22 +8,26 @@ import (
 	"time"
 )
 
-func TestParseVmHWM(t *testing.T) {
+func TestParseStatusKB(t *testing.T) {
+	const status = "Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   1234 kB\nVmRSS:\t 5 kB\nRssAnon:\t 3 kB\nRssFile:\t 2 kB\n"
 	tests := []struct {
 		name    string
 		status  string
+		key     string
 		want    int64
 		wantErr bool
 	}{
-		{name: "kB to bytes", status: "Name:\tx\nVmPeak:\t 9 kB\nVmHWM:\t   1234 kB\nVmRSS:\t 5 kB\n", want: 1234 << 10},
-		{name: "missing line", status: "Name:\tx\n", wantErr: true},
-		{name: "unit other than kB", status: "VmHWM:\t 12 MB\n", wantErr: true},
+		{name: "kB to bytes", status: status, key: "VmHWM", want: 1234 << 10},
+		{name: "the key, not a line starting with it", status: status, key: "VmRSS", want: 5 << 10},
+		{name: "RssAnon", status: status, key: "RssAnon", want: 3 << 10},
+		{name: "missing line", status: "Name:\tx\n", key: "VmHWM", wantErr: true},
+		{name: "unit other than kB", status: "VmHWM:\t 12 MB\n", key: "VmHWM", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseVmHWM([]byte(tt.status))
+			got, err := parseStatusKB([]byte(tt.status), tt.key)
 			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("parseVmHWM = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+				t.Errorf("parseStatusKB(%s) = %d, %v; want %d, error %v", tt.key, got, err, tt.want, tt.wantErr)
 			}
 		})
 	}
@@ -67,6 +71,9 @@ func TestProcUsageOfSelf(t *testing.T) {
 	}
 	if u.PeakRSS < 1<<20 {
 		t.Errorf("peak RSS %d bytes, want at least 1 MiB", u.PeakRSS)
+	}
+	if u.RSS < 1<<20 || u.RSS > u.PeakRSS || u.RSSAnon+u.RSSFile > u.RSS {
+		t.Errorf("RSS %d (anon %d, file %d), peak %d: want at least 1 MiB, at most the peak, and anon+file at most RSS", u.RSS, u.RSSAnon, u.RSSFile, u.PeakRSS)
 	}
 }
 

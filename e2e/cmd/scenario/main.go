@@ -2,7 +2,10 @@
 // the kubelet's own device-plugin code and prints a JSON report: start-up
 // and registration times, Allocate and GetPreferredAllocation latency,
 // XID detection latency, re-registration after kubelet restarts, and the
-// process's peak RSS and CPU time after an idle period.
+// process's peak RSS, its RSS after an idle period (split into anonymous
+// and file-backed) and its CPU time. It exits 1 after printing the report
+// when the RSS after idle is more than 20 % above the profile's budget
+// (budget.go).
 //
 //	go run ./cmd/scenario -profile dgx-h100 [-idle 30s]
 //
@@ -74,6 +77,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scenario:", err)
 		os.Exit(1)
 	}
+	if b := rep.Process.Budget; b != nil && b.Exceeded {
+		fmt.Fprintln(os.Stderr, "scenario:", overBudget(rep.Profile, rep.Process.RSSAfterIdleMiB, b))
+		os.Exit(1)
+	}
 }
 
 // Report is what scenario prints. Durations are in milliseconds unless a
@@ -118,9 +125,17 @@ type Reregistration struct {
 type Process struct {
 	IdleSeconds float64 `json:"idleSeconds"`
 	// PollInterval is the plugin's --health-poll-interval, "" for its default.
-	PollInterval   string  `json:"healthPollInterval,omitempty"`
-	PeakRSSBytes   int64   `json:"peakRSSBytes"`
-	PeakRSSMiB     float64 `json:"peakRSSMiB"`
+	PollInterval string  `json:"healthPollInterval,omitempty"`
+	PeakRSSBytes int64   `json:"peakRSSBytes"`
+	PeakRSSMiB   float64 `json:"peakRSSMiB"`
+	// RSSAfterIdleMiB is VmRSS at the end of the idle period: RSSAnonMiB
+	// (Go heap, stacks, runtime, C allocations) plus RSSFileMiB (the mapped
+	// executable, libc and the NVML library).
+	RSSAfterIdleMiB float64 `json:"rssAfterIdleMiB"`
+	RSSAnonMiB      float64 `json:"rssAnonMiB"`
+	RSSFileMiB      float64 `json:"rssFileMiB"`
+	// Budget is nil for a profile without one.
+	Budget         *Budget `json:"budget,omitempty"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
 	IdleCPUSeconds float64 `json:"idleCPUSeconds"`
 }
@@ -282,15 +297,19 @@ func run(ctx context.Context, o options) (*Report, error) {
 		return failed(err)
 	}
 	rep.Process = Process{
-		IdleSeconds:    o.idle.Seconds(),
-		PeakRSSBytes:   after.PeakRSS,
-		PeakRSSMiB:     harness.Round(float64(after.PeakRSS)/(1<<20), 1),
-		CPUSeconds:     harness.Round(after.CPU().Seconds(), 2),
-		IdleCPUSeconds: harness.Round((after.CPU() - before.CPU()).Seconds(), 2),
+		IdleSeconds:     o.idle.Seconds(),
+		PeakRSSBytes:    after.PeakRSS,
+		PeakRSSMiB:      mib(after.PeakRSS),
+		RSSAfterIdleMiB: mib(after.RSS),
+		RSSAnonMiB:      mib(after.RSSAnon),
+		RSSFileMiB:      mib(after.RSSFile),
+		CPUSeconds:      harness.Round(after.CPU().Seconds(), 2),
+		IdleCPUSeconds:  harness.Round((after.CPU() - before.CPU()).Seconds(), 2),
 	}
 	if o.poll > 0 {
 		rep.Process.PollInterval = o.poll.String()
 	}
+	rep.Process.Budget = checkBudget(rep.Profile, rep.Process.RSSAfterIdleMiB)
 	if err := p.Stop(); err != nil {
 		return failed(err)
 	}
@@ -329,6 +348,8 @@ func mean(samples []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return harness.Millis(d) }
+
+func mib(bytes int64) float64 { return harness.Round(float64(bytes)/(1<<20), 1) }
 
 func msAll(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
