@@ -105,7 +105,7 @@ const (
 // own executable, os.Executable()) with HelperCommand and s, in a mount
 // namespace of its own. The caller sets Stdin, Stdout and Stderr.
 func Command(ctx context.Context, self string, s Spec) (*exec.Cmd, error) {
-	if err := s.validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	b, err := json.Marshal(s)
@@ -133,7 +133,7 @@ func decode(arg string) (Spec, error) {
 	if dec.More() {
 		return s, fmt.Errorf("mps-exec spec: unexpected data after the spec")
 	}
-	return s, s.validate()
+	return s, s.Validate()
 }
 
 // The variables Main sets itself from Pipe and Log.
@@ -142,7 +142,9 @@ const (
 	logEnv  = "CUDA_MPS_LOG_DIRECTORY"
 )
 
-func (s Spec) validate() error {
+// Validate says what is wrong with s, as Command and the helper would, in
+// one line naming the key.
+func (s Spec) Validate() error {
 	control := path.Base(s.binary()) == controlName
 	for _, p := range []struct {
 		key, path string
