@@ -245,7 +245,12 @@ func TestComputeDomain(t *testing.T) {
 			t.Fatal(err)
 		}
 		if per := countBy(procs); len(procs) != len(job) || per[other.name]+per[nodes[5].name] != 0 {
-			t.Errorf("nvidia-imex processes by node: %v; want one on each of the job's 4 nodes", per)
+			t.Errorf("nvidia-imex processes chrooted into their node's driver root, by node: %v; want one on each of the job's 4 nodes", per)
+		}
+		for pid := range procs {
+			if err := checkConfined(pid); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	if t.Failed() {

@@ -121,6 +121,8 @@ func build(t *testing.T, dir string) binaries {
 	b.imex = filepath.Join(dir, "imex", "nvidia-imex")
 	cmd := exec.Command("go", "build", "-o", b.imex, "./imexstub")
 	cmd.Dir = filepath.Join(root, "e2e")
+	// Static: the plugin runs it chrooted in a driver root with no libc.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building e2e/imexstub: %v\n%s", err, out)
 	}
@@ -159,14 +161,24 @@ func startNode(t *testing.T, c cluster, b binaries, profile string, n *node) {
 	t.Cleanup(func() { os.RemoveAll(n.work) })
 	n.root, n.proc = filepath.Join(n.work, "root"), filepath.Join(n.work, "proc")
 	bin := filepath.Dir(n.imexBinary())
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// One binary, two names: nvidia-imex-ctl is the stub run as that.
-	for _, name := range []string{"nvidia-imex", "nvidia-imex-ctl"} {
-		if err := os.Symlink(b.imex, filepath.Join(bin, name)); err != nil {
+	// A whole driver root, which the plugin chroots the daemons into: the
+	// mount points it binds /dev, /proc, /sys and its tmpfs on.
+	for _, dir := range []string{"usr/bin", "dev", "proc", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(n.root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// One binary, two names (nvidia-imex-ctl is the stub run as that),
+	// copied in: a symlink out of the root would not resolve in the chroot.
+	stub, err := os.ReadFile(b.imex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.imexBinary(), stub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(n.imexBinary(), filepath.Join(bin, "nvidia-imex-ctl")); err != nil {
+		t.Fatal(err)
 	}
 	prof, err := mocknvml.LoadProfile(profile)
 	if err != nil {
@@ -434,16 +446,17 @@ func (k *kubelet) unprepare(ctx context.Context, claim *resourceapi.ResourceClai
 	return nil
 }
 
-// imexProcesses lists the stand-in daemons running from the nodes'
-// driver roots, by PID: argv[0] is the driver root's nvidia-imex.
+// inRootBinary is the daemon's path inside its driver root.
+const inRootBinary = "/usr/bin/nvidia-imex"
+
+// imexProcesses lists the stand-in daemons running chrooted into the
+// nodes' driver roots, by PID: argv[0] is the in-root nvidia-imex, and the
+// process's root has the node's binary there. An unconfined daemon (argv[0]
+// the host path) is not one.
 func imexProcesses(nodes []*node) (map[int]string, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
-	}
-	want := map[string]string{}
-	for _, n := range nodes {
-		want[n.imexBinary()] = n.name
 	}
 	out := map[int]string{}
 	for _, e := range entries {
@@ -453,15 +466,44 @@ func imexProcesses(nodes []*node) (map[int]string, error) {
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || len(cmdline) == 0 {
+			continue // a zombie has no cmdline; one listed runs
+		}
+		if argv0, _, _ := bytes.Cut(cmdline, []byte{0}); string(argv0) != inRootBinary {
 			continue
 		}
-		argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-		if name, ok := want[string(argv0)]; ok {
-			// A zombie has no cmdline; one still listed runs.
-			out[pid] = name
+		inRoot, err := os.Stat(filepath.Join("/proc", e.Name(), "root", inRootBinary))
+		if err != nil {
+			continue
+		}
+		for _, n := range nodes {
+			if fi, err := os.Stat(n.imexBinary()); err == nil && os.SameFile(fi, inRoot) {
+				out[pid] = n.name
+			}
 		}
 	}
 	return out, nil
+}
+
+// checkConfined says what of the daemon pid is not as the plugin confines
+// it: a mount namespace of its own, and only the environment it is given.
+func checkConfined(pid int) error {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		return err
+	}
+	if own, err := os.Readlink("/proc/self/ns/mnt"); err != nil || own == ns {
+		return fmt.Errorf("nvidia-imex %d runs in the test's mount namespace (%v)", pid, err)
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return err
+	}
+	for _, kv := range strings.Split(strings.TrimRight(string(env), "\x00"), "\x00") {
+		if !strings.HasPrefix(kv, "PATH=") {
+			return fmt.Errorf("nvidia-imex %d has %q in its environment, which the plugin does not give it", pid, kv)
+		}
+	}
+	return nil
 }
 
 // daemonPID reads the PID file imexd gives a domain's daemon on a node.

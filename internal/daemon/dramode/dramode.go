@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
@@ -27,7 +28,9 @@ func With(opts ...dra.FrontEndOption) daemon.Option {
 		if err != nil {
 			return nil, err
 		}
-		s.IMEXDaemons = imexDaemons(cfg, log)
+		if s.IMEXDaemons, err = imexDaemons(cfg, log); err != nil {
+			return nil, err
+		}
 		return start(ctx, s, specs, log)
 	})
 }
@@ -63,15 +66,22 @@ func Settings(c config.Config) (dra.Settings, error) {
 }
 
 // imexDaemons are the node's nvidia-imex daemons when imex.computeDomains
-// is on, their files under the plugin directory; nil when off.
-func imexDaemons(c config.Config, log *slog.Logger) dra.IMEXDaemons {
+// is on, their files under the plugin directory, run confined through this
+// executable; nil when off.
+func imexDaemons(c config.Config, log *slog.Logger) (dra.IMEXDaemons, error) {
 	if !c.IMEX.ComputeDomains {
-		return nil
+		return nil, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("ComputeDomains: finding this executable, which runs nvidia-imex confined: %w", err)
 	}
 	return imexd.New(imexd.Options{
 		Dir:        filepath.Join(c.DRAPluginDir, "compute-domains"),
 		BindIP:     c.IMEX.NodeIP,
 		DriverRoot: c.DriverRoot,
+		DevRoot:    c.DevRoot,
+		Self:       self,
 		Log:        log.With("component", "imexd"),
-	})
+	}), nil
 }

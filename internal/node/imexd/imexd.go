@@ -1,9 +1,12 @@
 // Package imexd runs one nvidia-imex per ComputeDomain a node takes part
 // in: its config.cfg and nodes_config.cfg written under the domain's own
-// directory, the daemon started from the driver root, restarted when it
-// dies, restarted when its peers change, asked whether it is ready through
-// nvidia-imex-ctl -q, and stopped with its directory removed when the
-// domain is done on the node.
+// directory, the daemon started from the driver root, confined as the MPS
+// control daemons are (package mpsexec: a mount namespace of its own,
+// chrooted into the driver root with the domain's directory bound at
+// RootDir/<UID>, an environment of ours), restarted when it dies,
+// restarted when its peers change, asked whether it is ready through
+// nvidia-imex-ctl -q (run the same way), and stopped with its directory
+// removed when the domain is done on the node.
 package imexd
 
 import (
@@ -14,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,13 +26,13 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
-// Command makes the command that runs a driver-root program (name is
-// "nvidia-imex" or "nvidia-imex-ctl") with args. The wiring passes one
-// that confines it as the MPS daemons are; the default runs
-// <DriverRoot>/usr/bin/<name> as it is.
-type Command func(ctx context.Context, name string, args ...string) *exec.Cmd
+// RootDir is where a domain's directory is shown inside the driver root
+// (RootDir/<UID>) to a chrooted nvidia-imex and nvidia-imex-ctl: the
+// config files name their paths there.
+const RootDir = "/tmp/gpu-device-plugin-imex"
 
 // Options configure Daemons.
 type Options struct {
@@ -40,9 +44,16 @@ type Options struct {
 	// ServerPort and CmdPort are nvidia-imex's ports; zero is NVIDIA's
 	// default.
 	ServerPort, CmdPort int
-	// DriverRoot is where the driver's programs are when Command is nil.
-	DriverRoot string
-	Command    Command
+	// DriverRoot has the driver's programs, found and run as
+	// mpsexec.LocateProgram says: a whole root is chrooted into with the
+	// domain's directory bound at RootDir/<UID>. DevRoot is bound on its
+	// /dev (the IMEX channels); "": /dev.
+	DriverRoot, DevRoot string
+	// Self is this executable, the mps-exec helper.
+	Self string
+	// Command makes the run of s; nil: mpsexec.Command(ctx, Self, s),
+	// the program confined. Tests may run it otherwise.
+	Command func(ctx context.Context, s mpsexec.Spec) (*exec.Cmd, error)
 	// RestartDelay is the wait before a dead daemon is started again,
 	// doubled up to a minute while it keeps dying; zero is one second.
 	RestartDelay time.Duration
@@ -59,7 +70,11 @@ type Daemons struct {
 }
 
 type daemon struct {
-	dir    string
+	dir string
+	// spec runs nvidia-imex (its Args unset), and seen is where it sees
+	// dir.
+	spec   mpsexec.Spec
+	seen   string
 	peers  []string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -82,22 +97,35 @@ func New(o Options) *Daemons {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.Command == nil {
-		root := o.DriverRoot
-		o.Command = func(ctx context.Context, name string, args ...string) *exec.Cmd {
-			cmd := exec.CommandContext(ctx, filepath.Join(root, "usr/bin", name), args...)
-			// A clean environment; Go opens every other descriptor
-			// close-on-exec, so the daemon inherits only stdio.
-			cmd.Env = []string{}
-			return cmd
-		}
+		self := o.Self
+		o.Command = func(ctx context.Context, s mpsexec.Spec) (*exec.Cmd, error) { return mpsexec.Command(ctx, self, s) }
 	}
 	return &Daemons{o: o, d: map[string]*daemon{}}
 }
 
-func (ds *Daemons) config(dir string) computedomain.IMEX {
+// config is the daemon's configuration, its files under seen.
+func (ds *Daemons) config(seen string) computedomain.IMEX {
 	return computedomain.IMEX{BindIP: ds.o.BindIP, ServerPort: ds.o.ServerPort, CmdPort: ds.o.CmdPort,
-		NodesFile: filepath.Join(dir, "nodes_config.cfg"), LogFile: filepath.Join(dir, "nvidia-imex.log"),
-		PIDFile: filepath.Join(dir, "nvidia-imex.pid")}
+		NodesFile: path.Join(seen, "nodes_config.cfg"), LogFile: path.Join(seen, "nvidia-imex.log"),
+		PIDFile: path.Join(seen, "nvidia-imex.pid")}
+}
+
+// spec is how the driver root's program name runs for the domain whose
+// directory is dir, and where it sees dir: chrooted, at RootDir/<UID>,
+// bound there; otherwise (the host's root, or a root of programs and
+// libraries only) at dir itself. Its environment is ours alone (mpsexec).
+func (ds *Daemons) spec(name, dir string) (mpsexec.Spec, string, error) {
+	s, err := mpsexec.LocateProgram(ds.o.DriverRoot, name)
+	if err != nil {
+		return s, "", fmt.Errorf("imexd: %w", err)
+	}
+	s.DevRoot = ds.o.DevRoot
+	seen := dir
+	if s.DriverRoot != "" {
+		seen = path.Join(RootDir, filepath.Base(dir))
+		s.Binds = []mpsexec.Bind{{Source: dir, Target: seen}}
+	}
+	return s, seen, nil
 }
 
 // Ensure runs domain's daemon with peers (every address of the clique,
@@ -122,18 +150,24 @@ func (ds *Daemons) Ensure(ctx context.Context, domain string, peers []string) er
 		delete(ds.d, domain)
 	}
 	dir := filepath.Join(ds.o.Dir, domain)
+	spec, seen, err := ds.spec("nvidia-imex", dir)
+	if err != nil {
+		return err
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("imexd: domain %s: %w", domain, err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("imexd: %w", err)
 	}
-	cfg := ds.config(dir)
-	if _, err := atomicfile.Write(cfg.NodesFile, []byte(computedomain.NodesConfigFile(peers)), atomicfile.Options{}); err != nil {
+	if _, err := atomicfile.Write(filepath.Join(dir, "nodes_config.cfg"), []byte(computedomain.NodesConfigFile(peers)), atomicfile.Options{}); err != nil {
 		return fmt.Errorf("imexd: domain %s: %w", domain, err)
 	}
-	if _, err := atomicfile.Write(filepath.Join(dir, "config.cfg"), []byte(cfg.ConfigFile()), atomicfile.Options{}); err != nil {
+	if _, err := atomicfile.Write(filepath.Join(dir, "config.cfg"), []byte(ds.config(seen).ConfigFile()), atomicfile.Options{}); err != nil {
 		return fmt.Errorf("imexd: domain %s: %w", domain, err)
 	}
 	dctx, cancel := context.WithCancel(ctx)
-	d := &daemon{dir: dir, peers: peers, cancel: cancel, done: make(chan struct{})}
+	d := &daemon{dir: dir, spec: spec, seen: seen, peers: peers, cancel: cancel, done: make(chan struct{})}
 	ds.d[domain] = d
 	go ds.supervise(dctx, domain, d)
 	return nil
@@ -145,13 +179,19 @@ func (ds *Daemons) supervise(ctx context.Context, domain string, d *daemon) {
 	defer close(d.done)
 	delay := ds.o.RestartDelay
 	for ctx.Err() == nil {
-		cmd := ds.o.Command(ctx, "nvidia-imex", "-c", filepath.Join(d.dir, "config.cfg"))
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		cmd.WaitDelay = 10 * time.Second
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
+		s := d.spec
+		s.Args = []string{"-c", path.Join(d.seen, "config.cfg")}
 		began := time.Now()
-		err := cmd.Start()
+		var stderr bytes.Buffer
+		// The helper execs the program: the PID is the daemon's, which the
+		// signals below reach.
+		cmd, err := ds.o.Command(ctx, s)
+		if err == nil {
+			cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+			cmd.WaitDelay = 10 * time.Second
+			cmd.Stderr = &stderr
+			err = cmd.Start()
+		}
 		if err == nil {
 			ds.mu.Lock()
 			d.starts++
@@ -190,9 +230,20 @@ func (ds *Daemons) Ready(ctx context.Context, domain string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := ds.o.Command(ctx, "nvidia-imex-ctl", "-q", "-c", filepath.Join(d.dir, "config.cfg")).Output()
+	s, seen, err := ds.spec("nvidia-imex-ctl", d.dir)
 	if err != nil {
-		return fmt.Errorf("nvidia-imex-ctl -q: %w", err)
+		return err
+	}
+	s.Args = []string{"-q", "-c", path.Join(seen, "config.cfg")}
+	cmd, err := ds.o.Command(ctx, s)
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("nvidia-imex-ctl -q: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	if got := strings.TrimSpace(string(out)); got != "READY" {
 		return fmt.Errorf("IMEX daemon not ready: nvidia-imex-ctl -q says %q", got)

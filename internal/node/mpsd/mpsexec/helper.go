@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -108,19 +109,25 @@ func confine(s Spec) error {
 	// the mount points of the pipe and log directories, made in it rather
 	// than in the driver install.
 	if err := root.mount("tmp", "tmpfs", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=16m"); err != nil {
-		return fmt.Errorf("%w (the MPS pipe and log directories go under /tmp)", err)
+		return fmt.Errorf("%w (the MPS pipe and log directories and the spec's binds go under /tmp)", err)
 	}
-	for _, m := range []struct{ source, at string }{{s.Pipe, RootPipe}, {s.Log, RootLog}} {
-		if m.source == "" {
-			continue
-		}
-		at := strings.TrimPrefix(m.at, "/")
-		for _, dir := range []string{filepath.Dir(at), at} {
-			if err := root.mkdir(dir); err != nil {
+	binds := slices.Clone(s.Binds)
+	if s.Pipe != "" {
+		binds = append(binds, Bind{Source: s.Pipe, Target: RootPipe})
+	}
+	if s.Log != "" {
+		binds = append(binds, Bind{Source: s.Log, Target: RootLog})
+	}
+	for _, b := range binds {
+		// Validated: under /tmp, each in a directory of its own, so the
+		// mount points are made in the tmpfs, never in a bound source.
+		at := strings.Split(strings.TrimPrefix(b.Target, "/"), "/")
+		for i := 2; i <= len(at); i++ {
+			if err := root.mkdir(strings.Join(at[:i], "/")); err != nil {
 				return err
 			}
 		}
-		if err := root.mount(at, m.source, "", unix.MS_BIND, ""); err != nil {
+		if err := root.mount(strings.Join(at, "/"), b.Source, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,10 @@
 // and Spec.Log at RootPipe and RootLog, named by CUDA_MPS_PIPE_DIRECTORY
 // and CUDA_MPS_LOG_DIRECTORY.
 //
+// Other driver programs run the same way: nvidia-smi (SetTimeSlice) and
+// nvidia-imex with nvidia-imex-ctl (internal/node/imexd), which get their
+// own directories through Spec.Binds, under the same /tmp.
+//
 // The namespace must exist before the first mount, and Go cannot unshare
 // a mount namespace for a whole running process; so Command starts this
 // executable again (HelperCommand) in a fresh namespace, and Main, the
@@ -76,13 +80,32 @@ type Spec struct {
 	// Env are variables added to the environment, KEY=VALUE, such as
 	// CUDA_VISIBLE_DEVICES=<uuid>.
 	Env []string `json:"env,omitempty"`
+	// Binds are further directories shown inside the driver root, such as
+	// an IMEX domain's config directory. Only with a chroot.
+	Binds []Bind `json:"binds,omitempty"`
 }
+
+// Bind shows the directory Source (as the calling process sees it) at
+// Target inside the driver root. Target is under /tmp, the helper's
+// tmpfs, where its mount point is made: nothing is made in the driver
+// install.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// bindTop is where Targets go, and rootTop the helper's own directory
+// there (RootPipe, RootLog), which no Target may reach.
+const (
+	bindTop = "/tmp"
+	rootTop = "/tmp/gpu-device-plugin-mps"
+)
 
 // Command returns the command that runs s through the helper: self (our
 // own executable, os.Executable()) with HelperCommand and s, in a mount
 // namespace of its own. The caller sets Stdin, Stdout and Stderr.
 func Command(ctx context.Context, self string, s Spec) (*exec.Cmd, error) {
-	if err := s.validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	b, err := json.Marshal(s)
@@ -110,7 +133,7 @@ func decode(arg string) (Spec, error) {
 	if dec.More() {
 		return s, fmt.Errorf("mps-exec spec: unexpected data after the spec")
 	}
-	return s, s.validate()
+	return s, s.Validate()
 }
 
 // The variables Main sets itself from Pipe and Log.
@@ -119,7 +142,9 @@ const (
 	logEnv  = "CUDA_MPS_LOG_DIRECTORY"
 )
 
-func (s Spec) validate() error {
+// Validate says what is wrong with s, as Command and the helper would, in
+// one line naming the key.
+func (s Spec) Validate() error {
 	control := path.Base(s.binary()) == controlName
 	for _, p := range []struct {
 		key, path string
@@ -135,6 +160,9 @@ func (s Spec) validate() error {
 			return fmt.Errorf("mps-exec spec: %s %q is not an absolute path", p.key, p.path)
 		}
 	}
+	if err := s.validateBinds(); err != nil {
+		return err
+	}
 	for _, kv := range s.Env {
 		k, _, ok := strings.Cut(kv, "=")
 		switch {
@@ -146,6 +174,37 @@ func (s Spec) validate() error {
 	}
 	return nil
 }
+
+// validateBinds refuses a bind whose target is not a plain path under
+// /tmp, reaches the helper's own directory or another bind's, or is
+// given without a chroot.
+func (s Spec) validateBinds() error {
+	if len(s.Binds) > 0 && !s.chroot() {
+		return fmt.Errorf("mps-exec spec: binds are given without a driverRoot to chroot into; set driverRoot, or pass the sources' own paths")
+	}
+	for i, b := range s.Binds {
+		key := fmt.Sprintf("binds[%d]", i)
+		switch {
+		case !filepath.IsAbs(b.Source):
+			return fmt.Errorf("mps-exec spec: %s.source %q is not an absolute path", key, b.Source)
+		case !path.IsAbs(b.Target) || path.Clean(b.Target) != b.Target || slices.Contains(strings.Split(b.Target, "/"), ".."):
+			return fmt.Errorf("mps-exec spec: %s.target %q is not a clean absolute path; give one under %s, such as %s/<name>", key, b.Target, bindTop, bindTop)
+		case !within(b.Target, bindTop) || b.Target == bindTop:
+			return fmt.Errorf("mps-exec spec: %s.target %q is not under %s, the only place its mount point is made; give one under %s", key, b.Target, bindTop, bindTop)
+		case within(b.Target, rootTop) || within(rootTop, b.Target):
+			return fmt.Errorf("mps-exec spec: %s.target %q reaches %s, the MPS pipe and log directories'; give another", key, b.Target, rootTop)
+		}
+		for j, o := range s.Binds[:i] {
+			if within(b.Target, o.Target) || within(o.Target, b.Target) {
+				return fmt.Errorf("mps-exec spec: %s.target %q and binds[%d].target %q overlap; give each its own directory", key, b.Target, j, o.Target)
+			}
+		}
+	}
+	return nil
+}
+
+// within says whether p is dir or below it (both clean).
+func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 // chroot tells whether s runs in a driver root other than /.
 func (s Spec) chroot() bool { return s.DriverRoot != "" && filepath.Clean(s.DriverRoot) != "/" }

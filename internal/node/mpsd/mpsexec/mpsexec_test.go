@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -232,6 +233,31 @@ func TestChroot(t *testing.T) {
 	}
 }
 
+// A bind shows a directory of the caller's inside the driver root at its
+// target: the daemon records its commands in a file there, which lands in
+// the source; the mount point is made in the tmpfs, not in the root.
+func TestBind(t *testing.T) {
+	self := needConfinement(t)
+	root, _ := fakeDriverRoot(t)
+	d := newDirs(t)
+	extra := t.TempDir()
+	before := mountinfo(t)
+	const target = "/tmp/gpu-device-plugin-imex/domain"
+	s := Spec{DriverRoot: root, Shm: d.shm, Pipe: d.pipe, Log: d.log,
+		Env:   []string{"CUDA_VISIBLE_DEVICES=GPU-test", "MOCKMPS_SHM_MARKER=1", "MOCKMPS_RECORD=" + target + "/record"},
+		Binds: []Bind{{Source: extra, Target: target}}}
+	exercise(t, self, s, d, nil)
+	if b, err := os.ReadFile(filepath.Join(extra, "record")); err != nil || !strings.HasPrefix(string(b), "start\n") {
+		t.Errorf("the bound directory's record = %q, %v; want the daemon's commands", b, err)
+	}
+	if entries, err := os.ReadDir(filepath.Join(root, "tmp")); err != nil || len(entries) != 0 {
+		t.Errorf("the driver root's /tmp holds %d entries here (%v): a mount point was made in the root", len(entries), err)
+	}
+	if after := mountinfo(t); after != before {
+		t.Errorf("this process's mount table changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
 // Without a driver root the binary runs where it is, still with the GPU's
 // shm directory on /dev/shm in a namespace of its own.
 func TestNoChroot(t *testing.T) {
@@ -291,6 +317,16 @@ func TestBadSpec(t *testing.T) {
 		{Spec{Pipe: "/p", Log: "/l", Binary: "nvidia-cuda-mps-control"}, "binary"},
 		{Spec{Pipe: "/p", Log: "/l", Env: []string{"CUDA_VISIBLE_DEVICES"}}, `env "CUDA_VISIBLE_DEVICES" is not KEY=VALUE`},
 		{Spec{Pipe: "/p", Log: "/l", Env: []string{"CUDA_MPS_PIPE_DIRECTORY=/x"}}, "env sets CUDA_MPS_PIPE_DIRECTORY"},
+		{Spec{Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/x"}}}, "binds are given without a driverRoot"},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "s", Target: "/tmp/x"}}}, `binds[0].source "s" is not an absolute path`},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "tmp/x"}}}, `binds[0].target "tmp/x" is not a clean absolute path`},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/../etc"}}}, `binds[0].target "/tmp/../etc" is not a clean absolute path`},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/x/"}}}, "is not a clean absolute path"},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/etc/x"}}}, `binds[0].target "/etc/x" is not under /tmp`},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp"}}}, "is not under /tmp"},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmpx/a"}}}, "is not under /tmp"},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: RootPipe}}}, "reaches /tmp/gpu-device-plugin-mps"},
+		{Spec{DriverRoot: "/r", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/a"}, {Source: "/t", Target: "/tmp/a/b"}}}, `binds[1].target "/tmp/a/b" and binds[0].target "/tmp/a" overlap`},
 	} {
 		if _, err := Command(context.Background(), "/proc/self/exe", tc.s); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Command(%+v): %v; want an error saying %q", tc.s, err, tc.want)
@@ -339,6 +375,18 @@ func TestSpecJSON(t *testing.T) {
 	want := `{"driverRoot":"/driver-root","devRoot":"/dev","shm":"/s","pipe":"/p","log":"/l","binary":"/b","args":["-d"],"env":["A=1"]}`
 	if string(b) != want {
 		t.Errorf("spec JSON = %s\nwant %s", b, want)
+	}
+	// binds, new, is left out when empty: an MPS spec is as before.
+	b, err = json.Marshal(Spec{DriverRoot: "/driver-root", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/t"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"driverRoot":"/driver-root","binary":"/b","binds":[{"source":"/s","target":"/tmp/t"}]}`
+	if string(b) != want {
+		t.Errorf("spec JSON = %s\nwant %s", b, want)
+	}
+	if got, err := decode(want); err != nil || !reflect.DeepEqual(got, Spec{DriverRoot: "/driver-root", Binary: "/b", Binds: []Bind{{Source: "/s", Target: "/tmp/t"}}}) {
+		t.Errorf("decode(%s) = %+v, %v", want, got, err)
 	}
 }
 
