@@ -20,9 +20,12 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/atomicfile"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
@@ -274,10 +277,48 @@ func (ds *Daemons) Stop(domain string) error {
 	if d != nil {
 		d.cancel()
 		<-d.done
+	} else if err := ds.killOrphan(domain); err != nil {
+		ds.o.Log.Warn("an IMEX daemon an earlier run left may still run", "domain", domain, "err", err)
 	}
 	if err := os.RemoveAll(filepath.Join(ds.o.Dir, domain)); err != nil {
 		return fmt.Errorf("imexd: %w", err)
 	}
+	return nil
+}
+
+// killOrphan kills the daemon an earlier run of the plugin left for domain
+// (a SIGKILLed plugin run as a host process: in a pod the container's end
+// takes it along), named by its PID file, so it frees its ports. The PID
+// is opened as a pidfd first and the process's command line must name the
+// domain's directory, so a PID reused since is never signalled.
+func (ds *Daemons) killOrphan(domain string) error {
+	b, err := os.ReadFile(filepath.Join(ds.o.Dir, domain, "nvidia-imex.pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("imexd: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("imexd: PID file of %s: %q is not a PID", domain, b)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("imexd: opening process %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte("nvidia-imex")) || !bytes.Contains(cmdline, []byte(domain)) {
+		return nil // gone, or another process has the PID now
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("imexd: killing the IMEX daemon %d an earlier run left: %w", pid, err)
+	}
+	ds.o.Log.Info("killed the IMEX daemon an earlier run left", "domain", domain, "pid", pid)
 	return nil
 }
 
@@ -308,9 +349,16 @@ func (ds *Daemons) Sweep(keep []string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("imexd: %w", err)
 	}
+	running := ds.Running()
 	for _, e := range ents {
-		if e.IsDir() && validName(e.Name()) && !slices.Contains(keep, e.Name()) {
+		switch {
+		case !e.IsDir() || !validName(e.Name()):
+		case !slices.Contains(keep, e.Name()):
 			errs = append(errs, ds.Stop(e.Name()))
+		case !slices.Contains(running, e.Name()):
+			// Kept, and the daemon an earlier run left would hold the
+			// ports of the one Ensure starts next.
+			errs = append(errs, ds.killOrphan(e.Name()))
 		}
 	}
 	return errors.Join(errs...)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -346,5 +347,59 @@ func TestEnsureRefuses(t *testing.T) {
 				t.Errorf("Ensure: %v; want one line saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A SIGKILLed plugin run as a host process leaves its daemon running: the
+// next run's Sweep kills it by its PID file, whether its domain is kept or
+// not, and never a process whose command line does not name the domain.
+func TestSweepKillsOrphans(t *testing.T) {
+	ds, _, dir := newDaemons(t)
+	kept, gone := uid, "11111111-2222-3333-4444-555555555555"
+	start := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("sh", append([]string{"-c", "while :; do sleep 1; done", "nvidia-imex"}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	orphan := func(domain string) *exec.Cmd {
+		cmd := start("-c", filepath.Join(dir, domain, "config.cfg"))
+		if err := os.MkdirAll(filepath.Join(dir, domain), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, domain, "nvidia-imex.pid"), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	a, b := orphan(kept), orphan(gone)
+	// A PID file naming a process of another domain's (a PID reused).
+	decoy := start("-c", "/elsewhere/config.cfg")
+	other := "22222222-2222-3333-4444-555555555555"
+	if err := os.MkdirAll(filepath.Join(dir, other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, other, "nvidia-imex.pid"), []byte(strconv.Itoa(decoy.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Sweep([]string{kept}); err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range map[string]*exec.Cmd{"kept domain's": a, "removed domain's": b} {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("the %s orphan exited cleanly; want killed", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the %s orphan still runs after Sweep", name)
+		}
+	}
+	if err := decoy.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a process not naming its domain was signalled: %v", err)
 	}
 }
