@@ -168,6 +168,12 @@ build_nvidia() {
 	local m=github.com/NVIDIA/k8s-device-plugin
 	log "building NVIDIA's device plugin and GFD $NVIDIA_VERSION (cold: ~2 min on 2 cores)"
 	scratch_module "$src" e2e-cluster/nvidia
+	# v0.19.1 requires an untagged nvidia-container-toolkit commit that the
+	# checksum database does not list; NVIDIA_TOOLKIT_VERSION (gpu-check's
+	# bundle sets v1.19.0) puts a release in its place.
+	if [ -n "${NVIDIA_TOOLKIT_VERSION:-}" ]; then
+		(cd "$src" && go mod edit -replace "github.com/NVIDIA/nvidia-container-toolkit=github.com/NVIDIA/nvidia-container-toolkit@$NVIDIA_TOOLKIT_VERSION")
+	fi
 	(cd "$src" && go get "$m/cmd/nvidia-device-plugin@$NVIDIA_VERSION" "$m/cmd/gpu-feature-discovery@$NVIDIA_VERSION")
 	rm -rf "$out" && mkdir -p "$out"
 	(cd "$src" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -X $m/internal/info.version=$NVIDIA_VERSION" -o "$out/" \

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,13 @@ type PluginOptions struct {
 	// ends with it. Its mount namespace keeps the host's propagation, as
 	// the chart's Bidirectional MPS volume does.
 	PIDNamespace bool
+	// Wrapper, when set, is a command that execs the plugin: the plugin
+	// binary and its arguments follow it (gpu-check's helper that gives
+	// a plugin the kubelet's directory at the fixed path NVIDIA's uses).
+	Wrapper []string
+	// MountNamespace starts the process (Wrapper's, else the plugin's)
+	// in a mount namespace of its own, made private before it runs.
+	MountNamespace bool
 }
 
 // Node is where a GPU node keeps what the plugin reads. Empty fields keep
@@ -203,6 +211,12 @@ func (p *Plugin) start(o PluginOptions, args, env []string) error {
 	args = append(args, o.Args...)
 	p.quiet = logsAboveInfo(args)
 	name := o.Binary
+	if len(o.Wrapper) > 0 {
+		if o.PIDNamespace {
+			return errors.New("starting plugin: PluginOptions.Wrapper and PIDNamespace do not go together")
+		}
+		name, args = o.Wrapper[0], append(append(slices.Clone(o.Wrapper[1:]), o.Binary), args...)
+	}
 	if o.PIDNamespace {
 		unshare, err := exec.LookPath("unshare")
 		if err != nil {
@@ -213,7 +227,47 @@ func (p *Plugin) start(o PluginOptions, args, env []string) error {
 		args = append([]string{"--pid", "--fork", "--mount-proc", "--propagation", "unchanged", "--kill-child", "--", o.Binary}, args...)
 		name, p.pidNS = unshare, true
 	}
-	return p.run(exec.Command(name, args...), env, o.Log)
+	return p.run(command(name, args, o.MountNamespace), env, o.Log)
+}
+
+// command is name with args, in a mount namespace of its own when
+// mountNS: Go unshares it between fork and exec and makes / private.
+func command(name string, args []string, mountNS bool) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	if mountNS {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	}
+	return cmd
+}
+
+// Command is another program to run as a Plugin is run (its log, Stop,
+// Usage): NVIDIA's device plugin beside ours.
+type Command struct {
+	Binary string
+	Args   []string
+	// Env is more environment, after the parent's without the plugin's
+	// and the mock's settings.
+	Env []string
+	// Wrapper and MountNamespace are as in PluginOptions.
+	Wrapper        []string
+	MountNamespace bool
+}
+
+// StartCommand starts c and returns once it is started. Its Started is
+// taken as a plugin's is, so the two compare.
+func StartCommand(c Command) (*Plugin, error) {
+	if c.Binary == "" {
+		return nil, errors.New("starting command: Command.Binary is empty")
+	}
+	name, args := c.Binary, c.Args
+	if len(c.Wrapper) > 0 {
+		name, args = c.Wrapper[0], append(append(slices.Clone(c.Wrapper[1:]), c.Binary), c.Args...)
+	}
+	p := &Plugin{log: &syncBuffer{}, done: make(chan struct{})}
+	if err := p.run(command(name, args, c.MountNamespace), c.Env, nil); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // run starts cmd with the parent's environment (pluginEnv) and env, its
@@ -226,7 +280,10 @@ func (p *Plugin) run(cmd *exec.Cmd, env []string, also io.Writer) error {
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The plugin dies with the test, even one that panics or is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	p.cmd = cmd
 	p.Started = time.Now()
 	if err := cmd.Start(); err != nil {

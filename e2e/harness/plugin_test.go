@@ -1,7 +1,10 @@
 package harness
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,5 +132,51 @@ func TestLogsAboveInfo(t *testing.T) {
 		if got := logsAboveInfo(tc.args); got != tc.want {
 			t.Errorf("logsAboveInfo(%q) = %v", tc.args, got)
 		}
+	}
+}
+
+// StartCommand runs the binary through its wrapper, in a mount namespace
+// of its own when asked, and Usage and the log work as for a plugin.
+func TestStartCommandWrapped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a mount namespace of its own")
+	}
+	own, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Skipf("mount namespaces unavailable: %v", err)
+	}
+	env, err := exec.LookPath("env")
+	if err != nil {
+		t.Skip("no env(1)")
+	}
+	for _, mountNS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mountNamespace=%v", mountNS), func(t *testing.T) {
+			p, err := StartCommand(Command{
+				Binary: "/bin/sh",
+				// The wrapper's variable reaches the binary: env ran it.
+				Args:    []string{"-c", `printf '{"msg":"%s %s"}\n' "$(readlink /proc/self/ns/mnt)" "$WRAPPED"; exec sleep 60`},
+				Wrapper: []string{env, "WRAPPED=yes"}, MountNamespace: mountNS,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Stop()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			e, err := p.WaitLog(ctx, "its namespace", func(e LogEntry) bool { return e.String("msg") != "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, wrapped, _ := strings.Cut(e.String("msg"), " ")
+			if wrapped != "yes" {
+				t.Errorf("WRAPPED=%q in the command, want yes: not run through the wrapper", wrapped)
+			}
+			if (ns != own) != mountNS {
+				t.Errorf("mount namespace %s, this process's %s; want its own: %v", ns, own, mountNS)
+			}
+			if u, err := p.Usage(); err != nil || u.RSS == 0 {
+				t.Errorf("Usage = %+v, %v; want the running command's", u, err)
+			}
+		})
 	}
 }

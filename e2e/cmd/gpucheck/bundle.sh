@@ -2,13 +2,16 @@
 # Builds what gpu-check runs from into one folder that can be copied to a
 # GPU node with nothing installed: gpu-check itself, the plugin and its CDI
 # hook, the container probe, the C library the probe's image is made of
-# (with a static ldconfig), and runc with the libraries it needs, for a
-# node without one. Run from the repository root (make gpu-check-bundle).
+# (with a static ldconfig), runc with the libraries it needs, for a node
+# without one, and NVIDIA's device plugin for the serve step's side-by-side
+# comparison (built as the migration lane builds it, by
+# e2e/cluster/build.sh nvidia, at GPU_CHECK_NVIDIA_VERSION). Run from the
+# repository root (make gpu-check-bundle).
 set -euo pipefail
 out=${1:?usage: bundle.sh DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-rm -rf "$out/image" "$out/lib" "$out/gpu-device-plugin-dra"
+rm -rf "$out/image" "$out/lib" "$out/gpu-device-plugin-dra" "$out/nvidia-device-plugin"
 mkdir -p "$out/image" "$out/lib"
 
 make -s BIN="$out" "$out/gpu-device-plugin" "$out/gpu-device-plugin-cdi-hook"
@@ -43,5 +46,15 @@ if runc=$(command -v runc); then
 	ldd "$runc" | awk '/=>/ && $1 !~ /^(libc|ld-linux)/ {print $3}' | while read -r path; do
 		cp -L "$path" "$out/lib/"
 	done
+fi
+# NVIDIA's plugin is for comparison only: without it (no module proxy
+# here) gpu-check says so and runs its own checks.
+nvidia_version=${GPU_CHECK_NVIDIA_VERSION:-v0.19.1}
+if NVIDIA_VERSION=$nvidia_version NVIDIA_TOOLKIT_VERSION=${GPU_CHECK_NVIDIA_TOOLKIT_VERSION:-v1.19.0} \
+	LOG_TAG=bundle e2e/cluster/build.sh nvidia; then
+	cache=${E2E_CLUSTER_CACHE:-e2e/cluster/.cache}
+	cp -L "$cache/bin/nvidia-$nvidia_version/nvidia-device-plugin" "$out/nvidia-device-plugin"
+else
+	echo "bundle: NVIDIA's device plugin $nvidia_version not built (above); gpu-check runs without the side-by-side comparison" >&2
 fi
 du -sh "$out" | awk '{print "bundle: " $2 " (" $1 ")"}'

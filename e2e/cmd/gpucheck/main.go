@@ -9,6 +9,8 @@
 //  2. serve: the plugin served to the kubelet's own device-manager client
 //     (registration, ListAndWatch, Allocate of one and of all GPUs,
 //     GetPreferredAllocation), timed as the scenario report times it;
+//     before that, ours and NVIDIA's device plugin (from the bundle) in
+//     turn against one kubelet stand-in, compared figure by figure;
 //  3. health: every health signal read through real NVML for a while, which
 //     ones the driver does not support, and no GPU flipping while idle;
 //  4. remediation: the read-only parts of GPU remediation on every GPU:
@@ -69,7 +71,10 @@ type options struct {
 	out        string
 	health     time.Duration
 	calls      int
-	steps      []string
+	// compareRuns is how many times each of ours and NVIDIA's device
+	// plugin run side by side in the serve step; 0 for none.
+	compareRuns int
+	steps       []string
 }
 
 func main() {
@@ -77,6 +82,7 @@ func main() {
 	// executable, as the plugin's own does.
 	mpsexec.RunIfHelper()
 	launcher.RunIfHelper()
+	runPluginDirHelperIfAsked()
 	var o options
 	var steps string
 	flag.StringVar(&o.bundle, "bundle", "", "the folder with gpu-device-plugin, its CDI hook, cudaprobe and image/ (default: this program's folder)")
@@ -85,10 +91,11 @@ func main() {
 	flag.StringVar(&o.out, "out", "gpu-check-report", "folder for report.json and summary.txt")
 	flag.DurationVar(&o.health, "health", time.Minute, "how long to watch health")
 	flag.IntVar(&o.calls, "calls", 200, "Allocate and GetPreferredAllocation calls to time per size")
+	flag.IntVar(&o.compareRuns, "compare-runs", 2, "runs of each of ours and NVIDIA's device plugin, in turn, in the serve step's side-by-side comparison; 0 for none")
 	flag.StringVar(&steps, "steps", strings.Join(stepNames, ","), "the steps to run, comma-separated")
 	flag.Parse()
-	if flag.NArg() > 0 || o.calls < 1 || o.health <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-steps inventory,serve,health,remediation,container,dra,mps]")
+	if flag.NArg() > 0 || o.calls < 1 || o.health <= 0 || o.compareRuns < 0 {
+		fmt.Fprintln(os.Stderr, "usage: gpu-check [-fixture DIR] [-driver-root DIR] [-out DIR] [-health 1m] [-calls 200] [-compare-runs 2] [-steps inventory,serve,health,remediation,container,dra,mps]")
 		os.Exit(2)
 	}
 	for _, s := range strings.Split(steps, ",") {

@@ -29,6 +29,8 @@ type serveData struct {
 	// kubelet received them.
 	Answers    map[string]answer `json:"answers"`
 	PeakRSSMiB float64           `json:"peakRSSMiB"`
+	// SideBySide is NVIDIA's device plugin against ours (-compare-runs).
+	SideBySide *sideBySide `json:"sideBySide,omitempty"`
 }
 
 // answer is a ContainerAllocateResponse with the report's key style.
@@ -77,6 +79,12 @@ func (c *checker) serve(ctx context.Context, s *Step) {
 	}
 	data := &serveData{Resource: harness.ResourceName, Devices: len(want), Answers: map[string]answer{}}
 	s.Data = data
+	// Before ours starts for the later steps, so that nothing else
+	// serves while the two are timed.
+	if c.o.compareRuns > 0 {
+		data.SideBySide = c.sideBySide(ctx, s, c.o.compareRuns)
+		s.Notes = append(s.Notes, data.SideBySide.notes(c.o.compareRuns)...)
+	}
 	dir := filepath.Join(c.work, "plugins")
 	sv := &served{cdiDir: filepath.Join(c.work, "cdi"), allocations: map[string]allocation{}}
 	for _, d := range []string{dir, sv.cdiDir} {
