@@ -17,6 +17,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/gcpercent"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
@@ -55,8 +56,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	log := daemon.NewLogger(cfg, os.Stderr)
+	// As serve does in device-plugin mode; not for the controller, whose
+	// heap follows the cluster's ComputeDomains.
+	gogc := gcpercent.Tune(os.LookupEnv)
 	log.Info("starting gpu-device-plugin in DRA mode", "version", version, "commit", commit,
-		"driver", config.DRADriverName, "pluginDir", cfg.DRAPluginDir, "driverRoot", cfg.DriverRoot)
+		"driver", config.DRADriverName, "pluginDir", cfg.DRAPluginDir, "driverRoot", cfg.DriverRoot, "gogc", gogc)
 	err = daemon.RunWith(ctx, cfg, nvml.Open, log, dramode.With())
 	log.Info("stopped")
 	return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/gcpercent"
 )
 
 func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
@@ -33,8 +34,8 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 		return execDRA(cfg, path)
 	}
 	// Set here, not in main: the one-shot commands exit before a GC
-	// matters, and DRA mode is another executable.
-	gogc := tuneGC(os.LookupEnv)
+	// matters, and DRA mode is another executable, which sets its own.
+	gogc := gcpercent.Tune(os.LookupEnv)
 	log.Info("starting gpu-device-plugin", append(startAttrs(cfg, o), "gogc", gogc)...)
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")

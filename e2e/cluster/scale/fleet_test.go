@@ -312,15 +312,30 @@ func (f *fleet) stop() {
 	wg.Wait()
 }
 
-// usage sums the fleet's peak resident memory and CPU time so far.
-func (f *fleet) usage() (peakRSSMiB float64, cpu time.Duration) {
+// fleetUsage is the fleet's memory and CPU so far, summed over the
+// processes read (n).
+type fleetUsage struct {
+	n                      int
+	peakRSS, anon, fileMiB float64 // VmHWM; RssAnon and RssFile now
+	cpu                    time.Duration
+}
+
+// usage sums the fleet's resident memory (peak, and now split into
+// anonymous and file-backed pages) and CPU time so far.
+func (f *fleet) usage() fleetUsage {
+	var u fleetUsage
 	for _, p := range f.plugins {
-		if u, err := p.Usage(); err == nil {
-			peakRSSMiB += float64(u.PeakRSS) / (1 << 20)
-			cpu += u.CPU()
+		pu, err := p.Usage()
+		if err != nil {
+			continue
 		}
+		u.n++
+		u.peakRSS += float64(pu.PeakRSS) / (1 << 20)
+		u.anon += float64(pu.RSSAnon) / (1 << 20)
+		u.fileMiB += float64(pu.RSSFile) / (1 << 20)
+		u.cpu += pu.CPU()
 	}
-	return peakRSSMiB, cpu
+	return u
 }
 
 // sliceBytes is the size of one node's ResourceSlices as JSON, what etcd

@@ -15,8 +15,10 @@ func (r *report) String() string {
 	n := float64(r.nodes)
 	fmt.Fprintf(&b, "Scale lane: %d plugin processes in DRA mode (the real gpu-device-plugin-dra), each a fake node on the mock NVML (%s, %d GPUs), Events and the Node condition on, against one kube-apiserver (the real-node lane's) on this machine.\n", r.nodes, profileName, gpusPerNode)
 	fmt.Fprintf(&b, "Requests are the fleet's alone, from the API server's audit log (its user only); per node = fleet total / %d.\n\n", r.nodes)
-	fmt.Fprintf(&b, "fleet: started in %s (batches, each published before the next); peak RSS %.0f MiB in all, %.1f MiB a process; CPU at rest %.1f ms/s for the fleet (%.2f ms/s a node)\n\n",
-		r.startTook.Round(time.Second), r.fleetRSS, r.fleetRSS/n, perSecond(r.restCPU, r.restDuration())*1000, perSecond(r.restCPU, r.restDuration())*1000/n)
+	fmt.Fprintf(&b, "fleet: started in %s (batches, each published before the next); CPU at rest %.1f ms/s for the fleet (%.2f ms/s a node)\n",
+		r.startTook.Round(time.Second), perSecond(r.restCPU, r.restDuration())*1000, perSecond(r.restCPU, r.restDuration())*1000/n)
+	b.WriteString(r.memory())
+	b.WriteString("\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "phase\tlasted\trequests/node\twrites/node\tnon-2xx\tserver latency p50 / p99 / max\tper node, by verb and resource")
@@ -69,6 +71,18 @@ func (r *report) String() string {
 
 	b.WriteString(r.extrapolation())
 	return b.String()
+}
+
+// memory is the fleet's resident memory at the end of the rest, a
+// process's against its budget (budget.go).
+func (r *report) memory() string {
+	m := r.mem
+	if m.n == 0 {
+		return "memory: no process read\n"
+	}
+	k := float64(m.n)
+	return fmt.Sprintf("memory: peak RSS %.0f MiB in all, %.1f MiB a process (budget %.1f MiB, +%.0f %% allowed); after the rest %.1f MiB anonymous (heap, stacks, runtime) and %.1f MiB file-backed (the executable, libc, NVML) a process\n",
+		m.peakRSS, m.peakRSS/k, rssBudgetMiB, rssTolerance*100, m.anon/k, m.fileMiB/k)
 }
 
 func (r *report) restDuration() time.Duration {

@@ -118,14 +118,14 @@ func TestScale(t *testing.T) {
 
 	// Rest: nothing changes on any node.
 	restFrom := time.Now()
-	_, cpu0 := f.usage()
+	u0 := f.usage()
 	select {
 	case <-time.After(s.rest): // a measuring window, not a wait for anything
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
-	rss, cpu1 := f.usage()
-	r.fleetRSS, r.restCPU = rss, cpu1-cpu0
+	u1 := f.usage()
+	r.mem, r.restCPU = u1, u1.cpu-u0.cpu
 	rest, err := r.phase(ctx, audit, "rest", restFrom)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,12 @@ func TestScale(t *testing.T) {
 		}
 	}
 
-	// The budget.
+	// The budgets.
+	if r.mem.n != s.nodes {
+		t.Errorf("read the memory of %d of %d plugin processes", r.mem.n, s.nodes)
+	} else if err := overRSSBudget(r.mem.peakRSS / float64(r.mem.n)); err != nil {
+		t.Error(err)
+	}
 	for _, p := range r.phases {
 		if wide := p.clusterWide(); len(wide) > 0 {
 			t.Errorf("%s: %d lists or watches not narrowed to the node, e.g. %s", p.name, len(wide), wide[0])
@@ -285,7 +290,7 @@ type report struct {
 	nodes        int
 	startTook    time.Duration
 	phases       []phase
-	fleetRSS     float64
+	mem          fleetUsage // at the end of the rest
 	restCPU      time.Duration
 	delays       []time.Duration // last XID → slice tainted, per node
 	server       serverMetrics
