@@ -193,9 +193,49 @@ func checkDRARBAC(t *testing.T, objs objects, namespace, sa string) {
 
 // checkRBAC pins the chart's API access: one ServiceAccount, exactly the
 // ClusterRoles in roles (name: rules) with exactly those grants, and one
-// ClusterRoleBinding each, to that ServiceAccount alone.
+// ClusterRoleBinding each, to that ServiceAccount alone; no Role.
 func checkRBAC(t *testing.T, objs objects, namespace, sa string, roles map[string][]rbacv1.PolicyRule) {
 	t.Helper()
+	checkAccess(t, objs, namespace, sa, roles, nil)
+}
+
+// checkAccess is checkRBAC with exactly the Roles in nsRoles (name:
+// rules), each in namespace, the ServiceAccount's, and bound once, by a
+// RoleBinding there, to it alone.
+func checkAccess(t *testing.T, objs objects, namespace, sa string, roles, nsRoles map[string][]rbacv1.PolicyRule) {
+	t.Helper()
+	if len(objs.Roles) != len(nsRoles) || len(objs.RoleBindings) != len(nsRoles) {
+		t.Errorf("want %d Roles and RoleBindings, got %d, %d", len(nsRoles), len(objs.Roles), len(objs.RoleBindings))
+	}
+	nsBound := map[string]bool{}
+	for _, b := range objs.RoleBindings {
+		if b.Namespace != namespace || b.RoleRef.APIGroup != "rbac.authorization.k8s.io" || b.RoleRef.Kind != "Role" {
+			t.Errorf("RoleBinding %s/%s refers to %+v, want a Role in %s", b.Namespace, b.Name, b.RoleRef, namespace)
+		}
+		if nsBound[b.RoleRef.Name] {
+			t.Errorf("Role %s bound twice", b.RoleRef.Name)
+		}
+		nsBound[b.RoleRef.Name] = true
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}; !slices.Equal(b.Subjects, want) {
+			t.Errorf("RoleBinding %s subjects %+v, want %+v", b.Name, b.Subjects, want)
+		}
+	}
+	for _, role := range objs.Roles {
+		rules, ok := nsRoles[role.Name]
+		switch {
+		case !ok:
+			t.Errorf("unexpected Role %s/%s", role.Namespace, role.Name)
+			continue
+		case role.Namespace != namespace:
+			t.Errorf("Role %s in namespace %q, want %s", role.Name, role.Namespace, namespace)
+		}
+		if got, want := grants(t, role.Rules), grants(t, rules); !slices.Equal(got, want) {
+			t.Errorf("Role %s grants\n  %s\nwant exactly\n  %s", role.Name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		if !nsBound[role.Name] {
+			t.Errorf("Role %s is bound to nothing", role.Name)
+		}
+	}
 	if len(objs.ServiceAccounts) != 1 || len(objs.ClusterRoles) != len(roles) || len(objs.ClusterRoleBindings) != len(roles) {
 		t.Fatalf("want one ServiceAccount and %d ClusterRoles and ClusterRoleBindings, got %d, %d, %d",
 			len(roles), len(objs.ServiceAccounts), len(objs.ClusterRoles), len(objs.ClusterRoleBindings))

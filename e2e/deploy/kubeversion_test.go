@@ -44,6 +44,7 @@ func TestHelmKubeVersion(t *testing.T) {
 			"restrictToOwnNodeAcknowledged": "a stolen token can patch every Node's status"}}, minKubeVersion, ""},
 		{"nodeCondition", nodeCondition, "1.32", "nodeCondition.restrictToOwnNode"},
 		{"nodeLabels mode node", chartutil.Values{"nodeLabels": map[string]any{"mode": "node"}}, "1.32", "nodeLabels.mode node"},
+		{"nodeLabels mode nodefeature", chartutil.Values{"nodeLabels": map[string]any{"mode": "nodefeature"}}, "1.32", "nodeLabels.mode nodefeature"},
 		{"remediation.cordon", chartutil.Values{"remediation": map[string]any{"cordon": true}}, "1.32", "remediation.cordon"},
 		{"DRA mode", draValues(nil), "1.34", "kubeletAPI dra"},
 		{"DRA mode and nodeCondition", draValues(nodeCondition), "1.34", "kubeletAPI dra"},

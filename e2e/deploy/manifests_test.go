@@ -392,7 +392,7 @@ func checkAcceptedByPlugin(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.Config
 func checkAcceptedByPluginOn(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.ConfigMap, hostIP string) {
 	t.Helper()
 	c := ds.Spec.Template.Spec.Containers[0]
-	env := kubeletEnv(c, hostIP)
+	env := kubeletEnv(c, ds.Namespace, hostIP)
 	// $(VAR) in the arguments, expanded by the kubelet's own code.
 	_, expanded := kubecontainer.ExpandContainerCommandAndArgs(&c, env)
 	dir := t.TempDir()
@@ -427,11 +427,13 @@ func checkAcceptedByPluginOn(t *testing.T, ds *appsv1.DaemonSet, cm *corev1.Conf
 	}
 }
 
-// kubeletEnv is c's environment as the kubelet gives it to a pod on a node
-// whose IP is hostIP: literal values, and the downward API's fields with
-// made-up values for the pod. Resource fields (GOMEMLIMIT) are left out.
-func kubeletEnv(c corev1.Container, hostIP string) []kubecontainer.EnvVar {
-	fields := map[string]string{"spec.nodeName": "node-1", "metadata.uid": "0b5f6a2e-4a8c-4a3e-9d62-5d4f7c1e2b90", "status.hostIP": hostIP}
+// kubeletEnv is c's environment as the kubelet gives it to a pod in
+// namespace on a node whose IP is hostIP: literal values, and the downward
+// API's fields with made-up values for the pod. Resource fields
+// (GOMEMLIMIT) are left out.
+func kubeletEnv(c corev1.Container, namespace, hostIP string) []kubecontainer.EnvVar {
+	fields := map[string]string{"spec.nodeName": "node-1", "metadata.uid": "0b5f6a2e-4a8c-4a3e-9d62-5d4f7c1e2b90", "status.hostIP": hostIP,
+		"metadata.name": "gpu-device-plugin-x7k2p", "metadata.namespace": namespace}
 	var env []kubecontainer.EnvVar
 	for _, e := range c.Env {
 		switch {

@@ -57,9 +57,12 @@ type objects struct {
 	ServiceAccounts     []*corev1.ServiceAccount
 	ClusterRoles        []*rbacv1.ClusterRole
 	ClusterRoleBindings []*rbacv1.ClusterRoleBinding
-	Policies            []*admissionregistrationv1.ValidatingAdmissionPolicy
-	PolicyBindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	DeviceClasses       []*resourcev1.DeviceClass
+	// nodeLabels.mode nodefeature's, in the release namespace.
+	Roles          []*rbacv1.Role
+	RoleBindings   []*rbacv1.RoleBinding
+	Policies       []*admissionregistrationv1.ValidatingAdmissionPolicy
+	PolicyBindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	DeviceClasses  []*resourcev1.DeviceClass
 
 	// computeDomains.enabled's controller: its Deployment, and the Lease's
 	// Role and RoleBinding.
@@ -146,6 +149,12 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 		case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
 			o := &rbacv1.ClusterRoleBinding{}
 			out.ClusterRoleBindings, target = append(out.ClusterRoleBindings, o), o
+		case "rbac.authorization.k8s.io/v1/Role":
+			o := &rbacv1.Role{}
+			out.Roles, target = append(out.Roles, o), o
+		case "rbac.authorization.k8s.io/v1/RoleBinding":
+			o := &rbacv1.RoleBinding{}
+			out.RoleBindings, target = append(out.RoleBindings, o), o
 		case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":
 			o := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 			out.Policies, target = append(out.Policies, o), o
@@ -226,6 +235,16 @@ func (o objects) validate() field.ErrorList {
 		var in rbac.ClusterRoleBinding
 		errs = append(errs, convert(crb.DeepCopy(), &in)...)
 		errs = append(errs, prefix("ClusterRoleBinding "+crb.Name, rbacvalidation.ValidateClusterRoleBinding(&in))...)
+	}
+	for _, r := range o.Roles {
+		var in rbac.Role
+		errs = append(errs, convert(r.DeepCopy(), &in)...)
+		errs = append(errs, prefix("Role "+r.Name, rbacvalidation.ValidateRole(&in))...)
+	}
+	for _, rb := range o.RoleBindings {
+		var in rbac.RoleBinding
+		errs = append(errs, convert(rb.DeepCopy(), &in)...)
+		errs = append(errs, prefix("RoleBinding "+rb.Name, rbacvalidation.ValidateRoleBinding(&in))...)
 	}
 	// These compile every CEL expression, as the API server does on create.
 	for _, p := range o.Policies {

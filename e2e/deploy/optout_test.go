@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,19 +74,32 @@ func TestHelmOptOutsNeedAcknowledgement(t *testing.T) {
 	}
 }
 
-// No mode or feature grants pods get, or any other access to pods: one
-// node's token would read every pod of the cluster.
+// No mode or feature grants access to pods cluster-wide: one node's token
+// would read every pod of the cluster. nodeLabels.mode nodefeature reads
+// its own Pod (the NodeFeature's owners): pods get, in the release
+// namespace alone, and nothing else on pods.
 func TestHelmRBACHasNoPodsRule(t *testing.T) {
 	for _, vals := range []chartutil.Values{
 		withHealth(chartutil.Values{}, true, true),
 		withHealth(draValues(nil), true, true),
 		withHealth(nodeLabelsValues(draValues(nil)), true, false),
+		withHealth(nodeFeatureValues(draValues(nil)), true, true),
 	} {
-		for _, cr := range renderWith(t, vals).ClusterRoles {
+		objs := renderWith(t, vals)
+		for _, cr := range objs.ClusterRoles {
 			for _, r := range cr.Rules {
 				for _, res := range r.Resources {
 					if res == "pods" || strings.HasPrefix(res, "pods/") || res == "*" {
 						t.Errorf("with %v ClusterRole %s grants %v on %s", vals, cr.Name, r.Verbs, res)
+					}
+				}
+			}
+		}
+		for _, role := range objs.Roles {
+			for _, r := range role.Rules {
+				for _, res := range r.Resources {
+					if (res == "pods" && !slices.Equal(r.Verbs, []string{"get"})) || strings.HasPrefix(res, "pods/") || res == "*" || role.Namespace != releaseNamespace {
+						t.Errorf("with %v Role %s/%s grants %v on %s", vals, role.Namespace, role.Name, r.Verbs, res)
 					}
 				}
 			}

@@ -160,9 +160,31 @@ flags:
     outputFile: /etc/kubernetes/node-feature-discovery/features.d/gfd
     machineTypeFile: /sys/class/dmi/id/product_name
 `,
-			want: "migStrategy: single\n",
-			notes: []string{"flags.useNodeFeatureAPI: not carried over: labels go to NFD's local feature file", "flags.gfd.oneshot:", "flags.gfd.noTimestamp:",
+			want: "migStrategy: single\nnodeLabels: nodefeature\n",
+			notes: []string{"flags.gfd.oneshot:", "flags.gfd.noTimestamp:",
 				"flags.gfd.sleepInterval:", "flags.gfd.outputFile:", "flags.gfd.machineTypeFile:"},
+		},
+		{
+			name: "gfd writing NFD's feature file",
+			file: "version: v1\nflags:\n  useNodeFeatureAPI: false\n",
+			want: "nodeLabels: nfd\n",
+		},
+		{
+			name: "gfd's NodeFeature API from its variable",
+			env:  map[string]string{"GFD_USE_NODE_FEATURE_API": "true"},
+			want: "nodeLabels: nodefeature\n",
+		},
+		{
+			name: "the variable wins over the file",
+			file: "version: v1\nflags:\n  useNodeFeatureAPI: true\n",
+			env:  map[string]string{"USE_NODE_FEATURE_API": "false"},
+			want: "nodeLabels: nfd\n",
+		},
+		{
+			name:  "not a boolean",
+			env:   map[string]string{"USE_NODE_FEATURE_API": "yes please"},
+			want:  "{}\n",
+			notes: []string{`USE_NODE_FEATURE_API: "yes please" is not true or false; left out`},
 		},
 		{
 			name: "mps",
@@ -361,6 +383,25 @@ driverRoot: /run/nvidia/driver
 	}
 	if len(notes) != 1 || !strings.HasPrefix(notes[0], "devRoot: /run/nvidia/driver/dev left out") {
 		t.Errorf("notes = %q, want one about devRoot", notes)
+	}
+}
+
+// TestValuesNodeLabels: the chart takes the labels' delivery as its own
+// value nodeLabels.mode (it sets --node-labels, the access and the pod's
+// namespace), not as config.
+func TestValuesNodeLabels(t *testing.T) {
+	r, err := Convert(nil, envOf(map[string]string{"USE_NODE_FEATURE_API": "true", "MIG_STRATEGY": "mixed"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, notes := r.Values()
+	got, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "config:\n  migStrategy: mixed\nnodeLabels:\n  mode: nodefeature\n"
+	if string(got) != want || len(notes) != 0 {
+		t.Errorf("values:\n%s\nnotes %q; want:\n%s", got, notes, want)
 	}
 }
 

@@ -72,7 +72,8 @@ func Keys() []Key {
 			Note: "GPUDirect Storage's device nodes are not added to GPU containers"},
 		{File: "flags.mofedEnabled", Flag: "mofed-enabled", Env: []string{"MOFED_ENABLED"},
 			Note: "RDMA devices are served apart, as NIC pools: see `nicResources`"},
-		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Ours: "nodeLabels", Note: "not carried over: labels go to NFD's local feature file (nodeLabels: nfd), not through the NodeFeature API"},
+		{File: "flags.useNodeFeatureAPI", Flag: "use-node-feature-api", Env: []string{"USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"}, Ours: "nodeLabels",
+			Note: "`true` becomes `nodefeature` (an NFD NodeFeature object, named and labelled as GFD's; needs `podNamespace`, which the chart sets), `false` becomes `nfd` (NFD's local feature file); `-o values` sets the chart's `nodeLabels.mode`", move: nodeFeatureAPI},
 		{File: "flags.deviceDiscoveryStrategy", Flag: "device-discovery-strategy", Env: []string{"DEVICE_DISCOVERY_STRATEGY"},
 			Note: "GPUs are found through NVML only; Tegra (Jetson) boards are not served"},
 		{File: "flags.plugin.passDeviceSpecs", Flag: "pass-device-specs", Env: []string{"PASS_DEVICE_SPECS"},
@@ -236,6 +237,23 @@ func deviceListStrategy(r *Result, at string, v json.RawMessage) {
 	if len(out) > 0 {
 		r.Config["deviceListStrategy"] = out
 	}
+}
+
+// nodeFeatureAPI: GFD writes an NFD NodeFeature object with it on, NFD's
+// feature file with it off. A variable gives the boolean as text.
+func nodeFeatureAPI(r *Result, at string, v json.RawMessage) {
+	var on bool
+	if err := json.Unmarshal(v, &on); err != nil {
+		s, ok := str(r, at, v)
+		if !ok {
+			return
+		}
+		if on, err = strconv.ParseBool(strings.TrimSpace(s)); err != nil {
+			r.note(at, fmt.Sprintf("%q is not true or false; left out (nodeLabels stays nfd, NFD's feature file)", s))
+			return
+		}
+	}
+	r.Config["nodeLabels"] = map[bool]string{true: config.NodeLabelsNodeFeature, false: config.NodeLabelsNFD}[on]
 }
 
 func placement(r *Result, at string, v json.RawMessage) {

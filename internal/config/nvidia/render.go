@@ -43,6 +43,12 @@ func (r Result) Values() (values map[string]any, notes []string) {
 			delete(cfg, k)
 		}
 	}
+	// The chart passes --node-labels from its own value, and gives the pod
+	// the access and namespace the mode needs.
+	if v, ok := cfg["nodeLabels"]; ok {
+		values["nodeLabels"] = map[string]any{"mode": v}
+		delete(cfg, "nodeLabels")
+	}
 	if v, ok := cfg["devRoot"]; ok {
 		if v != "/dev" {
 			notes = append(notes, fmt.Sprintf("devRoot: %v left out: the chart mounts the host's /dev; device nodes elsewhere need extraVolumes and --dev-root in extraArgs", v))
@@ -56,8 +62,14 @@ func (r Result) Values() (values map[string]any, notes []string) {
 }
 
 // Check loads a converted config as the plugin would, so that migrate
-// never prints a file the plugin refuses.
+// never prints a file the plugin refuses. podNamespace, which nodeLabels
+// nodefeature needs, is the pod's own (the chart sets it from the downward
+// API), not NVIDIA's setting: it is taken as given.
 func Check(cfg map[string]any) error {
+	if cfg["nodeLabels"] == config.NodeLabelsNodeFeature && cfg["podNamespace"] == nil {
+		cfg = maps.Clone(cfg)
+		cfg["podNamespace"] = "gpu-device-plugin"
+	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("writing the converted config: %w", err)

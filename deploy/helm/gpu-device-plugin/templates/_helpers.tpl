@@ -127,10 +127,46 @@ values, so a config key would turn reporting on without the access it needs. */}
 {{/* "true" with nodeLabels.mode node (the plugin labels its Node through
 the API), else empty; refuses a mode the plugin does not know. */}}
 {{- define "gpu-device-plugin.nodeLabelsNode" -}}
-{{- if not (has .Values.nodeLabels.mode (list "nfd" "node" "none")) }}
-{{- fail (printf "nodeLabels.mode %q: want nfd (NFD's feature file), node (the Node's labels, through the API) or none" (toString .Values.nodeLabels.mode)) }}
+{{- if not (has .Values.nodeLabels.mode (list "nfd" "node" "nodefeature" "none")) }}
+{{- fail (printf "nodeLabels.mode %q: want nfd (NFD's feature file), node (the Node's labels, through the API), nodefeature (an NFD NodeFeature object, through the API) or none" (toString .Values.nodeLabels.mode)) }}
 {{- end }}
 {{- if eq .Values.nodeLabels.mode "node" }}true{{ end }}
+{{- end }}
+
+{{/* "true" with nodeLabels.mode nodefeature (the plugin keeps an NFD
+NodeFeature object in the release namespace through the API), else empty;
+refuses a mode the plugin does not know. */}}
+{{- define "gpu-device-plugin.nodeLabelsNodeFeature" -}}
+{{- $_ := include "gpu-device-plugin.nodeLabelsNode" . }}
+{{- if eq .Values.nodeLabels.mode "nodefeature" }}true{{ end }}
+{{- end }}
+
+{{/* The node label keys the plugin computes (GPU Feature Discovery's names;
+labels.KeyPattern in the Go code, which e2e/deploy checks this against), as
+a regular expression for CEL's matches(). */}}
+{{- define "gpu-device-plugin.nodeLabelKeys" -}}
+^nvidia\.com/((gpu|mig-[0-9a-z][0-9a-z.]*)\.(product|count|replicas|sharing-strategy|memory|multiprocessors|slices\.(gi|ci)|engines\.(copy|decoder|encoder|jpeg|ofa))|gpu\.(family|compute\.(major|minor)|mode|machine|clique)|cuda\.(driver\.(major|minor|rev)|driver-version\.(major|minor|revision|full)|runtime\.(major|minor)|runtime-version\.(major|minor|full))|mig\.(capable|strategy)|mps\.capable|vgpu\.(present|host-driver-version|host-driver-branch))$
+{{- end }}
+
+{{/* At most this many keys (labels.MaxKeys in the Go code: what Compute can
+return on a node of two GPU models in MIG mode). */}}
+{{- define "gpu-device-plugin.nodeLabelMaxKeys" -}}
+497
+{{- end }}
+
+{{/* At most this long a key: nvidia.com/ and Kubernetes' 63 for the name. */}}
+{{- define "gpu-device-plugin.nodeLabelMaxKeyLength" -}}
+74
+{{- end }}
+
+{{/* GPU Feature Discovery's NodeFeature naming, which the plugin shares
+(nodelabels.NodeFeaturePrefix and NodeNameLabel in the Go code): the object
+nvidia-features-for-<node>, and NFD's label naming the Node its labels go on. */}}
+{{- define "gpu-device-plugin.nodeFeaturePrefix" -}}
+nvidia-features-for-
+{{- end }}
+{{- define "gpu-device-plugin.nodeFeatureNodeLabel" -}}
+nfd.node.kubernetes.io/node-name
 {{- end }}
 
 {{/* "true" with remediation.cordon (the plugin cordons its own Node while
@@ -158,10 +194,10 @@ gpu-device-plugin.github.io/cordoned
 {{- end }}
 
 {{/* "true" when the pod talks to the API server (DRA mode, events,
-nodeCondition, nodeLabels.mode node, remediation.cordon), else empty: it
-then gets a ServiceAccount, its token and its node's name. */}}
+nodeCondition, nodeLabels.mode node or nodefeature, remediation.cordon),
+else empty: it then gets a ServiceAccount, its token and its node's name. */}}
 {{- define "gpu-device-plugin.apiAccess" -}}
-{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) (include "gpu-device-plugin.nodeLabelsNode" .) (include "gpu-device-plugin.cordon" .) }}true{{ end }}
+{{- if or (include "gpu-device-plugin.dra" .) (include "gpu-device-plugin.report" .) (include "gpu-device-plugin.nodeLabelsNode" .) (include "gpu-device-plugin.nodeLabelsNodeFeature" .) (include "gpu-device-plugin.cordon" .) }}true{{ end }}
 {{- end }}
 
 {{/* podResources.hostDir, checked and cleaned: the same path on the host
@@ -173,8 +209,9 @@ and in the pod. */}}
 {{- clean .Values.podResources.hostDir }}
 {{- end }}
 
-{{/* The ServiceAccount of DRA mode, events, nodeCondition and nodeLabels
-mode node (device-plugin mode without them uses none). */}}
+{{/* The ServiceAccount of DRA mode, events, nodeCondition, nodeLabels
+mode node or nodefeature and remediation.cordon (device-plugin mode without
+them uses none). */}}
 {{- define "gpu-device-plugin.serviceAccountName" -}}
 {{- include "gpu-device-plugin.fullname" . }}
 {{- end }}
@@ -449,6 +486,9 @@ kubeVersion is the default install's minimum; these need more. */}}
 {{- end }}
 {{- if include "gpu-device-plugin.nodeLabelsNode" . }}
 {{- $needs = append $needs (list "1.32" "nodeLabels.mode node (an admission policy that reads the node name in the plugin's token)") }}
+{{- end }}
+{{- if include "gpu-device-plugin.nodeLabelsNodeFeature" . }}
+{{- $needs = append $needs (list "1.32" "nodeLabels.mode nodefeature (an admission policy that reads the node name in the plugin's token)") }}
 {{- end }}
 {{- if include "gpu-device-plugin.cordon" . }}
 {{- $needs = append $needs (list "1.32" "remediation.cordon (an admission policy that reads the node name in the plugin's token)") }}
