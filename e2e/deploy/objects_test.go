@@ -57,18 +57,16 @@ type objects struct {
 	ServiceAccounts     []*corev1.ServiceAccount
 	ClusterRoles        []*rbacv1.ClusterRole
 	ClusterRoleBindings []*rbacv1.ClusterRoleBinding
-	// nodeLabels.mode nodefeature's, in the release namespace.
+	// In the release namespace: nodeLabels.mode nodefeature's, and the
+	// ComputeDomain controller's Lease's.
 	Roles          []*rbacv1.Role
 	RoleBindings   []*rbacv1.RoleBinding
 	Policies       []*admissionregistrationv1.ValidatingAdmissionPolicy
 	PolicyBindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	DeviceClasses  []*resourcev1.DeviceClass
 
-	// computeDomains.enabled's controller: its Deployment, and the Lease's
-	// Role and RoleBinding.
-	Deployments  []*appsv1.Deployment
-	Roles        []*rbacv1.Role
-	RoleBindings []*rbacv1.RoleBinding
+	// computeDomains.enabled's controller.
+	Deployments []*appsv1.Deployment
 
 	// The monitoring values' (metrics.serviceMonitor, .prometheusRule,
 	// .dashboard): Dashboards are the ConfigMaps of component dashboard.
@@ -149,12 +147,6 @@ func decodeStrict(source string, stream []byte) (objects, error) {
 		case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
 			o := &rbacv1.ClusterRoleBinding{}
 			out.ClusterRoleBindings, target = append(out.ClusterRoleBindings, o), o
-		case "rbac.authorization.k8s.io/v1/Role":
-			o := &rbacv1.Role{}
-			out.Roles, target = append(out.Roles, o), o
-		case "rbac.authorization.k8s.io/v1/RoleBinding":
-			o := &rbacv1.RoleBinding{}
-			out.RoleBindings, target = append(out.RoleBindings, o), o
 		case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":
 			o := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 			out.Policies, target = append(out.Policies, o), o
