@@ -1,7 +1,6 @@
 package imex
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvcaps"
 )
 
 // DeviceName is the driver's name for the IMEX channels' character device
@@ -38,37 +39,7 @@ func Path(id int) string {
 // device: the driver has no IMEX support (before R550, or not on a
 // multi-node NVLink system's driver build).
 func Major(procRoot string) (major uint32, ok bool, err error) {
-	path := filepath.Join(procRoot, "devices")
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, false, fmt.Errorf("reading the %s major number: %w", DeviceName, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	chars := false
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "Character devices:":
-			chars = true
-		case strings.HasSuffix(line, ":"):
-			chars = false
-		case chars:
-			num, name, found := strings.Cut(line, " ")
-			if !found || strings.TrimSpace(name) != DeviceName {
-				continue
-			}
-			n, err := strconv.ParseUint(num, 10, 32)
-			if err != nil || n == 0 {
-				return 0, false, fmt.Errorf("%s: %s major %q is not a number", path, DeviceName, num)
-			}
-			return uint32(n), true, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return 0, false, nil
+	return nvcaps.CharMajor(procRoot, DeviceName)
 }
 
 // EnsureChannel makes channel id's node under devRoot, a character device

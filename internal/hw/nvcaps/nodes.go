@@ -60,10 +60,21 @@ func EnsureNodes(devRoot, procRoot string, minors []int) error {
 
 // capsMajor reads the major number of nvidia-caps from procRoot/devices.
 func capsMajor(procRoot string) (uint32, error) {
+	n, ok, err := CharMajor(procRoot, "nvidia-caps")
+	if err == nil && !ok {
+		err = fmt.Errorf("%s lists no nvidia-caps character device: is the NVIDIA driver loaded with MIG support?", filepath.Join(procRoot, "devices"))
+	}
+	return n, err
+}
+
+// CharMajor reads the major number of the character device name from
+// procRoot/devices (the driver's nvidia-caps, nvidia-caps-imex-channels).
+// ok is false, with no error, when the file does not list it.
+func CharMajor(procRoot, name string) (major uint32, ok bool, err error) {
 	path := filepath.Join(procRoot, "devices")
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, fmt.Errorf("reading the nvidia-caps major number: %w", err)
+		return 0, false, fmt.Errorf("reading the %s major number: %w", name, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -76,18 +87,19 @@ func capsMajor(procRoot string) (uint32, error) {
 		case strings.HasSuffix(line, ":"):
 			chars = false
 		case chars:
-			num, name, ok := strings.Cut(line, " ")
-			if ok && strings.TrimSpace(name) == "nvidia-caps" {
-				n, err := strconv.ParseUint(num, 10, 32)
-				if err != nil || n == 0 {
-					return 0, fmt.Errorf("%s: nvidia-caps major %q is not a number", path, num)
-				}
-				return uint32(n), nil
+			num, dev, found := strings.Cut(line, " ")
+			if !found || strings.TrimSpace(dev) != name {
+				continue
 			}
+			n, err := strconv.ParseUint(num, 10, 32)
+			if err != nil || n == 0 {
+				return 0, false, fmt.Errorf("%s: %s major %q is not a number", path, name, num)
+			}
+			return uint32(n), true, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
+		return 0, false, fmt.Errorf("reading %s: %w", path, err)
 	}
-	return 0, fmt.Errorf("%s lists no nvidia-caps character device: is the NVIDIA driver loaded with MIG support?", path)
+	return 0, false, nil
 }
