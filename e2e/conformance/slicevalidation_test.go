@@ -88,10 +88,12 @@ type validatingAPIServer struct {
 	client *fake.Clientset
 	mu     sync.Mutex
 	errs   []error
+	// refused is signalled at each refusal.
+	refused chan struct{}
 }
 
 func newValidatingAPIServer(objs ...runtime.Object) *validatingAPIServer {
-	v := &validatingAPIServer{client: harness.FakeAPIServer(objs...)}
+	v := &validatingAPIServer{client: harness.FakeAPIServer(objs...), refused: make(chan struct{}, 1)}
 	check := func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var obj runtime.Object
 		switch a := a.(type) {
@@ -118,6 +120,10 @@ func newValidatingAPIServer(objs ...runtime.Object) *validatingAPIServer {
 			v.mu.Lock()
 			v.errs = append(v.errs, err)
 			v.mu.Unlock()
+			select {
+			case v.refused <- struct{}{}:
+			default:
+			}
 			return true, nil, apierrors.NewBadRequest(err.Error())
 		}
 		return false, nil, nil
@@ -187,6 +193,14 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 	api := newValidatingAPIServer(node)
 	var handled []error
 	var hmu sync.Mutex
+	failed := make(chan struct{}, 1)
+	// Stored slices come as watch events, refusals and the controller's
+	// errors on their channels: each wakes the check below.
+	w, err := api.client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
 		DriverName: draDriver,
 		KubeClient: api.client,
@@ -196,6 +210,10 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 			hmu.Lock()
 			handled = append(handled, fmt.Errorf("%s: %w", msg, err))
 			hmu.Unlock()
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
 		},
 	})
 	if err != nil {
@@ -203,7 +221,8 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 	}
 	defer ctrl.Stop()
 
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
 	for {
 		if errs := api.refusals(); len(errs) > 0 {
 			t.Fatalf("the v1.37 API server refuses our ResourceSlices:\n%v", errs[0])
@@ -226,10 +245,13 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 		if devs == wantDevices && sets == wantSets {
 			return list.Items
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-w.ResultChan():
+		case <-api.refused:
+		case <-failed:
+		case <-deadline.C:
 			t.Fatalf("the API server holds %d devices and %d counter sets in %d slices after %v, want %d and %d", devs, sets, len(list.Items), waitTimeout, wantDevices, wantSets)
 		}
-		time.Sleep(pollEvery) // the fake API server has no watch a test can wait on here
 	}
 }
 
