@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -115,7 +116,15 @@ func TestCheckpointPodUID(t *testing.T) {
 			{Name: "trainer", Devices: []*v1.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-4"}}}},
 		}},
 	}}
-	h := FromList(list)
+	wire, err := proto.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := DecodeList(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := FromList(pods)
 	// A gone pod's entries stay in the checkpoint a while: GPU-2 twice.
 	withGone := `{"Data":{"PodDeviceEntries":[
 	 {"PodUID":"uid-b","ContainerName":"trainer","ResourceName":"nvidia.com/gpu","DeviceIDs":{"0":["GPU-2"]}},

@@ -5,16 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 )
 
 // ErrUnavailable is wrapped by every error that means the API could not
@@ -111,24 +106,24 @@ func (h Holders) Of(n Names) []Holder {
 }
 
 // FromList indexes a List answer.
-func FromList(resp *v1.ListPodResourcesResponse) Holders {
+func FromList(pods []Pod) Holders {
 	h := Holders{devices: map[deviceKey][]Holder{}, dra: map[draKey][]Holder{}, held: map[Holder]map[string][]string{}}
-	for _, p := range resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
-			who := Holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
-			for _, d := range c.GetDevices() {
-				for _, id := range d.GetDeviceIds() {
-					k := deviceKey{d.GetResourceName(), id}
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			who := Holder{Namespace: p.Namespace, Pod: p.Name, Container: c.Name}
+			for _, d := range c.Devices {
+				for _, id := range d.IDs {
+					k := deviceKey{d.Resource, id}
 					h.devices[k] = append(h.devices[k], who)
 					if h.held[who] == nil {
 						h.held[who] = map[string][]string{}
 					}
-					h.held[who][d.GetResourceName()] = append(h.held[who][d.GetResourceName()], id)
+					h.held[who][d.Resource] = append(h.held[who][d.Resource], id)
 				}
 			}
-			for _, dr := range c.GetDynamicResources() {
-				for _, r := range dr.GetClaimResources() {
-					k := draKey{r.GetDriverName(), r.GetPoolName(), r.GetDeviceName()}
+			for _, cl := range c.Claims {
+				for _, r := range cl.Devices {
+					k := draKey{r.Driver, r.Pool, r.Device}
 					h.dra[k] = append(h.dra[k], who)
 				}
 			}
@@ -167,9 +162,9 @@ func (c Client) Holders(ctx context.Context) (Holders, error) {
 // List is the kubelet's answer to one List call: every pod's containers
 // with their devices and DRA claims (name, namespace, and each device's
 // driver, pool, name and CDI device IDs).
-func (c Client) List(ctx context.Context) (*v1.ListPodResourcesResponse, error) {
+func (c Client) List(ctx context.Context) ([]Pod, error) {
 	// Stat first: "no such file" or "permission denied" on the path says
-	// more than gRPC's connection error.
+	// more than the connection's error.
 	if _, err := os.Stat(c.Socket); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -179,26 +174,22 @@ func (c Client) List(ctx context.Context) (*v1.ListPodResourcesResponse, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := grpc.NewClient("passthrough:///"+c.Socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
-	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
-	}
+	conn := grpcwire.NewClient(c.Socket, maxMessageSize)
 	defer conn.Close()
-	// Fail-fast (the default): a socket nobody listens on, or one we may
-	// not connect to, ends the call at once with Unavailable.
-	resp, err := v1.NewPodResourcesListerClient(conn).List(ctx, &v1.ListPodResourcesRequest{})
+	// A socket nobody listens on, or one we may not connect to, ends the
+	// call at once with Unavailable.
+	b, err := conn.Call(ctx, methodList, empty{})
 	if err != nil {
-		if status.Code(err) == codes.Unavailable {
+		if grpcwire.CodeOf(err) == grpcwire.Unavailable {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
 		}
 		return nil, fmt.Errorf("kubelet PodResources List at %s: %w", c.Socket, err)
 	}
-	return resp, nil
+	pods, err := DecodeList(b)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet PodResources List at %s: %w", c.Socket, err)
+	}
+	return pods, nil
 }
 
 // DRADevicesWhere returns the containers whose claims hold any device of

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 )
@@ -151,7 +152,7 @@ func TestServerError(t *testing.T) {
 	if err == nil || errors.Is(err, podresources.ErrUnavailable) {
 		t.Fatalf("err = %v, want an error that is not ErrUnavailable", err)
 	}
-	if status.Code(errors.Unwrap(err)) != codes.Internal || !strings.Contains(err.Error(), "kubelet broke") {
+	if grpcwire.CodeOf(err) != grpcwire.Internal || !strings.Contains(err.Error(), "kubelet broke") {
 		t.Errorf("err = %v, want the server's Internal error wrapped", err)
 	}
 	srv.Set()

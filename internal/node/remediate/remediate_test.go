@@ -274,7 +274,7 @@ func (r *rig) stop() {
 func (r *rig) hold(pods ...*v1.PodResources) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.holders = podresources.FromList(&v1.ListPodResourcesResponse{PodResources: pods})
+	r.holders = podresources.FromList(prt.Decode(r.t, pods...))
 }
 
 // state waits for Run to have handled everything sent so far and

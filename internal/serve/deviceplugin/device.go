@@ -1,20 +1,19 @@
 package deviceplugin
 
 import (
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 // apiDevice is d as ListAndWatch sends it. A device with no known NUMA
 // node (device.NoNUMANode) gets no topology.
-func apiDevice(d device.Device) *pluginapi.Device {
-	out := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
+func apiDevice(d device.Device) api.Device {
+	out := api.Device{ID: d.ID, Health: api.Healthy}
 	if !d.Healthy {
-		out.Health = pluginapi.Unhealthy
+		out.Health = api.Unhealthy
 	}
 	if d.NUMANode >= 0 {
-		out.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.NUMANode)}}}
+		out.NUMANodes = []int64{int64(d.NUMANode)}
 	}
 	return out
 }
@@ -26,7 +25,8 @@ func apiDevice(d device.Device) *pluginapi.Device {
 type snapshot struct {
 	devices []device.Device
 	byID    map[string]int
-	resp    *pluginapi.ListAndWatchResponse
+	// resp is the ListAndWatch answer, encoded once for every stream.
+	resp    encoded
 	changed chan struct{}
 }
 
@@ -34,13 +34,14 @@ func newSnapshot(devices []device.Device) *snapshot {
 	s := &snapshot{
 		devices: devices,
 		byID:    make(map[string]int, len(devices)),
-		resp:    &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, len(devices))},
 		changed: make(chan struct{}),
 	}
+	list := api.ListAndWatchResponse{Devices: make([]api.Device, len(devices))}
 	for i, d := range devices {
 		s.byID[d.ID] = i
-		s.resp.Devices[i] = apiDevice(d)
+		list.Devices[i] = apiDevice(d)
 	}
+	s.resp = list.AppendProto(nil)
 	return s
 }
 
@@ -51,3 +52,8 @@ func (s *snapshot) lookup(id string) (device.Device, bool) {
 	}
 	return s.devices[i], true
 }
+
+// encoded is a message already in its wire form.
+type encoded []byte
+
+func (e encoded) AppendProto(b []byte) []byte { return append(b, e...) }

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 // fuzzIDs is what the fuzzer picks device IDs from, by byte: the server's
@@ -59,16 +58,16 @@ func FuzzHandlers(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, c1, c2, avail, must []byte, size int32) {
 		// Allocate, two containers.
-		req := &pluginapi.AllocateRequest{}
+		req := &api.AllocateRequest{}
 		for _, c := range [][]byte{c1, c2} {
-			req.ContainerRequests = append(req.ContainerRequests, &pluginapi.ContainerAllocateRequest{DevicesIds: pick(c)})
+			req.ContainerRequests = append(req.ContainerRequests, pick(c))
 		}
 		resp, err := v.Allocate(ctx, req)
 		bad := firstBad(s.current(), req)
-		switch code := status.Code(err); {
-		case bad == "" && code != codes.OK:
+		switch code := grpcwire.CodeOf(err); {
+		case bad == "" && code != grpcwire.OK:
 			t.Fatalf("Allocate(%v) = %v; every ID is usable", req, err)
-		case bad != "" && code != codes.InvalidArgument:
+		case bad != "" && code != grpcwire.InvalidArgument:
 			t.Fatalf("Allocate(%v) = %v; want InvalidArgument about %s", req, err, bad)
 		case bad != "" && !strings.Contains(err.Error(), bad):
 			t.Fatalf("Allocate error %q does not name %s", err, bad)
@@ -77,14 +76,14 @@ func FuzzHandlers(f *testing.F) {
 				t.Fatalf("%d answers for %d containers", len(resp.ContainerResponses), len(req.ContainerRequests))
 			}
 			for i, cr := range resp.ContainerResponses {
-				if got, want := cr.Envs["IDS"], strings.Join(req.ContainerRequests[i].DevicesIds, ","); got != want {
+				if got, want := cr.Envs["IDS"], strings.Join(req.ContainerRequests[i], ","); got != want {
 					t.Fatalf("container %d: backend got %q, want %q", i, got, want)
 				}
 			}
 		}
 
 		// GetPreferredAllocation, one container.
-		preq := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		preq := &api.PreferredAllocationRequest{ContainerRequests: []api.ContainerPreferredAllocationRequest{{
 			AvailableDeviceIDs: pick(avail), MustIncludeDeviceIDs: pick(must), AllocationSize: size,
 		}}}
 		presp, err := v.GetPreferredAllocation(ctx, preq)
@@ -94,7 +93,7 @@ func FuzzHandlers(f *testing.F) {
 		if len(presp.ContainerResponses) != 1 {
 			t.Fatalf("%d answers for one container", len(presp.ContainerResponses))
 		}
-		got := presp.ContainerResponses[0].DeviceIDs
+		got := presp.ContainerResponses[0]
 		creq := preq.ContainerRequests[0]
 		known := func(id string) bool { return s.current().has(id) }
 		usable := slices.DeleteFunc(slices.Clone(creq.AvailableDeviceIDs), func(id string) bool { return !known(id) })
@@ -126,26 +125,18 @@ func FuzzHandlers(f *testing.F) {
 				t.Fatalf("preferred %v lacks must-include %s", got, id)
 			}
 		}
-
-		// The rest of the service outside ListAndWatch.
-		if _, err := v.GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := v.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: pick(c1)}); err != nil {
-			t.Fatal(err)
-		}
 	})
 }
 
 // firstBad returns the ID, or "no device", Allocate must complain about;
 // "" when the request is good.
-func firstBad(snap *snapshot, req *pluginapi.AllocateRequest) string {
+func firstBad(snap *snapshot, req *api.AllocateRequest) string {
 	for _, c := range req.ContainerRequests {
-		if len(c.DevicesIds) == 0 {
+		if len(c) == 0 {
 			return "no device"
 		}
 		seen := map[string]bool{}
-		for _, id := range c.DevicesIds {
+		for _, id := range c {
 			d, ok := snap.lookup(id)
 			if !ok || seen[id] || !d.Healthy {
 				return strconv.Quote(id)

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"slices"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 // maxLoggedIDs bounds each list of ignored IDs in a log line: a request
@@ -27,12 +27,12 @@ type hint struct {
 	unknown, repeated, unavailable []string
 }
 
-func (s *snapshot) hint(req *pluginapi.ContainerPreferredAllocationRequest) hint {
-	h := hint{asked: req.GetAllocationSize(), byID: s.byID}
+func (s *snapshot) hint(req *api.ContainerPreferredAllocationRequest) hint {
+	h := hint{asked: req.AllocationSize, byID: s.byID}
 	marks := make([]bool, 2*len(s.devices))
 	h.inAvail, h.inMust = marks[:len(s.devices)], marks[len(s.devices):]
-	h.available = make([]string, 0, len(req.GetAvailableDeviceIDs()))
-	for _, id := range req.GetAvailableDeviceIDs() {
+	h.available = make([]string, 0, len(req.AvailableDeviceIDs))
+	for _, id := range req.AvailableDeviceIDs {
 		i, known := s.byID[id]
 		switch {
 		case !known:
@@ -44,7 +44,7 @@ func (s *snapshot) hint(req *pluginapi.ContainerPreferredAllocationRequest) hint
 			h.available = append(h.available, id)
 		}
 	}
-	for _, id := range req.GetMustIncludeDeviceIDs() {
+	for _, id := range req.MustIncludeDeviceIDs {
 		i, known := s.byID[id]
 		switch {
 		case !known:
@@ -58,7 +58,7 @@ func (s *snapshot) hint(req *pluginapi.ContainerPreferredAllocationRequest) hint
 			h.must = append(h.must, id)
 		}
 	}
-	h.size = min(max(int(req.GetAllocationSize()), len(h.must)), len(h.available))
+	h.size = min(max(int(req.AllocationSize), len(h.must)), len(h.available))
 	return h
 }
 

@@ -3,14 +3,12 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 const (
@@ -144,23 +142,16 @@ func (s *Server) currentServing() (serving, bool) {
 // each time and does not wait for readiness, so a refused dial fails at
 // once instead of sitting out gRPC's reconnect backoff.
 func (s *Server) register(ctx context.Context) error {
-	conn, err := grpc.NewClient("passthrough:///"+s.kubelet,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}),
-	)
-	if err != nil {
-		return fmt.Errorf("connecting to kubelet at %s: %w", s.kubelet, err)
-	}
+	conn := grpcwire.NewClient(s.kubelet, 0)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
+	opts := s.options()
+	_, err := conn.Call(ctx, api.MethodRegister, api.RegisterRequest{
+		Version:      api.Version,
 		Endpoint:     SocketName(s.resource),
 		ResourceName: s.resource,
-		Options:      s.options(),
+		Options:      &opts,
 	})
 	if err != nil {
 		return fmt.Errorf("registering %s with kubelet at %s: %w", s.resource, s.kubelet, err)

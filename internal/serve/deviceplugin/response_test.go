@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
+// TestResponse checks each answer as the kubelet decodes it, with
+// k8s.io/kubelet's generated code.
 func TestResponse(t *testing.T) {
 	tests := []struct {
 		name string
@@ -26,7 +28,7 @@ func TestResponse(t *testing.T) {
 		{
 			name: "every field",
 			in: &device.Answer{
-				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"},
+				Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b", "A": ""},
 				Nodes: []device.Node{
 					{ContainerPath: "/dev/nvidia0", HostPath: "/host/dev/nvidia0", Permissions: "rw"},
 					{ContainerPath: "/dev/nvidiactl", HostPath: "/host/dev/nvidiactl", Permissions: "r"},
@@ -37,7 +39,7 @@ func TestResponse(t *testing.T) {
 			},
 			want: &pluginapi.ContainerAllocateResponse{
 				Mounts: []*pluginapi.Mount{{ContainerPath: "/dev/shm", HostPath: "/run/mps/GPU-a/shm"}, {ContainerPath: "/etc/x", HostPath: "/x", ReadOnly: true}},
-				Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"},
+				Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b", "A": ""},
 				Devices: []*pluginapi.DeviceSpec{
 					{ContainerPath: "/dev/nvidia0", HostPath: "/host/dev/nvidia0", Permissions: "rw"},
 					{ContainerPath: "/dev/nvidiactl", HostPath: "/host/dev/nvidiactl", Permissions: "r"},
@@ -47,11 +49,9 @@ func TestResponse(t *testing.T) {
 			},
 		},
 		{
-			// Empty but present stays empty, as a backend building the
-			// message itself would have left it.
 			name: "empty but not nil",
 			in:   &device.Answer{Env: map[string]string{}, Nodes: []device.Node{}, Mounts: []device.Mount{}, CDIDevices: []string{}, Annotations: map[string]string{}},
-			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}, Devices: []*pluginapi.DeviceSpec{}, Mounts: []*pluginapi.Mount{}, CdiDevices: []*pluginapi.CDIDevice{}, Annotations: map[string]string{}},
+			want: &pluginapi.ContainerAllocateResponse{},
 		},
 		{
 			name: "env only",
@@ -61,30 +61,23 @@ func TestResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Response(tt.in)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Response(%+v) =\n%+v\nwant\n%+v", tt.in, got, tt.want)
+			wire := Response(tt.in).AppendProto(nil)
+			got := &pluginapi.ContainerAllocateResponse{}
+			if err := proto.Unmarshal(wire, got); err != nil {
+				t.Fatalf("the kubelet's code cannot decode the response: %v", err)
 			}
-			// Nil and empty look alike when printed; DeepEqual told them
-			// apart, this says which one was wrong.
-			if (got.Envs == nil) != (tt.want.Envs == nil) || (got.Devices == nil) != (tt.want.Devices == nil) ||
-				(got.CdiDevices == nil) != (tt.want.CdiDevices == nil) || (got.Annotations == nil) != (tt.want.Annotations == nil) {
-				t.Errorf("nil fields: got envs %t devices %t cdi %t annotations %t, want %t %t %t %t",
-					got.Envs == nil, got.Devices == nil, got.CdiDevices == nil, got.Annotations == nil,
-					tt.want.Envs == nil, tt.want.Devices == nil, tt.want.CdiDevices == nil, tt.want.Annotations == nil)
+			if !proto.Equal(got, tt.want) {
+				t.Errorf("Response(%+v) as the kubelet reads it =\n%v\nwant\n%v", tt.in, got, tt.want)
 			}
 		})
 	}
 }
 
-// TestResponseDoesNotAlias checks that two responses to one answer share
-// no device spec: the gRPC layer may cache sizes in them.
+// TestResponseDoesNotAlias checks that a response keeps the device specs
+// it was built with when the answer's nodes change afterwards.
 func TestResponseDoesNotAlias(t *testing.T) {
-	a := &device.Answer{Nodes: []device.Node{{ContainerPath: "/dev/x", HostPath: "/dev/x", Permissions: "rw"}}, CDIDevices: []string{"example.com/x=a"}}
-	r1, r2 := Response(a), Response(a)
-	if r1.Devices[0] == r2.Devices[0] || r1.CdiDevices[0] == r2.CdiDevices[0] {
-		t.Error("two responses share a message")
-	}
+	a := &device.Answer{Nodes: []device.Node{{ContainerPath: "/dev/x", HostPath: "/dev/x", Permissions: "rw"}}}
+	r1 := Response(a)
 	a.Nodes[0].Permissions = "r"
 	if r1.Devices[0].Permissions != "rw" {
 		t.Error("a response changed with the answer's nodes")
@@ -100,11 +93,11 @@ func TestAllocateErrorCodes(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want codes.Code
+		want grpcwire.Code
 	}{
-		{name: "not ready is retryable", err: fmt.Errorf("%w: no CDI spec of example.com/gpu yet", device.ErrNotReady), want: codes.Unavailable},
-		{name: "not ready wrapped twice", err: fmt.Errorf("outer: %w", fmt.Errorf("%w: inner", device.ErrNotReady)), want: codes.Unavailable},
-		{name: "anything else is internal", err: errors.New("building CDI annotations: bad"), want: codes.Internal},
+		{name: "not ready is retryable", err: fmt.Errorf("%w: no CDI spec of example.com/gpu yet", device.ErrNotReady), want: grpcwire.Unavailable},
+		{name: "not ready wrapped twice", err: fmt.Errorf("outer: %w", fmt.Errorf("%w: inner", device.ErrNotReady)), want: grpcwire.Unavailable},
+		{name: "anything else is internal", err: errors.New("building CDI annotations: bad"), want: grpcwire.Internal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,13 +106,13 @@ func TestAllocateErrorCodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.SetDevices(testDevices())
-			_, err = (&service{s: s}).Allocate(context.Background(), &pluginapi.AllocateRequest{
-				ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-a"}}},
+			_, err = (&service{s: s}).Allocate(context.Background(), &api.AllocateRequest{
+				ContainerRequests: [][]string{{"GPU-a"}},
 			})
-			if got := status.Code(err); got != tt.want {
+			if got := grpcwire.CodeOf(err); got != tt.want {
 				t.Fatalf("code = %v (%v), want %v", got, err, tt.want)
 			}
-			if msg := status.Convert(err).Message(); !containsAll(msg, "example.com/gpu", "GPU-a", tt.err.Error()) {
+			if msg := err.Error(); !containsAll(msg, "example.com/gpu", "GPU-a", tt.err.Error()) {
 				t.Errorf("message %q should name the resource, the devices and the cause", msg)
 			}
 		})

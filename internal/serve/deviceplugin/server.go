@@ -14,14 +14,13 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"google.golang.org/grpc"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 // DefaultSocketDir is where the kubelet expects device-plugin sockets.
-const DefaultSocketDir = pluginapi.DevicePluginPath
+const DefaultSocketDir = api.DevicePluginPath
 
 // Backend supplies what is specific to a resource. Allocate gets IDs the
 // server has already checked: known, healthy, each once. Its answer is in
@@ -108,7 +107,7 @@ func New(o Options) (*Server, error) {
 		resource:   o.ResourceName,
 		dir:        o.SocketDir,
 		socketPath: filepath.Join(o.SocketDir, SocketName(o.ResourceName)),
-		kubelet:    filepath.Join(o.SocketDir, filepath.Base(pluginapi.KubeletSocket)),
+		kubelet:    filepath.Join(o.SocketDir, filepath.Base(api.KubeletSocket)),
 		backend:    o.Backend,
 		log:        o.Log.With("resource", o.ResourceName),
 		retryMax:   o.RegisterRetryMax,
@@ -208,9 +207,9 @@ func (s *Server) SetHealthOf(ids []string, healthy bool, reason string) bool {
 	return true
 }
 
-func (s *Server) options() *pluginapi.DevicePluginOptions {
+func (s *Server) options() api.DevicePluginOptions {
 	_, pref := s.backend.(PreferredAllocator)
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: pref}
+	return api.DevicePluginOptions{GetPreferredAllocationAvailable: pref}
 }
 
 // Run serves the resource until ctx ends. It (re)starts the gRPC server
@@ -334,7 +333,7 @@ func (s *Server) removeSocket(id fileID) {
 // one and starts the gRPC server. It returns the identity of the socket
 // file it created and a channel that yields Serve's error if it ends on
 // its own.
-func (s *Server) serve() (*grpc.Server, <-chan error, fileID, error) {
+func (s *Server) serve() (*grpcwire.Server, <-chan error, fileID, error) {
 	if err := os.Remove(s.socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fileID{}, fmt.Errorf("removing stale socket %s: %w", s.socketPath, err)
 	}
@@ -348,8 +347,7 @@ func (s *Server) serve() (*grpc.Server, <-chan error, fileID, error) {
 	// If the kubelet wiped it already, the zero identity matches nothing
 	// and the pending removal event serves again.
 	id, _ := statID(s.socketPath)
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, &service{s: s})
+	srv := (&service{s: s}).rpcServer()
 	served := make(chan error, 1)
 	go func() {
 		if err := srv.Serve(ln); err != nil {

@@ -5,35 +5,57 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
+	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
 )
 
 // service implements the DevicePlugin gRPC API over a Server's state.
 type service struct {
-	pluginapi.UnimplementedDevicePluginServer
 	s *Server
 }
 
-func (v *service) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return v.s.options(), nil
+// rpcServer is a gRPC server answering the DevicePlugin service.
+func (v *service) rpcServer() *grpcwire.Server {
+	rs := grpcwire.NewServer(v.s.log)
+	rs.HandleUnary(api.MethodGetDevicePluginOptions, func(context.Context, []byte) (grpcwire.Marshaler, error) {
+		return v.s.options(), nil
+	})
+	rs.HandleStream(api.MethodListAndWatch, func(ctx context.Context, _ []byte, send func(grpcwire.Marshaler) error) error {
+		return v.ListAndWatch(ctx, send)
+	})
+	rs.HandleUnary(api.MethodGetPreferredAllocation, func(ctx context.Context, b []byte) (grpcwire.Marshaler, error) {
+		var req api.PreferredAllocationRequest
+		if err := req.Unmarshal(b); err != nil {
+			return nil, grpcwire.Errorf(grpcwire.InvalidArgument, "%s: GetPreferredAllocation: %v", v.s.resource, err)
+		}
+		return v.GetPreferredAllocation(ctx, &req)
+	})
+	rs.HandleUnary(api.MethodAllocate, func(ctx context.Context, b []byte) (grpcwire.Marshaler, error) {
+		var req api.AllocateRequest
+		if err := req.Unmarshal(b); err != nil {
+			return nil, grpcwire.Errorf(grpcwire.InvalidArgument, "%s: Allocate: %v", v.s.resource, err)
+		}
+		return v.Allocate(ctx, &req)
+	})
+	rs.HandleUnary(api.MethodPreStartContainer, func(context.Context, []byte) (grpcwire.Marshaler, error) {
+		return api.Empty{}, nil
+	})
+	return rs
 }
 
 // ListAndWatch sends the whole list at once and again after every change.
 // Changes that land while a send is in flight coalesce into one send of
 // the newest list: the kubelet only ever needs the latest state.
-func (v *service) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+func (v *service) ListAndWatch(ctx context.Context, send func(grpcwire.Marshaler) error) error {
 	for {
 		snap := v.s.current()
-		if err := stream.Send(snap.resp); err != nil {
+		if err := send(snap.resp); err != nil {
 			return fmt.Errorf("sending device list for %s: %w", v.s.resource, err)
 		}
 		select {
 		case <-snap.changed:
-		case <-stream.Context().Done():
+		case <-ctx.Done():
 			return nil
 		}
 	}
@@ -45,15 +67,15 @@ func (v *service) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin
 // dropped, the size is clamped to what can be had, a backend that cannot
 // choose is replaced by the first available devices, and what was ignored
 // is logged.
-func (v *service) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+func (v *service) GetPreferredAllocation(_ context.Context, req *api.PreferredAllocationRequest) (*api.PreferredAllocationResponse, error) {
 	pref, ok := v.s.backend.(PreferredAllocator)
 	if !ok {
-		return nil, status.Errorf(codes.Unimplemented, "%s does not offer preferred allocation", v.s.resource)
+		return nil, grpcwire.Errorf(grpcwire.Unimplemented, "%s does not offer preferred allocation", v.s.resource)
 	}
 	snap := v.s.current()
-	resp := &pluginapi.PreferredAllocationResponse{ContainerResponses: make([]*pluginapi.ContainerPreferredAllocationResponse, 0, len(req.GetContainerRequests()))}
-	for i, creq := range req.GetContainerRequests() {
-		h := snap.hint(creq)
+	resp := &api.PreferredAllocationResponse{ContainerResponses: make([][]string, 0, len(req.ContainerRequests))}
+	for i := range req.ContainerRequests {
+		h := snap.hint(&req.ContainerRequests[i])
 		ids := h.must
 		if h.size > len(h.must) {
 			var err error
@@ -69,7 +91,7 @@ func (v *service) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 		if h.ignored() {
 			v.s.log.Info("preferred allocation: ignored part of the request", h.attrs(i)...)
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+		resp.ContainerResponses = append(resp.ContainerResponses, ids)
 	}
 	return resp, nil
 }
@@ -77,34 +99,30 @@ func (v *service) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 // Allocate refuses the whole request if any container names a device that
 // is unknown or unhealthy: a container must not start with fewer or
 // broken devices than the scheduler counted.
-func (v *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (v *service) Allocate(_ context.Context, req *api.AllocateRequest) (*api.AllocateResponse, error) {
 	snap := v.s.current()
-	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.GetContainerRequests()))}
-	for _, creq := range req.GetContainerRequests() {
-		if len(creq.GetDevicesIds()) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: allocate request names no device", v.s.resource)
+	resp := &api.AllocateResponse{ContainerResponses: make([]api.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
+	for _, ids := range req.ContainerRequests {
+		if len(ids) == 0 {
+			return nil, grpcwire.Errorf(grpcwire.InvalidArgument, "%s: allocate request names no device", v.s.resource)
 		}
-		if err := snap.usable(creq.GetDevicesIds()); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", v.s.resource, err)
+		if err := snap.usable(ids); err != nil {
+			return nil, grpcwire.Errorf(grpcwire.InvalidArgument, "%s: %v", v.s.resource, err)
 		}
-		answer, err := v.s.backend.Allocate(creq.GetDevicesIds())
+		answer, err := v.s.backend.Allocate(ids)
 		if err != nil {
-			code := codes.Internal
+			code := grpcwire.Internal
 			switch {
 			case errors.Is(err, device.ErrNotReady):
-				code = codes.Unavailable
+				code = grpcwire.Unavailable
 			case errors.Is(err, device.ErrBadRequest):
-				code = codes.InvalidArgument
+				code = grpcwire.InvalidArgument
 			}
-			return nil, status.Errorf(code, "%s: allocating %v: %v", v.s.resource, creq.GetDevicesIds(), err)
+			return nil, grpcwire.Errorf(code, "%s: allocating %v: %v", v.s.resource, ids, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, Response(answer))
 	}
 	return resp, nil
-}
-
-func (v *service) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
 // usable checks that every ID names a known, healthy device, once: a

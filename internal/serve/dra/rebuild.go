@@ -12,7 +12,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
@@ -22,7 +21,7 @@ import (
 // container holds, with each device's pool, name and CDI device IDs.
 // podresources.Client is one.
 type PodResources interface {
-	List(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error)
+	List(ctx context.Context) ([]podresources.Pod, error)
 }
 
 // ClaimGetter reads one ResourceClaim by namespace and name: a GET, never
@@ -158,35 +157,35 @@ func (d *Driver) rebuildLocked(ctx context.Context) (again bool) {
 
 // heldClaims lists the claims of this driver on this node's pool that
 // PodResources says containers hold, each once, sorted.
-func (d *Driver) heldClaims(resp *podresourcesapi.ListPodResourcesResponse) []heldClaim {
+func (d *Driver) heldClaims(pods []podresources.Pod) []heldClaim {
 	byKey := map[string]*heldClaim{}
-	for _, p := range resp.GetPodResources() {
-		pod := p.GetNamespace() + "/" + p.GetName()
-		for _, c := range p.GetContainers() {
-			for _, dr := range c.GetDynamicResources() {
-				for _, r := range dr.GetClaimResources() {
-					if r.GetDriverName() != d.o.DriverName || r.GetPoolName() != d.o.NodeName {
+	for _, p := range pods {
+		pod := p.Namespace + "/" + p.Name
+		for _, c := range p.Containers {
+			for _, dr := range c.Claims {
+				for _, r := range dr.Devices {
+					if r.Driver != d.o.DriverName || r.Pool != d.o.NodeName {
 						continue
 					}
-					key := dr.GetClaimNamespace() + "/" + dr.GetClaimName()
+					key := dr.Namespace + "/" + dr.Name
 					h := byKey[key]
 					if h == nil {
-						h = &heldClaim{namespace: dr.GetClaimNamespace(), name: dr.GetClaimName(), cdi: map[string][]string{}}
+						h = &heldClaim{namespace: dr.Namespace, name: dr.Name, cdi: map[string][]string{}}
 						byKey[key] = h
 					}
-					ids := h.cdi[r.GetDeviceName()]
-					for _, cd := range r.GetCdiDevices() {
+					ids := h.cdi[r.Device]
+					for _, cd := range r.CDIDevices {
 						// The metadata file's CDI device is the helper's: it
 						// adds one at each Prepare, and one kept here would
 						// outlive draDeviceMetadata being turned off.
-						if strings.HasPrefix(cd.GetName(), d.o.DriverName+"/metadata=") {
+						if strings.HasPrefix(cd, d.o.DriverName+"/metadata=") {
 							continue
 						}
-						if !slices.Contains(ids, cd.GetName()) {
-							ids = append(ids, cd.GetName())
+						if !slices.Contains(ids, cd) {
+							ids = append(ids, cd)
 						}
 					}
-					h.cdi[r.GetDeviceName()] = ids
+					h.cdi[r.Device] = ids
 					if !slices.Contains(h.pods, pod) {
 						h.pods = append(h.pods, pod)
 					}

@@ -12,7 +12,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 )
 
 // Server answers List with the pods it was given, or with an error.
@@ -118,4 +121,19 @@ func Claim(namespace, name, driver, pool string, devices ...string) *v1.DynamicR
 		d.ClaimResources = append(d.ClaimResources, &v1.ClaimResource{DriverName: driver, PoolName: pool, DeviceName: dev})
 	}
 	return d
+}
+
+// Decode is pods as the plugin's client reads them from the wire: encoded
+// by the kubelet's generated code, decoded by podresources.DecodeList.
+func Decode(t testing.TB, pods ...*v1.PodResources) []podresources.Pod {
+	t.Helper()
+	wire, err := proto.Marshal(&v1.ListPodResourcesResponse{PodResources: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := podresources.DecodeList(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
