@@ -28,15 +28,15 @@ COPY . .
 ARG VERSION=dev
 ARG COMMIT=unknown
 # The Makefile's build: cgo (go-nvml dlopens libnvidia-ml.so.1), -trimpath,
-# version and commit through -X.
+# its GOTAGS, version and commit through -X.
 ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
+    go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin ./cmd/gpu-device-plugin
 # DRA mode's executable, built the same way but without DWARF (as make
 # does); serve execs it from its own directory, so it is copied beside the plugin.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+    go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
 # The CDI hook, static: the chart's init container copies it onto the host,
 # where the container runtime runs it whatever the host's libc.

@@ -34,15 +34,20 @@ version:
 
 build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 
+# Build tags that leave out what the plugin never runs, since on Linux the
+# whole executable is resident (docs/architecture.md): urfave/cli's man-page
+# and Markdown writers, and grpc-go's HTML request tracing (DRA mode).
+GOTAGS = urfave_cli_no_docs,grpcnotrace
+
 $(BIN)/gpu-device-plugin: FORCE
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin
+	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin
 
 # DRA mode (kubeletAPI: dra): serve execs it from its own directory, so it
 # ships beside gpu-device-plugin. Built the same way (cgo, for NVML), but
 # without DWARF (-s -w; stack traces keep their names): the Kubernetes
 # client makes it three times the size, and the image carries it.
 $(BIN)/gpu-device-plugin-dra: FORCE
-	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dra
+	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dra
 
 # The CDI hook is static (no cgo): the container runtime runs it on the
 # host for every GPU container, whatever libc the host has, and the chart's
@@ -228,8 +233,8 @@ release-preflight:
 # One architecture: its three binaries (built as make build builds them),
 # its image (from scratch and that architecture's glibc) and its packages.
 release-linux-%: release-preflight
-	$(call release_cgo,$*) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin ./cmd/gpu-device-plugin
-	$(call release_cgo,$*) $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
+	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin ./cmd/gpu-device-plugin
+	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook ./cmd/gpu-device-plugin-cdi-hook
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/imagebuild -sysroot $(call release_sysroot,$*) \
 		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \

@@ -92,7 +92,8 @@ func buildPlugin(dir string, pkgs ...string) (string, error) {
 	if len(pkgs) > 1 {
 		dst = filepath.Dir(bin) + string(filepath.Separator) // each package's binary by its name
 	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dst}, pkgs...)...)
+	// The Makefile's GOTAGS, so the figures are those of what ships.
+	cmd := exec.Command("go", append([]string{"build", "-tags", "urfave_cli_no_docs,grpcnotrace", "-o", dst}, pkgs...)...)
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
