@@ -257,13 +257,14 @@ func TestDashboard(t *testing.T) {
 }
 
 // The metric names the plugin exports, from its source: the names given
-// to prometheus.NewDesc and to a metric's Opts (Name:), under internal/,
-// and a histogram's series (_bucket, _sum, _count). A metric renamed there
-// and not here fails TestHelmMonitoring and TestDashboard.
+// to an exposition.Desc (Name:), under internal/, and a histogram's series
+// (_bucket, _sum, _count) for those given to exposition.NewHistogram. A
+// metric renamed there and not here fails TestHelmMonitoring and
+// TestDashboard.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	re := regexp.MustCompile(`(?:prometheus\.NewDesc\(\s*|Name:\s*)"(gpu_device_plugin_[a-z0-9_]+)"`)
-	histogram := regexp.MustCompile(`HistogramOpts\{[^}]*?Name:\s*"(gpu_device_plugin_[a-z0-9_]+)"`)
+	re := regexp.MustCompile(`Name:\s*"(gpu_device_plugin_[a-z0-9_]+)"`)
+	histogram := regexp.MustCompile(`NewHistogram\(\s*exposition\.Desc\{\s*Name:\s*"(gpu_device_plugin_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	root := repoPath(t, "internal")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -11,10 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
@@ -24,6 +20,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/remediate"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/probe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dpnode"
@@ -129,22 +126,24 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		})
 	}
 	var mets *metrics.Metrics
-	var hookGauge prometheus.Gauge
+	var hook *metrics.CDIHook
 	if cfg.MetricsAddress != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg := exposition.NewRegistry()
+		for _, c := range []exposition.Collector{metrics.GoRuntime(), metrics.Process("/proc")} {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("registering metrics: %w", err)
+			}
+		}
 		if specs != nil {
-			hookGauge = prometheus.NewGauge(prometheus.GaugeOpts{
-				Name: "gpu_device_plugin_cdi_hook_installed",
-				Help: "1 when the GPU CDI spec runs " + cdi.HookName + " (libcuda.so link, ld cache), 0 when cdiHookPath names no installed hook or is empty.",
-			})
-			reg.MustRegister(hookGauge)
+			if hook, err = metrics.RegisterCDIHook(reg); err != nil {
+				return err
+			}
 		}
 		if mets, err = metrics.NewMetrics(reg); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
+			return err
 		}
 		if err := metrics.RegisterProbes(reg, status); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
+			return err
 		}
 		if cfg.PodResourcesSocket != "" {
 			if err := reg.Register(allocations(cfg, mets, log)); err != nil {
@@ -158,7 +157,7 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 		log.Info("serving metrics", "address", ln.Addr().String())
 		// Every path but the probes' is /metrics, as before they came.
 		mux := http.NewServeMux()
-		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/", reg)
 		mux.Handle("GET /livez", status.Handler())
 		mux.Handle("GET /readyz", status.Handler())
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -235,8 +234,8 @@ func RunWith(ctx context.Context, cfg config.Config, open OpenFunc, log *slog.Lo
 	}
 	// Whether GPU containers get the hook: a metric and the Node condition.
 	onHook := func(installed bool, _ error) {
-		if hookGauge != nil {
-			hookGauge.Set(map[bool]float64{false: 0, true: 1}[installed])
+		if hook != nil {
+			hook.Set(installed)
 		}
 		if rep != nil && cfg.CDIHookPath != "" {
 			if installed {
@@ -283,7 +282,7 @@ const ReasonCDIHookMissing = "CDIHookMissing"
 
 // allocations is the collector of gpu_device_plugin_device_allocated,
 // asking the kubelet's PodResources API at each scrape.
-func allocations(cfg config.Config, mets *metrics.Metrics, log *slog.Logger) prometheus.Collector {
+func allocations(cfg config.Config, mets *metrics.Metrics, log *slog.Logger) *metrics.AllocationCollector {
 	return mets.Allocations(metrics.AllocationOptions{
 		Holders: podresources.Client{Socket: cfg.PodResourcesSocket, Timeout: allocationTimeout}.Holders,
 		Driver:  config.DRADriverName,

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -78,6 +81,20 @@ func TestMetricsServed(t *testing.T) {
 	resp.Body.Close()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Errorf("Content-Type %q, want the text format 0.0.4's", ct)
+	}
+	// The Go runtime's and the process's figures are served beside ours.
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("Prometheus's parser refuses /metrics: %v", err)
+	}
+	for _, name := range []string{"go_goroutines", "go_gc_duration_seconds", "process_resident_memory_bytes", "process_start_time_seconds"} {
+		if fams[name] == nil {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 	for _, want := range []string{
 		`gpu_device_plugin_device_allocated{container="main",device="` + uuid0 + `",namespace="ml",pod="train",resource="nvidia.com/gpu"} 1`,

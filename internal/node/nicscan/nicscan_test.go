@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config/configtest"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
 )
 
 // nicFixture is the DGX-H100-like tree with docs/nic-pools.md's pools, CDI specs
@@ -154,7 +156,7 @@ func TestNICStaleDeviceInfoRemoved(t *testing.T) {
 // from the start, and a transition counted when a NIC fails.
 func TestNICHealthMetrics(t *testing.T) {
 	f := newNICFixture(t)
-	reg := prometheus.NewRegistry()
+	reg := exposition.NewRegistry()
 	m, err := metrics.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -162,9 +164,15 @@ func TestNICHealthMetrics(t *testing.T) {
 	s := f.server(t, m)
 	s.Rescan(true)
 	s.Rescan(false) // no change: nothing counted
+	// gather reads /metrics as Prometheus would.
 	gather := func() map[string]float64 {
 		t.Helper()
-		families, err := reg.Gather()
+		var b strings.Builder
+		if _, err := reg.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := p.TextToMetricFamilies(strings.NewReader(b.String()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,14 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
 )
-
-var allocatedDesc = prometheus.NewDesc("gpu_device_plugin_device_allocated",
-	"1 for every container holding a device, as the kubelet's PodResources API says at scrape time.",
-	[]string{"resource", "device", "namespace", "pod", "container"}, nil)
 
 // AllocationOptions configure Metrics.Allocations.
 type AllocationOptions struct {
@@ -31,13 +26,14 @@ type AllocationOptions struct {
 	Log    *slog.Logger
 }
 
-// AllocationCollector is a prometheus.Collector of
+// AllocationCollector is the exposition.Collector of
 // gpu_device_plugin_device_allocated. It asks the kubelet at each scrape,
 // as dcgm-exporter does, rather than keep a copy that would go stale
 // between pods.
 type AllocationCollector struct {
-	m *Metrics
-	o AllocationOptions
+	m    *Metrics
+	o    AllocationOptions
+	desc *exposition.Desc
 
 	mu      sync.Mutex // guards failing: scrapes may overlap
 	failing bool
@@ -53,16 +49,19 @@ func (m *Metrics) Allocations(o AllocationOptions) *AllocationCollector {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &AllocationCollector{m: m, o: o}
+	return &AllocationCollector{m: m, o: o, desc: &exposition.Desc{Name: "gpu_device_plugin_device_allocated",
+		Help:   "1 for every container holding a device, as the kubelet's PodResources API says at scrape time.",
+		Type:   exposition.TypeGauge,
+		Labels: []string{"resource", "device", "namespace", "pod", "container"}}}
 }
 
-// Describe implements prometheus.Collector.
-func (c *AllocationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- allocatedDesc }
+// Describe implements exposition.Collector.
+func (c *AllocationCollector) Describe() []*exposition.Desc { return []*exposition.Desc{c.desc} }
 
-// Collect implements prometheus.Collector. When the kubelet cannot be
+// Collect implements exposition.Collector. When the kubelet cannot be
 // asked there are no series, and one warning per run of failures: a
 // missing socket would otherwise log at every scrape.
-func (c *AllocationCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *AllocationCollector) Collect(s *exposition.Scrape) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout)
 	defer cancel()
 	h, err := c.o.Holders(ctx)
@@ -81,7 +80,7 @@ func (c *AllocationCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range c.m.served() {
 		names := podresources.Names{Resource: d.resource, IDs: []string{d.device}, Driver: c.o.Driver, Pool: c.o.Pool, DRADevice: d.info.DRAName}
 		for _, who := range h.Of(names) {
-			ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, 1, d.resource, d.device, who.Namespace, who.Pod, who.Container)
+			s.Add(c.desc, 1, d.resource, d.device, who.Namespace, who.Pod, who.Container)
 		}
 	}
 }

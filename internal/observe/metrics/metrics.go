@@ -5,14 +5,18 @@
 // podresources) at scrape time; the plugin's own API requests,
 // gpu_device_plugin_api_requests_total, as package kubeapi tells them; and
 // whether NVIDIA_VISIBLE_DEVICES opens every GPU to any pod,
-// gpu_device_plugin_runtime_envvar_door_open, as package runtimes reads it.
+// gpu_device_plugin_runtime_envvar_door_open, as package runtimes reads it;
+// and the Go runtime's and this process's go_* and process_* series.
+// Package exposition writes them out; no Prometheus client library is
+// linked.
 package metrics
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
 )
 
 // Metrics exposes device health and device facts to Prometheus, for every
@@ -20,9 +24,10 @@ import (
 // scrape, so a device whose reason changes has exactly one
 // gpu_device_plugin_device_healthy series, never one per reason it had.
 type Metrics struct {
-	transitions *prometheus.CounterVec
-	requests    *prometheus.CounterVec
+	transitions *exposition.Counter
+	requests    *exposition.Counter
 	remediation *Remediation
+	state       stateFamilies
 
 	mu      sync.Mutex
 	devices map[deviceKey]*deviceMetrics
@@ -90,40 +95,49 @@ const (
 	SharingMPS         = "mps"
 )
 
-var (
-	healthyDesc = prometheus.NewDesc("gpu_device_plugin_device_healthy",
-		"1 when the device is healthy, 0 when it is not; reason says why not (empty when healthy).",
-		[]string{"resource", "device", "reason"}, nil)
-	infoDesc = prometheus.NewDesc("gpu_device_plugin_device_info",
-		"1 for every device served: its UUID, index and model (a GPU's product name, a NIC's vendor:device), PCI bus ID and NUMA node.",
-		[]string{"resource", "device", "uuid", "index", "model", "pci_bus_id", "numa_node"}, nil)
-	sharingDesc = prometheus.NewDesc("gpu_device_plugin_device_sharing",
-		"1 for every shared device: how it is shared (mode: time-slicing or mps) and how many replicas it is served as.",
-		[]string{"resource", "device", "mode", "replicas"}, nil)
-	mpsDesc = prometheus.NewDesc("gpu_device_plugin_mps_daemon_up",
-		"1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).",
-		[]string{"device"}, nil)
-	doorDesc = prometheus.NewDesc("gpu_device_plugin_runtime_envvar_door_open",
-		"1 when any pod, even one that asks for no GPU, can see every GPU by setting NVIDIA_VISIBLE_DEVICES, as the node's container runtime configs say at start; 0 when not, or when unknown (reason unreadableConfig).",
-		[]string{"runtime", "reason"}, nil)
-)
+// stateFamilies are the families written from the kept health and facts.
+type stateFamilies struct{ healthy, info, sharing, mps, door *exposition.Desc }
+
+func newStateFamilies() stateFamilies {
+	return stateFamilies{
+		healthy: &exposition.Desc{Name: "gpu_device_plugin_device_healthy",
+			Help:   "1 when the device is healthy, 0 when it is not; reason says why not (empty when healthy).",
+			Type:   exposition.TypeGauge,
+			Labels: []string{"resource", "device", "reason"}},
+		info: &exposition.Desc{Name: "gpu_device_plugin_device_info",
+			Help:   "1 for every device served: its UUID, index and model (a GPU's product name, a NIC's vendor:device), PCI bus ID and NUMA node.",
+			Type:   exposition.TypeGauge,
+			Labels: []string{"resource", "device", "uuid", "index", "model", "pci_bus_id", "numa_node"}},
+		sharing: &exposition.Desc{Name: "gpu_device_plugin_device_sharing",
+			Help:   "1 for every shared device: how it is shared (mode: time-slicing or mps) and how many replicas it is served as.",
+			Type:   exposition.TypeGauge,
+			Labels: []string{"resource", "device", "mode", "replicas"}},
+		mps: &exposition.Desc{Name: "gpu_device_plugin_mps_daemon_up",
+			Help:   "1 while the MPS control daemon of a GPU shared through MPS answers, 0 while it is down (its shares are then withheld).",
+			Type:   exposition.TypeGauge,
+			Labels: []string{"device"}},
+		door: &exposition.Desc{Name: "gpu_device_plugin_runtime_envvar_door_open",
+			Help:   "1 when any pod, even one that asks for no GPU, can see every GPU by setting NVIDIA_VISIBLE_DEVICES, as the node's container runtime configs say at start; 0 when not, or when unknown (reason unreadableConfig).",
+			Type:   exposition.TypeGauge,
+			Labels: []string{"runtime", "reason"}},
+	}
+}
 
 // NewMetrics registers the health metrics with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+func NewMetrics(reg *exposition.Registry) (*Metrics, error) {
 	m := &Metrics{
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_device_plugin_health_transitions_total",
-			Help: "Health transitions per device, by the state entered and the reason (empty when Healthy).",
-		}, []string{"resource", "device", "to", "reason"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_device_plugin_api_requests_total",
-			Help: "Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.",
-		}, []string{"verb", "resource", "code"}),
+		transitions: exposition.NewCounter(exposition.Desc{Name: "gpu_device_plugin_health_transitions_total",
+			Help:   "Health transitions per device, by the state entered and the reason (empty when Healthy).",
+			Labels: []string{"resource", "device", "to", "reason"}}),
+		requests: exposition.NewCounter(exposition.Desc{Name: "gpu_device_plugin_api_requests_total",
+			Help:   "Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.",
+			Labels: []string{"verb", "resource", "code"}}),
+		state:   newStateFamilies(),
 		devices: map[deviceKey]*deviceMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.transitions, m.requests, stateCollector{m}} {
+	for _, c := range []exposition.Collector{m.transitions, m.requests, stateCollector{m}} {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("registering the health metrics: %w", err)
 		}
 	}
 	var err error
@@ -138,7 +152,7 @@ func (m *Metrics) Remediation() *Remediation { return m.remediation }
 
 // ObserveRequest counts one API request (kubeapi.RequestObserver).
 func (m *Metrics) ObserveRequest(verb, resource, code string) {
-	m.requests.WithLabelValues(verb, resource, code).Inc()
+	m.requests.Inc(verb, resource, code)
 }
 
 // For returns the recorder of resource's devices (a health.Recorder).
@@ -186,52 +200,46 @@ func (m *Metrics) served() []served {
 // stateCollector writes out the kept health and facts at each scrape.
 type stateCollector struct{ m *Metrics }
 
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- healthyDesc
-	ch <- infoDesc
-	ch <- sharingDesc
-	ch <- mpsDesc
-	ch <- doorDesc
+func (c stateCollector) Describe() []*exposition.Desc {
+	f := c.m.state
+	return []*exposition.Desc{f.healthy, f.info, f.sharing, f.mps, f.door}
 }
 
-func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+func (c stateCollector) Collect(s *exposition.Scrape) {
+	f := c.m.state
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	for k, d := range c.m.devices {
 		if d.health {
-			v := 0.0
-			if d.healthy {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, v, k.resource, k.device, d.reason)
+			s.Add(f.healthy, one(d.healthy), k.resource, k.device, d.reason)
 		}
 		if i := d.info; i != nil {
 			numa := ""
 			if i.NUMANode >= 0 {
 				numa = strconv.Itoa(i.NUMANode)
 			}
-			ch <- prometheus.MustNewConstMetric(infoDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.UUID, i.Index, i.Model, i.PCIBusID, numa)
+			s.Add(f.info, 1, k.resource, k.device, i.UUID, i.Index, i.Model, i.PCIBusID, numa)
 			if i.Sharing != "" {
-				ch <- prometheus.MustNewConstMetric(sharingDesc, prometheus.GaugeValue, 1, k.resource, k.device, i.Sharing, strconv.Itoa(i.Replicas))
+				s.Add(f.sharing, 1, k.resource, k.device, i.Sharing, strconv.Itoa(i.Replicas))
 			}
 		}
 	}
 	if d := c.m.door; d != nil {
-		v := 0.0
-		if d.open {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(doorDesc, prometheus.GaugeValue, v, d.runtime, d.reason)
+		s.Add(f.door, one(d.open), d.runtime, d.reason)
 	}
 	if c.m.mps != nil {
 		for uuid, up := range c.m.mps() {
-			v := 0.0
-			if up {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(mpsDesc, prometheus.GaugeValue, v, uuid)
+			s.Add(f.mps, one(up), uuid)
 		}
 	}
+}
+
+// one is a boolean gauge's value.
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Resource records one resource's device health and transitions.
@@ -257,5 +265,5 @@ func (r Resource) Transition(device string, healthy bool, reason string) {
 	if healthy {
 		to, reason = "Healthy", ""
 	}
-	r.m.transitions.WithLabelValues(r.resource, device, to, reason).Inc()
+	r.m.transitions.Inc(r.resource, device, to, reason)
 }

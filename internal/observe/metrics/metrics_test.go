@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	prt "github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
 )
 
 const (
@@ -35,9 +33,9 @@ const (
 `
 )
 
-func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+func newMetrics(t *testing.T) (*Metrics, *exposition.Registry) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
+	reg := exposition.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +43,69 @@ func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 	return m, reg
 }
 
-func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
+// scrape is what /metrics would say: reg's exposition, only the families
+// named when any are.
+func scrape(t *testing.T, reg *exposition.Registry, names ...string) string {
 	t.Helper()
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
-		t.Error(err)
+	var b strings.Builder
+	if _, err := reg.WriteTo(&b); err != nil {
+		t.Fatal(err)
 	}
+	if len(names) == 0 {
+		return b.String()
+	}
+	var out strings.Builder
+	for line := range strings.Lines(b.String()) {
+		name := line
+		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name = rest
+		} else if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name = rest
+		}
+		name = name[:strings.IndexAny(name, "{ ")]
+		for _, n := range names {
+			if name == n || name == n+"_bucket" || name == n+"_sum" || name == n+"_count" {
+				out.WriteString(line)
+			}
+		}
+	}
+	return out.String()
+}
+
+// compare checks the families named against want, whose blank lines do
+// not count.
+func compare(t *testing.T, reg *exposition.Registry, want string, names ...string) {
+	t.Helper()
+	var w strings.Builder
+	for line := range strings.Lines(want) {
+		if strings.TrimSpace(line) != "" {
+			w.WriteString(line)
+		}
+	}
+	if got := scrape(t, reg, names...); got != w.String() {
+		t.Errorf("scrape of %v:\n%s\nwant:\n%s", names, got, w.String())
+	}
+}
+
+// collect is c's exposition alone.
+func collect(t *testing.T, c exposition.Collector) string {
+	t.Helper()
+	reg := exposition.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	return scrape(t, reg)
+}
+
+// series counts the samples in an exposition.
+func series(exposition string) int {
+	n := 0
+	for line := range strings.Lines(exposition) {
+		if !strings.HasPrefix(line, "#") {
+			n++
+		}
+	}
+	return n
 }
 
 // The healthy gauge and the transition counter carry the reason; a
@@ -115,9 +171,6 @@ gpu_device_plugin_device_info{device="GPU-0",index="0",model="NVIDIA H100 80GB H
 gpu_device_plugin_device_info{device="0000:18:00.0",index="",model="15b3:1021",numa_node="1",pci_bus_id="0000:18:00.0",resource="example.com/rdma",uuid=""} 1
 gpu_device_plugin_device_info{device="GPU-0",index="0",model="",numa_node="",pci_bus_id="",resource="nvidia.com/gpu",uuid="GPU-0"} 1
 `, "gpu_device_plugin_device_info")
-	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
-		t.Errorf("lint: %v %v", problems, err)
-	}
 }
 
 func TestSharingMetrics(t *testing.T) {
@@ -142,9 +195,6 @@ gpu_device_plugin_mps_daemon_up{device="GPU-0"} 0
 # TYPE gpu_device_plugin_mps_daemon_up gauge
 gpu_device_plugin_mps_daemon_up{device="GPU-0"} 1
 `, "gpu_device_plugin_mps_daemon_up")
-	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
-		t.Errorf("lint: %v %v", problems, err)
-	}
 }
 
 func TestAllocationCollector(t *testing.T) {
@@ -181,7 +231,7 @@ func TestAllocationCollector(t *testing.T) {
 
 	// Unavailable: no series, one warning however many scrapes.
 	for range 3 {
-		if n := testutil.CollectAndCount(c); n != 0 {
+		if n := series(collect(t, c)); n != 0 {
 			t.Errorf("%d series without the kubelet, want none", n)
 		}
 	}
@@ -190,13 +240,12 @@ func TestAllocationCollector(t *testing.T) {
 	}
 
 	socket.Store(srv.Socket)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(allocatedHead+`
-gpu_device_plugin_device_allocated{container="a",device="GPU-1",namespace="ml",pod="serve",resource="nvidia.com/gpu"} 1
+	if got, want := collect(t, c), strings.TrimPrefix(allocatedHead, "\n")+`gpu_device_plugin_device_allocated{container="a",device="GPU-1",namespace="ml",pod="serve",resource="nvidia.com/gpu"} 1
 gpu_device_plugin_device_allocated{container="b",device="GPU-1",namespace="ml",pod="serve",resource="nvidia.com/gpu"} 1
 gpu_device_plugin_device_allocated{container="main",device="0000:18:00.0",namespace="ml",pod="train",resource="example.com/rdma"} 1
 gpu_device_plugin_device_allocated{container="main",device="GPU-0",namespace="ml",pod="train",resource="nvidia.com/gpu"} 1
-`)); err != nil {
-		t.Error(err)
+`; got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}
 	if !strings.Contains(logs.String(), "level=INFO") {
 		t.Errorf("recovery not logged:\n%s", logs.String())
@@ -205,14 +254,13 @@ gpu_device_plugin_device_allocated{container="main",device="GPU-0",namespace="ml
 	// The kubelet answering with an error is a failure like any other.
 	logs.Reset()
 	srv.Fail(context.DeadlineExceeded)
-	testutil.CollectAndCount(c)
-	testutil.CollectAndCount(c)
+	for range 2 {
+		if n := series(collect(t, c)); n != 0 {
+			t.Errorf("%d series from a failing kubelet, want none", n)
+		}
+	}
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Errorf("want one warning for a failing kubelet, got:\n%s", logs.String())
-	}
-	srv.Set()
-	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
-		t.Errorf("lint: %v %v", problems, err)
 	}
 }
 
@@ -264,32 +312,39 @@ func TestRuntimeDoorMetric(t *testing.T) {
 }
 
 func TestRemediationMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
+	reg := exposition.NewRegistry()
 	r, err := NewRemediation(reg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// There from the start, as client_golang's plain counter and
+	// histogram were.
+	if got := scrape(t, reg, "gpu_device_plugin_remediation_recoveries_total", "gpu_device_plugin_remediation_recovery_seconds"); !strings.Contains(got, "gpu_device_plugin_remediation_recoveries_total 0\n") ||
+		!strings.Contains(got, "gpu_device_plugin_remediation_recovery_seconds_count 0\n") {
+		t.Errorf("before any recovery:\n%s", got)
 	}
 	r.State("GPU-0", "serving")
 	r.State("GPU-0", "draining")
 	r.State("GPU-1", "serving")
 	r.Reset("success")
 	r.Recovered(90 * time.Second)
-	want := `
-# HELP gpu_device_plugin_remediation_resets_total GPU resets the remediation made, by result (success, failure); a reset of NVLink peers together counts once.
-# TYPE gpu_device_plugin_remediation_resets_total counter
-gpu_device_plugin_remediation_resets_total{result="success"} 1
+	compare(t, reg, `
 # HELP gpu_device_plugin_remediation_recoveries_total GPUs given back after their remediation (reset or drain, then probe), or released by a human.
 # TYPE gpu_device_plugin_remediation_recoveries_total counter
 gpu_device_plugin_remediation_recoveries_total 1
+# HELP gpu_device_plugin_remediation_resets_total GPU resets the remediation made, by result (success, failure); a reset of NVLink peers together counts once.
+# TYPE gpu_device_plugin_remediation_resets_total counter
+gpu_device_plugin_remediation_resets_total{result="success"} 1
 # HELP gpu_device_plugin_remediation_state 1 for the remediation state each GPU is in: serving, watching, draining, waitingIdle, resetting, probing, needsHuman, needsReboot.
 # TYPE gpu_device_plugin_remediation_state gauge
 gpu_device_plugin_remediation_state{gpu="GPU-0",state="draining"} 1
 gpu_device_plugin_remediation_state{gpu="GPU-1",state="serving"} 1
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpu_device_plugin_remediation_resets_total", "gpu_device_plugin_remediation_recoveries_total", "gpu_device_plugin_remediation_state"); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := testutil.GatherAndCount(reg, "gpu_device_plugin_remediation_recovery_seconds"); err != nil || n != 1 {
-		t.Fatalf("recovery_seconds: %d series, %v", n, err)
+`, "gpu_device_plugin_remediation_resets_total", "gpu_device_plugin_remediation_recoveries_total", "gpu_device_plugin_remediation_state")
+	// 90s is in the 120s bucket and every one above it.
+	got := scrape(t, reg, "gpu_device_plugin_remediation_recovery_seconds")
+	for _, want := range []string{`_bucket{le="60"} 0` + "\n", `_bucket{le="120"} 1` + "\n", `_bucket{le="+Inf"} 1` + "\n", "_sum 90\n", "_count 1\n"} {
+		if !strings.Contains(got, "gpu_device_plugin_remediation_recovery_seconds"+want) {
+			t.Errorf("recovery_seconds lacks %q:\n%s", want, got)
+		}
 	}
 }

@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/metrics/exposition"
+)
 
 // Probes is what the liveness and readiness probes answer (package probe).
 type Probes interface {
@@ -10,27 +14,29 @@ type Probes interface {
 
 // RegisterProbes registers gpu_device_plugin_ready and _live, read from p
 // at each scrape, so an alert sees what the kubelet's probes see.
-func RegisterProbes(reg prometheus.Registerer, p Probes) error {
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "gpu_device_plugin_ready",
+func RegisterProbes(reg *exposition.Registry, p Probes) error {
+	c := probesCollector{p: p,
+		ready: &exposition.Desc{Name: "gpu_device_plugin_ready",
 			Help: "1 when the plugin is ready: the kubelet holds every resource's registration (device-plugin API), or its ResourceSlices were handed to the publisher (DRA); 0 while not, as the readiness probe says.",
-		}, func() float64 { return ok(p.Ready()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "gpu_device_plugin_live",
+			Type: exposition.TypeGauge},
+		live: &exposition.Desc{Name: "gpu_device_plugin_live",
 			Help: "1 while every main loop of the plugin (GPU health polls, NIC scans) turns in time; 0 when one is stuck, as the liveness probe says.",
-		}, func() float64 { return ok(p.Live()) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
+			Type: exposition.TypeGauge},
+	}
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("registering the probes' metrics: %w", err)
 	}
 	return nil
 }
 
-func ok(err error) float64 {
-	if err != nil {
-		return 0
-	}
-	return 1
+type probesCollector struct {
+	p           Probes
+	ready, live *exposition.Desc
+}
+
+func (c probesCollector) Describe() []*exposition.Desc { return []*exposition.Desc{c.ready, c.live} }
+
+func (c probesCollector) Collect(s *exposition.Scrape) {
+	s.Add(c.ready, one(c.p.Ready() == nil))
+	s.Add(c.live, one(c.p.Live() == nil))
 }
