@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
@@ -69,6 +70,44 @@ func BenchmarkListAndWatchFanOut(b *testing.B) {
 				wg.Wait()
 			}
 			b.StopTimer()
+		})
+	}
+}
+
+// BenchmarkAllocate is one Allocate round trip as the kubelet makes it
+// (grpc-go's client, one call at a time), with a backend that answers at
+// once: the cost of the API layer alone.
+func BenchmarkAllocate(b *testing.B) {
+	for _, size := range []int{1, 4} {
+		b.Run(fmt.Sprintf("devices=%d", size), func(b *testing.B) {
+			s, err := New(Options{ResourceName: "example.com/gpu", SocketDir: b.TempDir(), Backend: recordingBackend{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			devs := make([]device.Device, 8)
+			ids := make([]string, size)
+			for i := range devs {
+				devs[i] = device.Device{ID: fmt.Sprintf("GPU-%d", i), NUMANode: i / 4, Healthy: true}
+			}
+			for i := range ids {
+				ids[i] = devs[i].ID
+			}
+			s.SetDevices(devs)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			c := dial(b, s.SocketPath())
+			req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}
+			if _, err := c.Allocate(ctx, req, grpc.WaitForReady(true)); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Allocate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }
