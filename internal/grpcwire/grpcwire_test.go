@@ -1,15 +1,22 @@
 package grpcwire_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -330,4 +337,175 @@ func TestOwnClientAndServer(t *testing.T) {
 	if _, err := c.Call(ctx, "/t.T/Code", pb{&pluginapi.Empty{}}); grpcwire.CodeOf(err) != grpcwire.NotFound {
 		t.Errorf("Code = %v, want NotFound", err)
 	}
+}
+
+// TestFlowControl: messages far larger than HTTP/2's initial 64 KiB
+// windows cross both ways, on many calls at once over one connection.
+func TestFlowControl(t *testing.T) {
+	const big = 3 << 20
+	s := grpcwire.NewServer(nil)
+	s.HandleUnary("/v1beta1.DevicePlugin/GetPreferredAllocation", func(_ context.Context, b []byte) (grpcwire.Marshaler, error) {
+		var req pluginapi.PreferredAllocationRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			return nil, err
+		}
+		ids := req.ContainerRequests[0].AvailableDeviceIDs
+		return pb{&pluginapi.PreferredAllocationResponse{ContainerResponses: []*pluginapi.ContainerPreferredAllocationResponse{{DeviceIDs: ids}}}}, nil
+	})
+	s.HandleStream("/v1beta1.DevicePlugin/ListAndWatch", func(ctx context.Context, _ []byte, send func(grpcwire.Marshaler) error) error {
+		for range 3 {
+			if err := send(pb{&pluginapi.ListAndWatchResponse{Devices: []*pluginapi.Device{{ID: strings.Repeat("d", big)}}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	c := grpcGoClient(t, serve(t, s), true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.MaxCallRecvMsgSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if len(m.Devices[0].ID) != big {
+			t.Fatalf("message %d: %d bytes, want %d", i, len(m.Devices[0].ID), big)
+		}
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("after the last message: %v, want the stream's clean end", err)
+	}
+
+	ids := make([]string, 20000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			resp, err := c.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids}}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, ids) {
+				t.Errorf("%d IDs came back, want the %d sent", len(got), len(ids))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// rawConn is a hand-driven HTTP/2 client, for what grpc-go never sends.
+type rawConn struct {
+	t   *testing.T
+	nc  net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func dialRaw(t *testing.T, path string) *rawConn {
+	t.Helper()
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	r := &rawConn{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	r.enc = hpack.NewEncoder(&r.buf)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// headers opens stream id with the given fields, ending it.
+func (r *rawConn) headers(id uint32, fields ...string) {
+	r.buf.Reset()
+	for i := 0; i < len(fields); i += 2 {
+		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.buf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// next returns the next frame that is not a SETTINGS or WINDOW_UPDATE.
+func (r *rawConn) next() http2.Frame {
+	r.t.Helper()
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Fatalf("reading a frame: %v", err)
+		}
+		switch f.(type) {
+		case *http2.SettingsFrame, *http2.WindowUpdateFrame:
+			continue
+		}
+		return f
+	}
+}
+
+func TestProtocolEdges(t *testing.T) {
+	s := testServer(t, make(chan error, 1), nil)
+	path := serve(t, s)
+
+	t.Run("ping", func(t *testing.T) {
+		r := dialRaw(t, path)
+		data := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
+		if err := r.fr.WritePing(false, data); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := r.next().(*http2.PingFrame); !ok || !p.IsAck() || p.Data != data {
+			t.Errorf("answer to a PING: %v", p)
+		}
+	})
+	t.Run("not gRPC", func(t *testing.T) {
+		r := dialRaw(t, path)
+		r.headers(1, ":method", "GET", ":scheme", "http", ":path", "/", ":authority", "localhost")
+		h, ok := r.next().(*http2.MetaHeadersFrame)
+		if !ok || h.PseudoValue("status") != "415" || !h.StreamEnded() {
+			t.Errorf("answer to a GET: %v", h)
+		}
+	})
+	t.Run("no message", func(t *testing.T) {
+		r := dialRaw(t, path)
+		r.headers(1, ":method", "POST", ":scheme", "http", ":path", "/v1beta1.DevicePlugin/Allocate", ":authority", "localhost", "content-type", "application/grpc")
+		h, ok := r.next().(*http2.MetaHeadersFrame)
+		if !ok || h.PseudoValue("status") != "200" || !h.StreamEnded() {
+			t.Fatalf("answer: %v", h)
+		}
+		var status string
+		for _, f := range h.RegularFields() {
+			if f.Name == "grpc-status" {
+				status = f.Value
+			}
+		}
+		if status != "13" {
+			t.Errorf("grpc-status %q for a call with no message, want 13 (Internal)", status)
+		}
+	})
+	t.Run("not HTTP/2", func(t *testing.T) {
+		nc, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := io.Copy(io.Discard, nc); err != nil {
+			t.Errorf("the connection ended with %v after %d bytes, want it closed", err, n)
+		}
+	})
 }
