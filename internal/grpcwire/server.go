@@ -170,7 +170,8 @@ type conn struct {
 	kick    chan struct{}
 
 	// Only the reading goroutine uses these.
-	lastID uint32
+	lastID  uint32
+	unacked uint32 // received and not yet credited back, connection-wide
 
 	closeOnce sync.Once
 }
@@ -187,6 +188,7 @@ type stream struct {
 	// Only the reading goroutine uses these, until dispatch.
 	method, path, contentType, timeout string
 	body                               []byte
+	unacked                            uint32
 	tooBig, dispatched                 bool
 }
 
@@ -371,19 +373,24 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	c.fmu.Lock()
 	st := c.streams[f.StreamID]
 	c.fmu.Unlock()
-	// Credit every byte back at once, padding included: a request is
-	// bounded by maxRecv, not by flow control.
+	// Credit the bytes back, padding included, once a quarter of a window
+	// has come (a request is bounded by maxRecv, not by flow control): a
+	// small call's request needs no update at all.
 	if n := f.Header().Length; n > 0 {
-		id, streamToo := f.StreamID, st != nil && !f.StreamEnded()
-		c.control(func() error {
-			if err := c.fr.WriteWindowUpdate(0, n); err != nil {
-				return err
+		c.unacked += n
+		if c.unacked >= recvWindow/4 {
+			k := c.unacked
+			c.unacked = 0
+			c.control(func() error { return c.fr.WriteWindowUpdate(0, k) })
+		}
+		if st != nil && !f.StreamEnded() {
+			st.unacked += n
+			if st.unacked >= recvWindow/4 {
+				id, k := st.id, st.unacked
+				st.unacked = 0
+				c.control(func() error { return c.fr.WriteWindowUpdate(id, k) })
 			}
-			if streamToo {
-				return c.fr.WriteWindowUpdate(id, n)
-			}
-			return nil
-		})
+		}
 	}
 	if st == nil || st.dispatched {
 		return nil // a stream the client reset, or data after its end
