@@ -312,14 +312,14 @@ func (c *conn) setting(s http2.Setting) error {
 		}
 		c.fcond.Broadcast()
 		c.fmu.Unlock()
+	// These two belong to the write side: changed there, in order with
+	// the SETTINGS acknowledgement, so the reader never waits for wmu.
 	case http2.SettingMaxFrameSize:
-		c.wmu.Lock()
-		c.maxFrame = int(s.Val)
-		c.wmu.Unlock()
+		v := int(s.Val)
+		c.control(func() error { c.maxFrame = v; return nil })
 	case http2.SettingHeaderTableSize:
-		c.wmu.Lock()
-		c.enc.SetMaxDynamicTableSizeLimit(s.Val)
-		c.wmu.Unlock()
+		v := s.Val
+		c.control(func() error { c.enc.SetMaxDynamicTableSizeLimit(v); return nil })
 	}
 	return nil
 }
