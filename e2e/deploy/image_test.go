@@ -456,6 +456,14 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 			t.Errorf("Dockerfile's go build of %s lacks %s", draName, want)
 		}
 	}
+	// The Makefile's GOTAGS, which leave out what only costs resident
+	// memory (docs/architecture.md, "Where the memory goes").
+	tags := makefileVar(t, "GOTAGS")
+	for name, build := range map[string]string{"the plugin": pluginBuild, draName: draBuild} {
+		if !strings.Contains(build, "-tags "+tags+" ") {
+			t.Errorf("Dockerfile's go build of %s lacks -tags %s, the Makefile's GOTAGS", name, tags)
+		}
+	}
 	if strings.Contains(draBuild, "CGO_ENABLED=0") {
 		t.Errorf("Dockerfile builds %s without cgo; make builds it with", draName)
 	}
@@ -465,6 +473,18 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 			t.Errorf("Dockerfile's go build of the CDI hook lacks %s", want)
 		}
 	}
+}
+
+// makefileVar is the value of a "NAME = value" line of the Makefile.
+func makefileVar(t *testing.T, name string) string {
+	t.Helper()
+	for _, l := range strings.Split(string(mustRead(t, repoPath(t, "Makefile"))), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" = "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("the Makefile sets no %s", name)
+	return ""
 }
 
 func mustRead(t *testing.T, p string) []byte {

@@ -92,8 +92,7 @@ func buildPlugin(dir string, pkgs ...string) (string, error) {
 	if len(pkgs) > 1 {
 		dst = filepath.Dir(bin) + string(filepath.Separator) // each package's binary by its name
 	}
-	// The Makefile's GOTAGS, so the figures are those of what ships.
-	cmd := exec.Command("go", append([]string{"build", "-tags", "urfave_cli_no_docs,grpcnotrace", "-o", dst}, pkgs...)...)
+	cmd := exec.Command("go", append([]string{"build", "-tags", BuildTags, "-o", dst}, pkgs...)...)
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
@@ -169,3 +168,7 @@ func ShortTempDir(prefix string) (string, error) {
 func BuildMockR470(dir string) (string, error) {
 	return mocknvml.BuildR470(dir)
 }
+
+// BuildTags are the Makefile's GOTAGS, so the harness measures what ships:
+// they leave out code that only costs resident memory.
+const BuildTags = "urfave_cli_no_docs,grpcnotrace"
