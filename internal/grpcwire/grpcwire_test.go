@@ -509,3 +509,55 @@ func TestProtocolEdges(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestBytesAreBounded: one connection may not hold more request
+// bytes than the server allows, however many streams carry them; a
+// stream reset frees what it held.
+func TestRequestBytesAreBounded(t *testing.T) {
+	s := testServer(t, make(chan error, 1), nil)
+	grpcwire.SetLimits(s, 1<<20, 10<<10)
+	r := dialRaw(t, serve(t, s))
+	open := func(id uint32) {
+		r.buf.Reset()
+		for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: "/v1beta1.DevicePlugin/Allocate"}, {Name: ":authority", Value: "x"}, {Name: "content-type", Value: "application/grpc"}} {
+			r.enc.WriteField(f)
+		}
+		if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.buf.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunk := make([]byte, 6<<10)
+	status := func(h *http2.MetaHeadersFrame) string {
+		for _, f := range h.RegularFields() {
+			if f.Name == "grpc-status" {
+				return f.Value
+			}
+		}
+		return ""
+	}
+	// Stream 1 holds 6 KiB: stream 3's 6 KiB do not fit beside them.
+	open(1)
+	if err := r.fr.WriteData(1, false, chunk); err != nil {
+		t.Fatal(err)
+	}
+	open(3)
+	if err := r.fr.WriteData(3, true, chunk); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := r.next().(*http2.MetaHeadersFrame)
+	if !ok || h.StreamID != 3 || status(h) != "8" {
+		t.Fatalf("answer %v (grpc-status %q), want stream 3's ResourceExhausted (8)", h, status(h))
+	}
+	// Once stream 1 is reset, its bytes are free: stream 5's 6 KiB fit.
+	if err := r.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	open(5)
+	if err := r.fr.WriteData(5, true, chunk); err != nil {
+		t.Fatal(err)
+	}
+	h, ok = r.next().(*http2.MetaHeadersFrame)
+	if !ok || h.StreamID != 5 || status(h) != "" || h.StreamEnded() {
+		t.Fatalf("answer %v (grpc-status %q), want stream 5's response headers", h, status(h))
+	}
+}

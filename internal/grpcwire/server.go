@@ -39,6 +39,9 @@ const (
 	// prefaceTimeout bounds how long a new connection may take to say it
 	// speaks HTTP/2.
 	prefaceTimeout = 10 * time.Second
+	// defaultMaxBuffered bounds the request bytes one connection may have
+	// read and not yet handed to a handler, over all its open streams.
+	defaultMaxBuffered = 64 << 20
 )
 
 // Server answers gRPC calls on the listeners it serves. Register every
@@ -52,9 +55,10 @@ const (
 // one write to the socket. Frames are parsed and built by x/net's Framer
 // and hpack.
 type Server struct {
-	methods map[string]method
-	maxRecv int
-	log     *slog.Logger
+	methods     map[string]method
+	maxRecv     int
+	maxBuffered int
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	stopped bool
@@ -69,11 +73,12 @@ func NewServer(log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		methods: map[string]method{},
-		maxRecv: DefaultMaxMessage,
-		log:     log,
-		lns:     map[net.Listener]struct{}{},
-		conns:   map[*conn]struct{}{},
+		methods:     map[string]method{},
+		maxRecv:     DefaultMaxMessage,
+		maxBuffered: defaultMaxBuffered,
+		log:         log,
+		lns:         map[net.Listener]struct{}{},
+		conns:       map[*conn]struct{}{},
 	}
 }
 
@@ -170,8 +175,9 @@ type conn struct {
 	kick    chan struct{}
 
 	// Only the reading goroutine uses these.
-	lastID  uint32
-	unacked uint32 // received and not yet credited back, connection-wide
+	lastID   uint32
+	unacked  uint32 // received and not yet credited back, connection-wide
+	buffered int    // request bytes held for streams not yet dispatched
 
 	closeOnce sync.Once
 }
@@ -235,6 +241,12 @@ func (c *conn) serve() {
 			var se http2.StreamError
 			if errors.As(err, &se) {
 				c.s.log.Debug("gRPC: stream error", "stream", se.StreamID, "err", err)
+				c.fmu.Lock()
+				st := c.streams[se.StreamID]
+				c.fmu.Unlock()
+				if st != nil {
+					c.release(st)
+				}
 				c.resetStream(se.StreamID, se.Code)
 				continue
 			}
@@ -290,6 +302,7 @@ func (c *conn) handle(f http2.Frame) error {
 		}
 		c.fmu.Unlock()
 		if st != nil {
+			c.release(st)
 			st.cancel()
 		}
 	}
@@ -395,10 +408,12 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if st == nil || st.dispatched {
 		return nil // a stream the client reset, or data after its end
 	}
-	if d := f.Data(); len(st.body)+len(d) > c.s.maxRecv+frameHeader {
+	if d := f.Data(); len(st.body)+len(d) > c.s.maxRecv+frameHeader || c.buffered+len(d) > c.s.maxBuffered {
+		c.buffered -= len(st.body)
 		st.tooBig, st.body = true, nil
 	} else if !st.tooBig {
 		st.body = append(st.body, d...) // d is the framer's until the next read
+		c.buffered += len(d)
 	}
 	if f.StreamEnded() {
 		c.dispatch(st)
@@ -406,11 +421,21 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
+// release forgets the request bytes of a stream that ends before its
+// handler runs. Only the reading goroutine calls it.
+func (c *conn) release(st *stream) {
+	if !st.dispatched {
+		c.buffered -= len(st.body)
+		st.body = nil
+	}
+}
+
 func (c *conn) dispatch(st *stream) {
 	if st.dispatched {
 		return
 	}
 	st.dispatched = true
+	c.buffered -= len(st.body)
 	go c.run(st)
 }
 
@@ -450,7 +475,7 @@ func (c *conn) run(st *stream) {
 		defer cancel()
 	}
 	if st.tooBig {
-		c.finish(st, false, Errorf(ResourceExhausted, "request over the %d-byte limit", c.s.maxRecv))
+		c.finish(st, false, Errorf(ResourceExhausted, "request over the %d-byte limit, or over %d bytes of requests read at once on one connection", c.s.maxRecv, c.s.maxBuffered))
 		return
 	}
 	req, err := readMessage(bytes.NewReader(st.body), c.s.maxRecv)
