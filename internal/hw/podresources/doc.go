@@ -5,6 +5,8 @@
 // manager's checkpoint (Checkpoint) adds the pod UIDs that the API leaves
 // out, which Events need: the plugin may not read pods from the API server.
 //
-// It uses the API's generated protobuf and gRPC code only, not the
-// Kubernetes client, so the device-plugin executable stays lean.
+// It calls List through internal/grpcwire and decodes the answer's fields
+// it needs with protowire (DecodeList): neither the API's generated code
+// nor the Kubernetes client is linked, so the device-plugin executable
+// stays lean. Tests decode what k8s.io/kubelet's generated code encodes.
 package podresources
