@@ -159,12 +159,14 @@ func newestLayerFiles(t *testing.T, img v1.Image) map[string]entry {
 	return layerFiles(t, img, len(layers)-1)
 }
 
-// draStandIn is a copy of binary with bytes appended, so that its content
-// tells it apart in the image; ELF readers ignore the tail.
-func draStandIn(t *testing.T, binary string) string {
+// modeStandIn is a copy of binary with bytes appended, standing in for
+// gpu-device-plugin-<mode>, one of the executables serve runs (dp, the
+// device-plugin mode's; dra, DRA mode's), so that its content tells it
+// apart in the image; ELF readers ignore the tail.
+func modeStandIn(t *testing.T, binary, mode string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "gpu-device-plugin-dra")
-	if err := os.WriteFile(p, append(mustRead(t, binary), "dra stand-in"...), 0o755); err != nil {
+	p := filepath.Join(t.TempDir(), "gpu-device-plugin-"+mode)
+	if err := os.WriteFile(p, append(mustRead(t, binary), mode+" stand-in"...), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -26,6 +26,11 @@ const (
 	// HookPath is the CDI hook, static, which the chart's init container
 	// copies onto the host (gpu-device-plugin-cdi-hook install --dir).
 	HookPath = "/usr/bin/gpu-device-plugin-cdi-hook"
+	// DPPath is gpu-device-plugin-dp, the device-plugin mode's
+	// executable, which `gpu-device-plugin serve` runs by default; serve
+	// looks for it beside its own executable only, so this must stay in
+	// BinaryPath's directory.
+	DPPath = "/usr/bin/gpu-device-plugin-dp"
 	// DRAPath is gpu-device-plugin-dra, which `gpu-device-plugin serve`
 	// execs in DRA mode; it looks beside its own executable first, so this
 	// must stay in BinaryPath's directory.
@@ -49,6 +54,7 @@ var pciIDsLocations = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci
 type Options struct {
 	Binary    string
 	Hook      string // the CDI hook, a static binary for the plugin's architecture
+	DP        string // gpu-device-plugin-dp, the device-plugin mode's executable, built like Binary
 	DRA       string // gpu-device-plugin-dra, built like Binary
 	PCIIDs    string // "" searches the build machine, "none" skips
 	Base      string
@@ -159,21 +165,16 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the CDI hook: %w", err)
 	}
-	if o.DRA == "" {
-		return nil, errors.New("no DRA executable given (-dra bin/gpu-device-plugin-dra; make build builds it)")
-	}
-	// It links more than the plugin (the Kubernetes client): whatever
-	// libraries it needs go into a scratch image too.
-	draRT, err := ResolveRuntime(o.DRA, o.Sysroot, nil, o.Warn)
+	// The executables serve runs, one per mode. Each may link more than
+	// the plugin (the DRA one does: the Kubernetes client), so whatever
+	// libraries they need go into a scratch image too.
+	dp, err := modeExecutable(rt, o, "device-plugin mode's executable", "-dp bin/gpu-device-plugin-dp", o.DP)
 	if err != nil {
-		return nil, fmt.Errorf("the DRA executable: %w", err)
+		return nil, err
 	}
-	if err := rt.merge(draRT); err != nil {
-		return nil, fmt.Errorf("the DRA executable %s: %w", o.DRA, err)
-	}
-	dra, err := os.ReadFile(o.DRA)
+	dra, err := modeExecutable(rt, o, "DRA executable", "-dra bin/gpu-device-plugin-dra", o.DRA)
 	if err != nil {
-		return nil, fmt.Errorf("reading the DRA executable: %w", err)
+		return nil, err
 	}
 
 	var img v1.Image
@@ -209,6 +210,7 @@ func Image(o Options) (v1.Image, error) {
 	app := newLayer(o.Created)
 	app.file(BinaryPath, 0o755, binary)
 	app.file(HookPath, 0o755, hook)
+	app.file(DPPath, 0o755, dp)
 	app.file(DRAPath, 0o755, dra)
 	if ids := o.pciIDs(); ids != "" {
 		b, err := os.ReadFile(ids)
@@ -251,6 +253,28 @@ func Image(o Options) (v1.Image, error) {
 		return nil, err
 	}
 	return mutate.CreatedAt(img, v1.Time{Time: o.Created})
+}
+
+// modeExecutable reads file, one of the executables serve runs (name says
+// which; flag is imagebuild's flag for it with its default), and merges
+// the libraries it needs into rt: it is required, must be for rt's
+// architecture and, when dynamic, must name rt's loader.
+func modeExecutable(rt *Runtime, o Options, name, flag, file string) ([]byte, error) {
+	if file == "" {
+		return nil, fmt.Errorf("no %s given (%s; make build builds it)", name, flag)
+	}
+	own, err := ResolveRuntime(file, o.Sysroot, nil, o.Warn)
+	if err != nil {
+		return nil, fmt.Errorf("the %s: %w", name, err)
+	}
+	if err := rt.merge(own); err != nil {
+		return nil, fmt.Errorf("the %s %s: %w", name, file, err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s: %w", name, err)
+	}
+	return b, nil
 }
 
 // Labels are the OCI annotations the image carries (the Dockerfile sets

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"maps"
 	"os"
 	"os/exec"
@@ -65,7 +66,8 @@ func TestBuildOnBase(t *testing.T) {
 	arch := archOf(t, self)
 	base, _ = mutate.ConfigFile(base, withPlatform(t, base, arch))
 	hook := staticBinary(t)
-	dra := draStandIn(t, self)
+	dp := modeStandIn(t, self, "dp")
+	dra := modeStandIn(t, self, "dra")
 
 	ociDir := filepath.Join(dir, "oci")
 	p, err := layout.Write(ociDir, empty.Index)
@@ -86,7 +88,7 @@ func TestBuildOnBase(t *testing.T) {
 
 	for _, b := range []string{ociDir, ociTar, dockerTar} {
 		t.Run(filepath.Base(b), func(t *testing.T) {
-			img, err := Image(Options{Binary: self, Hook: hook, DRA: dra, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
+			img, err := Image(Options{Binary: self, Hook: hook, DP: dp, DRA: dra, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +107,7 @@ func TestBuildOnBase(t *testing.T) {
 				t.Errorf("labels %v: want the base's and ours", cf.Config.Labels)
 			}
 			top := newestLayerFiles(t, img)
-			for p, want := range map[string]string{BinaryPath: self, HookPath: hook, DRAPath: dra} {
+			for p, want := range map[string]string{BinaryPath: self, HookPath: hook, DPPath: dp, DRAPath: dra} {
 				f, ok := top[clean(p)]
 				if !ok {
 					t.Errorf("the new layer has no %s", p)
@@ -160,23 +162,97 @@ func TestHookMustBeStatic(t *testing.T) {
 	}
 }
 
-// serve execs gpu-device-plugin-dra from its own directory first, so the
-// image keeps the two together, and refuses to be built without it.
-func TestDRAExecutable(t *testing.T) {
-	if path.Dir(DRAPath) != path.Dir(BinaryPath) || path.Base(DRAPath) != "gpu-device-plugin-dra" {
-		t.Errorf("DRAPath %s is not gpu-device-plugin-dra beside BinaryPath %s", DRAPath, BinaryPath)
+// serve execs gpu-device-plugin-dp (the device-plugin mode's executable,
+// which it runs by default) and gpu-device-plugin-dra (DRA mode's) from
+// its own directory, so the image keeps the three together, and refuses
+// to be built without either.
+func TestModeExecutables(t *testing.T) {
+	for p, name := range map[string]string{DPPath: "gpu-device-plugin-dp", DRAPath: "gpu-device-plugin-dra"} {
+		if path.Dir(p) != path.Dir(BinaryPath) || path.Base(p) != name {
+			t.Errorf("%s is not %s beside BinaryPath %s", p, name, BinaryPath)
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Image(Options{Binary: self, Hook: staticBinary(t), Base: "unused", PCIIDs: "none"}); err == nil || !strings.Contains(err.Error(), "-dra") {
-		t.Errorf("an image without the DRA executable: err %v, want one naming -dra", err)
+	hook := staticBinary(t)
+	dp, dra := modeStandIn(t, self, "dp"), modeStandIn(t, self, "dra")
+	for _, tc := range []struct {
+		name, flag string
+		o          Options
+	}{
+		{"the device-plugin mode's executable", "-dp", Options{Binary: self, Hook: hook, DRA: dra, Base: "unused", PCIIDs: "none"}},
+		{"the DRA executable", "-dra", Options{Binary: self, Hook: hook, DP: dp, Base: "unused", PCIIDs: "none"}},
+	} {
+		if _, err := Image(tc.o); err == nil || !strings.Contains(err.Error(), tc.flag+" ") {
+			t.Errorf("an image without %s: err %v, want one naming %s", tc.name, err, tc.flag)
+		}
 	}
 }
 
-// A scratch image has one loader and the libraries of both dynamic
-// binaries; binaries that disagree on either are refused.
+// Each executable serve runs is checked as the plugin's companion: one for
+// another architecture, or naming another dynamic loader, is refused, and
+// one that is static is taken.
+func TestModeExecutableChecks(t *testing.T) {
+	sysroot := t.TempDir()
+	const loader = "/lib64/ld-linux-x86-64.so.2"
+	tree(t, sysroot, map[string][]byte{
+		"lib64/ld-linux-x86-64.so.2":          fakeELF(elf.EM_X86_64, "", nil),
+		"lib/x86_64-linux-gnu/libc.so.6":      fakeELF(elf.EM_X86_64, "", nil),
+		"lib/ld-musl-x86_64.so.1":             fakeELF(elf.EM_X86_64, "", nil),
+		"lib/x86_64-linux-gnu/libresolv.so.2": fakeELF(elf.EM_X86_64, "", []string{"libc.so.6"}),
+	})
+	bins := t.TempDir()
+	tree(t, bins, map[string][]byte{
+		"plugin":  fakeELF(elf.EM_X86_64, loader, []string{"libc.so.6"}),
+		"hook":    fakeELF(elf.EM_X86_64, "", nil),
+		"good":    fakeELF(elf.EM_X86_64, loader, []string{"libresolv.so.2", "libc.so.6"}),
+		"static":  fakeELF(elf.EM_X86_64, "", nil),
+		"arm64":   fakeELF(elf.EM_AARCH64, "", nil),
+		"musl":    fakeELF(elf.EM_X86_64, "/lib/ld-musl-x86_64.so.1", nil),
+		"missing": fakeELF(elf.EM_X86_64, loader, []string{"libnowhere.so.1"}),
+	})
+	bin := func(n string) string { return filepath.Join(bins, n) }
+	for _, mode := range []struct {
+		name string
+		set  func(o *Options, file string)
+	}{
+		{"the device-plugin mode's executable", func(o *Options, f string) { o.DP = f }},
+		{"the DRA executable", func(o *Options, f string) { o.DRA = f }},
+	} {
+		for _, tc := range []struct{ file, want string }{
+			{"good", ""},
+			{"static", ""},
+			{"arm64", "is for arm64, the plugin for amd64"},
+			{"musl", "its dynamic loader is /lib/ld-musl-x86_64.so.1"},
+			{"missing", "libnowhere.so.1"},
+		} {
+			t.Run(mode.name+"/"+tc.file, func(t *testing.T) {
+				o := Options{Binary: bin("plugin"), Hook: bin("hook"), DP: bin("static"), DRA: bin("static"),
+					Sysroot: sysroot, PCIIDs: "none", Created: time.Unix(1, 0)}
+				mode.set(&o, bin(tc.file))
+				img, err := Image(o)
+				if tc.want == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := layerFiles(t, img, 0)["lib/x86_64-linux-gnu/libresolv.so.2"]; !ok && tc.file == "good" {
+						t.Error("the glibc layer lacks libresolv.so.2, which the executable needs")
+					}
+					return
+				}
+				if err == nil || !strings.Contains(err.Error(), mode.name) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("err %v, want one naming %s and saying %q", err, mode.name, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// A scratch image has one loader and the libraries of every dynamic
+// binary (the plugin and the executables serve runs); binaries that
+// disagree on either are refused.
 func TestRuntimeMerge(t *testing.T) {
 	plugin := func() *Runtime {
 		return &Runtime{Arch: "amd64", Interpreter: "/lib64/ld-linux-x86-64.so.2", InterpFile: "/host/ld",
@@ -191,12 +267,12 @@ func TestRuntimeMerge(t *testing.T) {
 		t.Errorf("libs %v, want %v", rt.Libs, want)
 	}
 	if err := plugin().merge(&Runtime{Arch: "amd64"}); err != nil {
-		t.Errorf("a static DRA executable refused: %v", err)
+		t.Errorf("a static executable (as the dp or DRA one may be) refused: %v", err)
 	}
 	if err := plugin().merge(&Runtime{Arch: "arm64"}); err == nil {
-		t.Error("an arm64 DRA executable accepted beside an amd64 plugin")
+		t.Error("an arm64 executable accepted beside an amd64 plugin")
 	}
 	if err := plugin().merge(&Runtime{Arch: "amd64", Interpreter: "/lib/ld-musl-x86_64.so.1"}); err == nil {
-		t.Error("a DRA executable naming another loader accepted")
+		t.Error("an executable naming another loader accepted")
 	}
 }

@@ -38,14 +38,16 @@ func TestScratchImageFromSysroot(t *testing.T) {
 				"usr/aarch64-linux-gnu/lib/libm.so.6":       []byte("-> /lib/libm-2.36.so"),
 				"usr/aarch64-linux-gnu/lib/libm-2.36.so":    fakeELF(elf.EM_AARCH64, "", []string{"libc.so.6"}),
 				"usr/aarch64-linux-gnu/lib/libresolv.so.2":  fakeELF(elf.EM_AARCH64, "", []string{"libc.so.6"}),
+				"usr/aarch64-linux-gnu/lib/libpthread.so.0": fakeELF(elf.EM_AARCH64, "", []string{"libc.so.6"}),
 				"usr/share/doc/libc6-arm64-cross/copyright": []byte("glibc, cross\n"),
 			},
 			want: map[string]string{
-				"lib/ld-linux-aarch64.so.1":            "usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1",
-				"lib/aarch64-linux-gnu/libc.so.6":      "usr/aarch64-linux-gnu/lib/libc.so.6",
-				"lib/aarch64-linux-gnu/libm.so.6":      "usr/aarch64-linux-gnu/lib/libm-2.36.so",
-				"lib/aarch64-linux-gnu/libresolv.so.2": "usr/aarch64-linux-gnu/lib/libresolv.so.2",
-				"usr/share/doc/libc6/copyright":        "usr/share/doc/libc6-arm64-cross/copyright",
+				"lib/ld-linux-aarch64.so.1":             "usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1",
+				"lib/aarch64-linux-gnu/libc.so.6":       "usr/aarch64-linux-gnu/lib/libc.so.6",
+				"lib/aarch64-linux-gnu/libm.so.6":       "usr/aarch64-linux-gnu/lib/libm-2.36.so",
+				"lib/aarch64-linux-gnu/libresolv.so.2":  "usr/aarch64-linux-gnu/lib/libresolv.so.2",
+				"lib/aarch64-linux-gnu/libpthread.so.0": "usr/aarch64-linux-gnu/lib/libpthread.so.0",
+				"usr/share/doc/libc6/copyright":         "usr/share/doc/libc6-arm64-cross/copyright",
 			},
 		},
 		{
@@ -55,19 +57,21 @@ func TestScratchImageFromSysroot(t *testing.T) {
 				"root/lib64/ld-linux-x86-64.so.2":                []byte("-> /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
 				"root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2": fakeELF(elf.EM_X86_64, "", nil),
 				// a 32-bit-style decoy of another machine earlier in the search order is skipped
-				"root/lib/x86_64-linux-gnu/libm.so.6":      fakeELF(elf.EM_AARCH64, "", nil),
-				"root/usr/lib/x86_64-linux-gnu/libm.so.6":  fakeELF(elf.EM_X86_64, "", []string{"libc.so.6"}),
-				"root/lib/x86_64-linux-gnu/libc.so.6":      []byte("-> ../../usr/lib/x86_64-linux-gnu/libc.so.6"),
-				"root/usr/lib/x86_64-linux-gnu/libc.so.6":  fakeELF(elf.EM_X86_64, "", nil),
-				"root/lib/x86_64-linux-gnu/libresolv.so.2": fakeELF(elf.EM_X86_64, "", nil),
-				"root/usr/share/doc/libc6/copyright":       []byte("glibc\n"),
+				"root/lib/x86_64-linux-gnu/libm.so.6":       fakeELF(elf.EM_AARCH64, "", nil),
+				"root/usr/lib/x86_64-linux-gnu/libm.so.6":   fakeELF(elf.EM_X86_64, "", []string{"libc.so.6"}),
+				"root/lib/x86_64-linux-gnu/libc.so.6":       []byte("-> ../../usr/lib/x86_64-linux-gnu/libc.so.6"),
+				"root/usr/lib/x86_64-linux-gnu/libc.so.6":   fakeELF(elf.EM_X86_64, "", nil),
+				"root/lib/x86_64-linux-gnu/libresolv.so.2":  fakeELF(elf.EM_X86_64, "", nil),
+				"root/lib/x86_64-linux-gnu/libpthread.so.0": fakeELF(elf.EM_X86_64, "", nil),
+				"root/usr/share/doc/libc6/copyright":        []byte("glibc\n"),
 			},
 			want: map[string]string{
-				"lib64/ld-linux-x86-64.so.2":          "root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-				"lib/x86_64-linux-gnu/libc.so.6":      "root/usr/lib/x86_64-linux-gnu/libc.so.6",
-				"lib/x86_64-linux-gnu/libm.so.6":      "root/usr/lib/x86_64-linux-gnu/libm.so.6",
-				"lib/x86_64-linux-gnu/libresolv.so.2": "root/lib/x86_64-linux-gnu/libresolv.so.2",
-				"usr/share/doc/libc6/copyright":       "root/usr/share/doc/libc6/copyright",
+				"lib64/ld-linux-x86-64.so.2":           "root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+				"lib/x86_64-linux-gnu/libc.so.6":       "root/usr/lib/x86_64-linux-gnu/libc.so.6",
+				"lib/x86_64-linux-gnu/libm.so.6":       "root/usr/lib/x86_64-linux-gnu/libm.so.6",
+				"lib/x86_64-linux-gnu/libresolv.so.2":  "root/lib/x86_64-linux-gnu/libresolv.so.2",
+				"lib/x86_64-linux-gnu/libpthread.so.0": "root/lib/x86_64-linux-gnu/libpthread.so.0",
+				"usr/share/doc/libc6/copyright":        "root/usr/share/doc/libc6/copyright",
 			},
 		},
 	} {
@@ -77,12 +81,14 @@ func TestScratchImageFromSysroot(t *testing.T) {
 			bins := t.TempDir()
 			tree(t, bins, map[string][]byte{
 				"plugin": fakeELF(tc.machine, tc.interp, []string{"libc.so.6"}),
-				"dra":    fakeELF(tc.machine, tc.interp, []string{"libresolv.so.2", "libc.so.6"}),
-				"hook":   fakeELF(tc.machine, "", nil),
+				// each executable serve runs brings a library of its own
+				"dp":   fakeELF(tc.machine, tc.interp, []string{"libpthread.so.0", "libc.so.6"}),
+				"dra":  fakeELF(tc.machine, tc.interp, []string{"libresolv.so.2", "libc.so.6"}),
+				"hook": fakeELF(tc.machine, "", nil),
 			})
 			var warnings []string
 			img, err := Image(Options{
-				Binary: filepath.Join(bins, "plugin"), DRA: filepath.Join(bins, "dra"), Hook: filepath.Join(bins, "hook"),
+				Binary: filepath.Join(bins, "plugin"), DP: filepath.Join(bins, "dp"), DRA: filepath.Join(bins, "dra"), Hook: filepath.Join(bins, "hook"),
 				Sysroot: filepath.Join(dir, tc.sysroot), ExtraLibs: []string{"libm.so.6", "libdl.so.2"}, PCIIDs: "none",
 				Version: "v1.0.0", Created: time.Unix(1, 0),
 				Warn: func(f string, args ...any) { warnings = append(warnings, f) },
