@@ -1,9 +1,12 @@
 // Command pkgbuild builds the gpu-device-plugin node OS packages (.deb and
-// .rpm) with nfpm from packaging/nfpm.yaml: the binary and the DRA
-// executable in /usr/bin, the CDI hook in /usr/libexec/gpu-device-plugin,
-// the systemd unit, the config file and the environment file as conffiles.
+// .rpm) with nfpm from packaging/nfpm.yaml: the binary and the
+// executables its serve command runs (gpu-device-plugin-dp, the
+// device-plugin mode's, which it runs by default, and
+// gpu-device-plugin-dra, DRA mode's) in /usr/bin, the CDI hook in
+// /usr/libexec/gpu-device-plugin, the systemd unit, the config file and
+// the environment file as conffiles.
 //
-//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dra bin/gpu-device-plugin-dra -version v0.1.0 -o bin
+//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dp bin/gpu-device-plugin-dp -dra bin/gpu-device-plugin-dra -version v0.1.0 -o bin
 package main
 
 import (
@@ -29,6 +32,7 @@ func main() {
 		root    = flag.String("root", ".", "repository root")
 		binary  = flag.String("binary", "bin/gpu-device-plugin", "the plugin binary")
 		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
+		dp      = flag.String("dp", "bin/gpu-device-plugin-dp", "the device-plugin mode's executable, which serve runs by default")
 		dra     = flag.String("dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode")
 		vers    = flag.String("version", "dev", "the semantic version, as make version prints it (or `git describe` output); made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
@@ -37,7 +41,7 @@ func main() {
 	)
 	flag.Parse()
 	files, err := Build(Options{
-		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DRA: *dra, Version: *vers,
+		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DP: *dp, DRA: *dra, Version: *vers,
 		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
 	})
 	if err != nil {
@@ -51,8 +55,8 @@ func main() {
 
 // Options say what to package.
 type Options struct {
-	Config, Root, Binary, Hook, DRA, Version, License, OutDir string
-	Formats                                                   []string
+	Config, Root, Binary, Hook, DP, DRA, Version, License, OutDir string
+	Formats                                                       []string
 }
 
 // Build writes one package per format into OutDir and returns their paths.
@@ -63,8 +67,21 @@ func Build(o Options) ([]string, error) {
 		}
 		return filepath.Abs(p)
 	}
+	// The executables serve runs, one per mode.
+	modes := []struct {
+		name, flag string
+		file       *string
+	}{
+		{"device-plugin mode's executable", "-dp", &o.DP},
+		{"DRA executable", "-dra", &o.DRA},
+	}
+	for _, m := range modes {
+		if *m.file == "" {
+			return nil, fmt.Errorf("no %s given (%s)", m.name, m.flag)
+		}
+	}
 	var err error
-	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.DRA, &o.OutDir} {
+	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.DP, &o.DRA, &o.OutDir} {
 		if *p, err = abs(*p); err != nil {
 			return nil, err
 		}
@@ -73,16 +90,21 @@ func Build(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The DRA executable links more (the Kubernetes client), so the
-	// package's glibc dependency is the newer of the two.
-	draArch, draGLIBC, err := binaryFacts(o.DRA)
-	if err != nil {
-		return nil, err
+	// They may link more than the plugin (the DRA executable does: the
+	// Kubernetes client), so the package's glibc dependency is the newest
+	// of the three.
+	versions := []string{"GLIBC_" + glibc}
+	for _, m := range modes {
+		modeArch, modeGLIBC, err := binaryFacts(*m.file)
+		if err != nil {
+			return nil, fmt.Errorf("the %s: %w", m.name, err)
+		}
+		if modeArch != arch {
+			return nil, fmt.Errorf("the %s %s is for %s, the plugin for %s", m.name, *m.file, modeArch, arch)
+		}
+		versions = append(versions, "GLIBC_"+modeGLIBC)
 	}
-	if draArch != arch {
-		return nil, fmt.Errorf("the DRA executable %s is for %s, the plugin for %s", o.DRA, draArch, arch)
-	}
-	glibc = NewestGLIBC([]string{"GLIBC_" + glibc, "GLIBC_" + draGLIBC})
+	glibc = NewestGLIBC(versions)
 	if err := elfcheck.Static(o.Hook, arch); err != nil {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
@@ -91,6 +113,7 @@ func Build(o Options) ([]string, error) {
 		"ARCH":    arch,
 		"BINARY":  o.Binary,
 		"HOOK":    o.Hook,
+		"DP":      o.DP,
 		"DRA":     o.DRA,
 		"GLIBC":   glibc,
 	}
