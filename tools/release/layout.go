@@ -16,9 +16,12 @@ const (
 	SumsFile = "SHA256SUMS"
 )
 
-// Binaries are the executables every platform ships, as cmd/ names them.
+// Binaries are the executables every platform ships, as cmd/ names them:
+// the plugin, the executables its serve command runs from beside it
+// (gpu-device-plugin-dp, the device-plugin mode's, which it runs by
+// default; gpu-device-plugin-dra, DRA mode's) and the CDI hook.
 func Binaries() []string {
-	return []string{"gpu-device-plugin", "gpu-device-plugin-dra", "gpu-device-plugin-cdi-hook"}
+	return []string{"gpu-device-plugin", "gpu-device-plugin-dp", "gpu-device-plugin-dra", "gpu-device-plugin-cdi-hook"}
 }
 
 // HookBinary is the one shipped on its own too: the container runtime

@@ -35,6 +35,7 @@ func TestMakeReleaseStampsOneVersion(t *testing.T) {
 	const v = "v9.9.9-test"
 	cross := crossStandIn(t)
 	out := makeCmd(t, root, append([]string{"-n", "release", "VERSION=" + v, "BIN=" + t.TempDir()}, cross...)...)
+	sourced := sourcedBinaries(t)
 	builds := map[string][]string{} // arch → ./cmd/ packages
 	tools := map[string]int{}
 	for _, line := range strings.Split(strings.ReplaceAll(out, "\\\n", " "), "\n") {
@@ -62,6 +63,11 @@ func TestMakeReleaseStampsOneVersion(t *testing.T) {
 			tools[tool]++
 			if m := toolVersion.FindStringSubmatch(line); m == nil || m[1] != v {
 				t.Errorf("%s not given -version '%s': %s", tool, v, line)
+			}
+			if tool != "releasebuild" {
+				for _, p := range toolBinaryProblems(line, sourced) {
+					t.Errorf("%s: %s: %s", tool, p, line)
+				}
 			}
 			if tool == "imagebuild" {
 				s := sysrootFlag.FindStringSubmatch(line)
@@ -157,6 +163,87 @@ func TestMakeReleaseWithoutCrossCompiler(t *testing.T) {
 			}
 			if entries, _ := os.ReadDir(bin); len(entries) > 0 {
 				t.Errorf("make release wrote %v before refusing", entries)
+			}
+		})
+	}
+}
+
+// toolFlag is the flag imagebuild and pkgbuild take a binary of Binaries
+// by: -binary, -dp, -dra, -hook.
+func toolFlag(binary string) string {
+	switch binary {
+	case Name:
+		return "-binary"
+	case HookBinary:
+		return "-hook"
+	}
+	return "-" + strings.TrimPrefix(binary, Name+"-")
+}
+
+// sourcedBinaries are the binaries of Binaries whose cmd/ package this
+// tree has: those make can build and must hand to imagebuild and pkgbuild.
+func sourcedBinaries(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, b := range Binaries() {
+		if _, err := os.Stat(filepath.Join(root, "cmd", b)); err == nil {
+			out = append(out, b)
+		} else {
+			t.Logf("no cmd/%s in this tree: make is not asked to pass %s yet", b, toolFlag(b))
+		}
+	}
+	return out
+}
+
+// toolBinaryProblems says what an imagebuild or pkgbuild command line of
+// make -n gets wrong about binaries: each must be given by its flag, as a
+// file of its own name, and all from one folder (make's build of one
+// platform); else the tool falls back on its default, bin/<binary>, which
+// may be another build or another architecture's.
+func toolBinaryProblems(line string, binaries []string) []string {
+	fields := strings.Fields(line)
+	var problems []string
+	var dirs []string
+	for _, b := range binaries {
+		flag := toolFlag(b)
+		i := slices.Index(fields, flag)
+		if i < 0 || i+1 >= len(fields) {
+			problems = append(problems, "not given "+flag)
+			continue
+		}
+		p := strings.Trim(fields[i+1], `'"`)
+		if filepath.Base(p) != b {
+			problems = append(problems, flag+" "+p+" is not a "+b)
+		}
+		if d := filepath.Dir(p); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) > 1 {
+		problems = append(problems, "binaries from more than one folder: "+strings.Join(dirs, ", "))
+	}
+	return problems
+}
+
+func TestToolBinaryProblems(t *testing.T) {
+	all := Binaries()
+	line := func(dp string) string {
+		return "imagebuild -sysroot / -binary /w/linux-amd64/gpu-device-plugin " + dp +
+			" -dra /w/linux-amd64/gpu-device-plugin-dra -hook /w/linux-amd64/gpu-device-plugin-cdi-hook -version 'v1.0.0'"
+	}
+	for _, tc := range []struct {
+		name, line string
+		want       []string
+	}{
+		{"every binary, one folder", line("-dp /w/linux-amd64/gpu-device-plugin-dp"), nil},
+		{"no -dp", line(""), []string{"not given -dp"}},
+		{"-dp from elsewhere", line("-dp /bin/gpu-device-plugin-dp"), []string{"binaries from more than one folder: /w/linux-amd64, /bin"}},
+		{"-dp given the DRA executable", line("-dp /w/linux-amd64/gpu-device-plugin-dra"),
+			[]string{"-dp /w/linux-amd64/gpu-device-plugin-dra is not a gpu-device-plugin-dp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := toolBinaryProblems(tc.line, all); !slices.Equal(got, tc.want) {
+				t.Errorf("problems %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -214,6 +214,7 @@ func TestMakefileStampsOneVersion(t *testing.T) {
 
 	builds := map[string]string{} // ./cmd/<binary> → version it is linked with
 	var tools []string
+	sourced := sourcedBinaries(t)
 	// A recipe's continued lines are one command.
 	for _, line := range strings.Split(strings.ReplaceAll(out, "\\\n", " "), "\n") {
 		switch {
@@ -237,6 +238,9 @@ func TestMakefileStampsOneVersion(t *testing.T) {
 			tools = append(tools, m[1])
 			if m[1] != stamped {
 				t.Errorf("make gives %s, binaries get %s: %s", m[1], stamped, line)
+			}
+			for _, p := range toolBinaryProblems(line, sourced) {
+				t.Errorf("%s: %s", p, line)
 			}
 		}
 	}

@@ -14,9 +14,9 @@ var errStripped = errors.New("no symbol table")
 // make stamps with -X main.version and the binary reports. Build
 // information does not say it (go build leaves -ldflags out of it under
 // -trimpath), so it is read from the data: through the symbol table, or,
-// in a binary stripped of it (-s, as the DRA executable is), by finding a
-// string variable that holds exactly want. The latter returns want or
-// errStripped.
+// in a binary stripped of it (-s, as the dp and DRA executables are), by
+// finding a string variable that holds exactly want. The latter returns
+// want or errStripped.
 func StampedVersion(content []byte, want string) (string, error) {
 	f, err := elf.NewFile(bytes.NewReader(content))
 	if err != nil {
