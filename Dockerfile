@@ -33,8 +33,12 @@ ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin ./cmd/gpu-device-plugin
-# DRA mode's executable, built the same way but without DWARF (as make
-# does); serve execs it from its own directory, so it is copied beside the plugin.
+# The daemons of device-plugin and DRA mode, built the same way but without
+# DWARF (as make does); serve execs them from its own directory, so they
+# are copied beside the plugin.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/gpu-device-plugin-dp ./cmd/gpu-device-plugin-dp
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
@@ -51,6 +55,7 @@ ARG VERSION=dev
 ARG COMMIT=unknown
 ARG LICENSE=Apache-2.0
 COPY --from=build /out/gpu-device-plugin /usr/bin/gpu-device-plugin
+COPY --from=build /out/gpu-device-plugin-dp /usr/bin/gpu-device-plugin-dp
 COPY --from=build /out/gpu-device-plugin-dra /usr/bin/gpu-device-plugin-dra
 COPY --from=build /out/gpu-device-plugin-cdi-hook /usr/bin/gpu-device-plugin-cdi-hook
 COPY --from=build /usr/share/misc/pci.ids /usr/share/misc/pci.ids

@@ -32,7 +32,7 @@ all: build
 version:
 	@echo '$(VERSION)'
 
-build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 
 # Build tags that leave out what the plugin never runs, since on Linux the
 # whole executable is resident (docs/architecture.md): urfave/cli's man-page
@@ -42,10 +42,15 @@ GOTAGS = urfave_cli_no_docs,grpcnotrace
 $(BIN)/gpu-device-plugin: FORCE
 	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin
 
-# DRA mode (kubeletAPI: dra): serve execs it from its own directory, so it
-# ships beside gpu-device-plugin. Built the same way (cgo, for NVML), but
-# without DWARF (-s -w; stack traces keep their names): the Kubernetes
-# client makes it three times the size, and the image carries it.
+# The daemons: serve execs gpu-device-plugin-dp (device-plugin mode) or
+# gpu-device-plugin-dra (kubeletAPI: dra) from its own directory, so they
+# ship beside gpu-device-plugin, which keeps the CLI out of the daemon's
+# memory (docs/architecture.md). Built the same way (cgo, for NVML), but
+# without DWARF (-s -w; stack traces keep their names), which the image
+# would carry for nothing.
+$(BIN)/gpu-device-plugin-dp: FORCE
+	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dp
+
 $(BIN)/gpu-device-plugin-dra: FORCE
 	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dra
 
@@ -137,8 +142,9 @@ clean:
 #   make release VERSION=v0.1.0   → $(BIN)/release/v0.1.0/, every part for linux/amd64 and linux/arm64
 #   make push VERSION=v0.1.0 IMAGE=registry/name [CHARTS=registry/charts]
 #                                 → that release: its image index and its chart
-# All carry the plugin, its DRA-mode executable (gpu-device-plugin-dra,
-# beside it) and its CDI hook (gpu-device-plugin-cdi-hook).
+# All carry the plugin, its daemons beside it (gpu-device-plugin-dp and
+# gpu-device-plugin-dra, which serve execs) and its CDI hook
+# (gpu-device-plugin-cdi-hook).
 # All stamp VERSION and COMMIT, and take file times from the last commit
 # (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
 .PHONY: image push packages tools-test deploy-test release release-preflight release-verify
@@ -149,9 +155,10 @@ BASE              ?=
 PCI_IDS           ?=
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-dp $(abspath $(BIN))/gpu-device-plugin-dp \
 		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
@@ -179,10 +186,11 @@ PUSH_IMAGE   = cd tools && $(GO) run ./imagebuild push -tarball $(abspath $(BIN)
 PUSH_RELEASE = cd tools && $(GO) run ./releasebuild push -version '$(VERSION)' -dir $(abspath $(RELEASE_DIR)) \
 		-platforms '$(RELEASE_PLATFORMS)' -image '$(IMAGE)' -charts '$(CHARTS)'
 
-packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \
 		-root .. -config ../packaging/nfpm.yaml \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
+		-dp $(abspath $(BIN))/gpu-device-plugin-dp \
 		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(abspath $(BIN))
@@ -230,14 +238,16 @@ release-preflight:
 	mkdir -p '$(RELEASE_DIR)' '$(RELEASE_WORK)'
 	cd tools && $(GO) build -o $(abspath $(RELEASE_TOOLS))/ ./imagebuild ./pkgbuild ./releasebuild
 
-# One architecture: its three binaries (built as make build builds them),
+# One architecture: its four binaries (built as make build builds them),
 # its image (from scratch and that architecture's glibc) and its packages.
 release-linux-%: release-preflight
 	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin ./cmd/gpu-device-plugin
+	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp ./cmd/gpu-device-plugin-dp
 	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook ./cmd/gpu-device-plugin-cdi-hook
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/imagebuild -sysroot $(call release_sysroot,$*) \
 		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
+		-dp $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp \
 		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
 		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
@@ -245,6 +255,7 @@ release-linux-%: release-preflight
 		-o $(RELEASE_WORK)/linux-$*/image.tar
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/pkgbuild -root . -config packaging/nfpm.yaml \
 		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
+		-dp $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp \
 		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
 		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(RELEASE_DIR)

@@ -7,8 +7,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,6 +16,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/gcpercent"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/handoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
@@ -51,7 +50,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	cfg, err := resolvedConfig(args)
+	cfg, err := handoff.Read(args, config.KubeletAPIDRA)
 	if err != nil {
 		return err
 	}
@@ -64,20 +63,4 @@ func run(ctx context.Context, args []string) error {
 	err = daemon.RunWith(ctx, cfg, nvml.Open, log, dramode.With())
 	log.Info("stopped")
 	return err
-}
-
-// resolvedConfig reads the configuration gpu-device-plugin passed: the
-// JSON after --resolved-config, checked again.
-func resolvedConfig(args []string) (config.Config, error) {
-	cfg := config.Default()
-	if len(args) != 2 || args[0] != "--resolved-config" {
-		return cfg, errors.New("run `gpu-device-plugin serve --kubelet-api=dra` (or kubeletAPI: dra in its config), which starts this program with its configuration")
-	}
-	if err := json.Unmarshal([]byte(args[1]), &cfg); err != nil {
-		return cfg, fmt.Errorf("--resolved-config: %w", err)
-	}
-	if cfg.KubeletAPI != config.KubeletAPIDRA {
-		return cfg, fmt.Errorf("--resolved-config: kubeletAPI is %q; this program serves only %q", cfg.KubeletAPI, config.KubeletAPIDRA)
-	}
-	return cfg, daemon.ValidateConfig(cfg, nil)
 }

@@ -1,22 +1,29 @@
 package deploy
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
 // `gpu-device-plugin serve` in DRA mode execs gpu-device-plugin-dra from
-// its own directory (else $PATH), so the image and the packages install it
-// beside the plugin.
+// its own directory (else $PATH), and in device-plugin mode
+// gpu-device-plugin-dp from its own directory, so the image and the
+// packages install them beside the plugin.
 const (
 	draName        = "gpu-device-plugin-dra"
 	imageDRAPath   = "/usr/bin/" + draName
 	packageDRAPath = "/usr/bin/" + draName
+	dpName         = "gpu-device-plugin-dp"
+	imageDPPath    = "/usr/bin/" + dpName
+	packageDPPath  = "/usr/bin/" + dpName
 )
 
 var (
@@ -24,19 +31,19 @@ var (
 	draBuildDir  string
 )
 
-// draBuild is a directory holding gpu-device-plugin and
-// gpu-device-plugin-dra as `make build` builds them (stamped with
+// draBuild is a directory holding gpu-device-plugin, gpu-device-plugin-dp
+// and gpu-device-plugin-dra as `make build` builds them (stamped with
 // testVersion and testCommit), built once for the whole run.
 func draBuild(t *testing.T) string {
 	t.Helper()
 	draBuildOnce.Do(func() {
 		bin := filepath.Join(shared, "dra-build")
 		runMake(t, "BIN="+bin, "VERSION="+testVersion, "COMMIT="+testCommit,
-			filepath.Join(bin, "gpu-device-plugin"), filepath.Join(bin, draName))
+			filepath.Join(bin, "gpu-device-plugin"), filepath.Join(bin, dpName), filepath.Join(bin, draName))
 		draBuildDir = bin
 	})
 	if draBuildDir == "" {
-		t.Fatal("the plugin and its DRA executable were not built (see the first test that asked for them)")
+		t.Fatal("the plugin and its daemons were not built (see the first test that asked for them)")
 	}
 	return draBuildDir
 }
@@ -128,4 +135,90 @@ func TestDRAHandOver(t *testing.T) {
 			t.Errorf("serve --kubelet-api=dra without %s: want gpu-device-plugin's error naming it:\n%s", draName, out)
 		}
 	})
+}
+
+// TestDevicePluginHandOver runs make's gpu-device-plugin in device-plugin
+// mode on a node without a driver: it becomes gpu-device-plugin-dp found
+// beside it (the same PID, make's stamp), which serves until SIGTERM; a
+// copy alone serves in its own process and says so. gpu-device-plugin-dp
+// on $PATH is not used.
+func TestDevicePluginHandOver(t *testing.T) {
+	bin := draBuild(t)
+	plugin := filepath.Join(bin, "gpu-device-plugin")
+	alone := filepath.Join(t.TempDir(), "gpu-device-plugin")
+	if err := os.WriteFile(alone, mustRead(t, plugin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("beside", func(t *testing.T) {
+		exe, out := serveUntilUp(t, plugin, t.TempDir(), "serving through the device-plugin API")
+		if exe != filepath.Join(bin, dpName) {
+			t.Errorf("the serving process runs %s, want %s", exe, filepath.Join(bin, dpName))
+		}
+		for _, want := range []string{"executable=" + filepath.Join(bin, dpName), "executable=" + dpName + " version=" + testVersion + " commit=" + testCommit} {
+			if !strings.Contains(out, want) {
+				t.Errorf("no %q in serve's output:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("alone, with one on PATH", func(t *testing.T) {
+		exe, out := serveUntilUp(t, alone, bin, `executable="this process"`)
+		if exe != alone {
+			t.Errorf("the serving process runs %s, want %s itself", exe, alone)
+		}
+		if strings.Contains(out, "serving through the device-plugin API") {
+			t.Errorf("%s ran:\n%s", dpName, out)
+		}
+	})
+}
+
+// serveUntilUp starts binary's serve in device-plugin mode with everything
+// under a temporary directory, PATH path, and a driver root with no
+// driver; once a line holding up appears, it reads the process's
+// executable, stops it with SIGTERM and wants a clean exit. It returns the
+// executable and the output.
+func serveUntilUp(t *testing.T, binary, path, up string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--driver-root", dir, "--sysfs-root", dir, "--dev-root", dir,
+		"--device-plugin-dir", dir, "--state-dir", dir, "--cdi-spec-dir", dir, "--device-info-dir", dir,
+		"--pod-resources-socket", "", "--runtime-config-root", "", "--node-labels", "none", "--metrics-address", "")
+	cmd.Env = []string{"PATH=" + path}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var out strings.Builder
+	lines := bufio.NewScanner(r)
+	found := false
+	for !found && lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+		found = strings.Contains(lines.Text(), up)
+	}
+	if !found {
+		cmd.Wait()
+		t.Fatalf("%s serve ended without %q:\n%s", binary, up, out.String())
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+	if err != nil {
+		t.Error(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("after SIGTERM: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "msg=stopped") {
+		t.Errorf("no stop line after SIGTERM:\n%s", out.String())
+	}
+	return exe, out.String()
 }

@@ -198,12 +198,15 @@ func TestImage(t *testing.T) {
 	if f := files["usr/bin/gpu-device-plugin"]; !bytes.Equal(f.Data, binary) || f.Mode&0o111 == 0 {
 		t.Errorf("usr/bin/gpu-device-plugin is not the built binary, executable (mode %o)", f.Mode)
 	}
-	// gpu-device-plugin-dra, beside the plugin, where serve looks first.
-	if f := files[strings.TrimPrefix(imageDRAPath, "/")]; !bytes.Equal(f.Data, mustRead(t, filepath.Join(bin, draName))) || f.Mode&0o111 == 0 {
-		t.Errorf("%s is not the built %s, executable (mode %o)", imageDRAPath, draName, f.Mode)
-	}
-	if filepath.Dir(imageDRAPath) != filepath.Dir(c.Config.Entrypoint[0]) {
-		t.Errorf("%s is not beside the entrypoint %s", imageDRAPath, c.Config.Entrypoint[0])
+	// The daemons, beside the plugin, where serve looks first (for
+	// gpu-device-plugin-dp, only).
+	for name, p := range map[string]string{draName: imageDRAPath, dpName: imageDPPath} {
+		if f := files[strings.TrimPrefix(p, "/")]; !bytes.Equal(f.Data, mustRead(t, filepath.Join(bin, name))) || f.Mode&0o111 == 0 {
+			t.Errorf("%s is not the built %s, executable (mode %o)", p, name, f.Mode)
+		}
+		if filepath.Dir(p) != filepath.Dir(c.Config.Entrypoint[0]) {
+			t.Errorf("%s is not beside the entrypoint %s", p, c.Config.Entrypoint[0])
+		}
 	}
 	// The CDI hook, which the chart's init container copies onto the host:
 	// make's static build, executable.
@@ -429,16 +432,18 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 		}
 	}
 	copies := strings.Join(instr("COPY"), "\n")
-	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageDRAPath, imageHookPath, "/usr/share/misc/pci.ids"} {
+	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageDPPath, imageDRAPath, imageHookPath, "/usr/share/misc/pci.ids"} {
 		if !regexp.MustCompile(`\s` + regexp.QuoteMeta(p) + `(\s|$)`).MatchString(copies) {
 			t.Errorf("Dockerfile copies nothing to %s", p)
 		}
 	}
-	var pluginBuild, draBuild, hookBuild string
+	var pluginBuild, dpBuild, draBuild, hookBuild string
 	for _, r := range instr("RUN") {
 		switch {
 		case strings.Contains(r, "./cmd/gpu-device-plugin-cdi-hook"):
 			hookBuild = r
+		case strings.Contains(r, "./cmd/"+dpName):
+			dpBuild = r
 		case strings.Contains(r, "./cmd/"+draName):
 			draBuild = r
 		case strings.Contains(r, "./cmd/gpu-device-plugin"):
@@ -450,22 +455,24 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 			t.Errorf("Dockerfile's go build of the plugin lacks %s", want)
 		}
 	}
-	// As make builds it: like the plugin (cgo, for NVML).
-	for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + draName} {
-		if !strings.Contains(draBuild, want) {
-			t.Errorf("Dockerfile's go build of %s lacks %s", draName, want)
+	// The daemons as make builds them: like the plugin (cgo, for NVML).
+	for name, build := range map[string]string{dpName: dpBuild, draName: draBuild} {
+		for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + name} {
+			if !strings.Contains(build, want) {
+				t.Errorf("Dockerfile's go build of %s lacks %s", name, want)
+			}
+		}
+		if strings.Contains(build, "CGO_ENABLED=0") {
+			t.Errorf("Dockerfile builds %s without cgo; make builds it with", name)
 		}
 	}
 	// The Makefile's GOTAGS, which leave out what only costs resident
 	// memory (docs/architecture.md, "Where the memory goes").
 	tags := makefileVar(t, "GOTAGS")
-	for name, build := range map[string]string{"the plugin": pluginBuild, draName: draBuild} {
+	for name, build := range map[string]string{"the plugin": pluginBuild, dpName: dpBuild, draName: draBuild} {
 		if !strings.Contains(build, "-tags "+tags+" ") {
 			t.Errorf("Dockerfile's go build of %s lacks -tags %s, the Makefile's GOTAGS", name, tags)
 		}
-	}
-	if strings.Contains(draBuild, "CGO_ENABLED=0") {
-		t.Errorf("Dockerfile builds %s without cgo; make builds it with", draName)
 	}
 	// Static, as make builds it: the runtime runs the hook on the host.
 	for _, want := range []string{"CGO_ENABLED=0 go build", "-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + hookName} {

@@ -23,6 +23,7 @@ const testPackageVersion = "9.8.7~e2e"
 var (
 	packaged = []string{
 		"/usr/bin/gpu-device-plugin",
+		packageDPPath,
 		packageDRAPath,
 		packageHookPath,
 		"/usr/lib/systemd/system/gpu-device-plugin.service",
@@ -135,9 +136,9 @@ func testDebContents(t *testing.T, deb string) {
 			t.Errorf("the .deb has no %s:\n%s", p, out)
 		}
 	}
-	// The hook is executable by all: the container runtime runs it. So is
-	// the DRA executable, which the plugin execs.
-	for _, p := range []string{packageHookPath, packageDRAPath} {
+	// The hook is executable by all: the container runtime runs it. So are
+	// the daemons, which the plugin execs.
+	for _, p := range []string{packageHookPath, packageDPPath, packageDRAPath} {
 		if !regexp.MustCompile(`(?m)^-rwxr-xr-x .* \.` + regexp.QuoteMeta(p) + `$`).Match(out) {
 			t.Errorf("the .deb's %s is not -rwxr-xr-x:\n%s", p, out)
 		}
@@ -241,6 +242,10 @@ func testDebInstall(t *testing.T, deb string) {
 	draDir := t.TempDir()
 	draOut, err := runServe(t, packaged[0], t.TempDir(), draDir)
 	checkHandedOver(t, draOut, err, draDir)
+	// In device-plugin mode, gpu-device-plugin-dp beside it.
+	if exe, out := serveUntilUp(t, packaged[0], t.TempDir(), "serving through the device-plugin API"); exe != packageDPPath {
+		t.Errorf("the installed plugin's serve runs %s, want %s\n%s", exe, packageDPPath, out)
+	}
 
 	// The hook where the plugin looks for it by default: static, stamped.
 	checkStatic(t, packageHookPath, mustRead(t, packageHookPath))

@@ -62,12 +62,14 @@ func declares(path, mod string) bool {
 	return false
 }
 
-// BuildPlugin builds cmd/gpu-device-plugin into dir (created if missing)
-// and returns the binary's path. The build cache makes a repeat build
-// cheap. CGO_CFLAGS defaults to the Makefile's, which silences go-nvml's
+// BuildPlugin builds cmd/gpu-device-plugin into dir (created if missing),
+// with gpu-device-plugin-dp beside it, which serve execs in device-plugin
+// mode as it does where the image and the packages install it; it returns
+// the plugin's path. The build cache makes a repeat build cheap.
+// CGO_CFLAGS defaults to the Makefile's, which silences go-nvml's
 // deprecation warnings.
 func BuildPlugin(dir string) (string, error) {
-	return buildPlugin(dir, "./cmd/gpu-device-plugin")
+	return buildPlugin(dir, "./cmd/gpu-device-plugin", "./cmd/gpu-device-plugin-dp")
 }
 
 // BuildPluginDRA builds cmd/gpu-device-plugin and, beside it, the DRA

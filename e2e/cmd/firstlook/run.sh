@@ -38,8 +38,8 @@ step() { # what, then a command: runs it, and says how long it took
 
 mkdir -p "$BIN/mocknvml"
 bin=$(cd "$BIN" && pwd)
-step "building $BIN/gpu-device-plugin (go build; the first time, about 420 packages: a minute or so on 2 cores)" \
-	"${MAKE:-make}" -s BIN="$bin" GO="$GO" "$bin/gpu-device-plugin"
+step "building $BIN/gpu-device-plugin and the daemon its serve runs, gpu-device-plugin-dp (go build; the first time, about 420 packages: a minute or so on 2 cores)" \
+	"${MAKE:-make}" -s BIN="$bin" GO="$GO" "$bin/gpu-device-plugin" "$bin/gpu-device-plugin-dp"
 nvml_h="$("$GO" list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/pkg/nvml"
 step "building the mock libnvidia-ml.so.1 ($cc)" \
 	"${MAKE:-make}" -s -C e2e/mocknvml CC="$cc" OUT="$bin/mocknvml" NVML_INCLUDE="$nvml_h" "$bin/mocknvml/libnvidia-ml.so.1"

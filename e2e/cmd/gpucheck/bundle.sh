@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds what gpu-check runs from into one folder that can be copied to a
-# GPU node with nothing installed: gpu-check itself, the plugin and its CDI
-# hook, the container probe, the C library the probe's image is made of
-# (with a static ldconfig), runc with the libraries it needs, for a node
+# GPU node with nothing installed: gpu-check itself, the plugin with the
+# daemon its serve execs (gpu-device-plugin-dp) and its CDI hook, the
+# container probe, the C library the probe's image is made of (with a
+# static ldconfig), runc with the libraries it needs, for a node
 # without one, and NVIDIA's device plugin for the serve step's side-by-side
 # comparison (built as the migration lane builds it, by
 # e2e/cluster/build.sh nvidia, at GPU_CHECK_NVIDIA_VERSION). Run from the
@@ -14,7 +15,7 @@ out=$(cd "$out" && pwd)
 rm -rf "$out/image" "$out/lib" "$out/gpu-device-plugin-dra" "$out/nvidia-device-plugin"
 mkdir -p "$out/image" "$out/lib"
 
-make -s BIN="$out" "$out/gpu-device-plugin" "$out/gpu-device-plugin-cdi-hook"
+make -s BIN="$out" "$out/gpu-device-plugin" "$out/gpu-device-plugin-dp" "$out/gpu-device-plugin-cdi-hook"
 (cd e2e && go build -trimpath -ldflags '-s -w' -o "$out/gpu-check" ./cmd/gpucheck)
 ${CC:-gcc} -O2 -Wall -Wextra -o "$out/cudaprobe" e2e/cmd/gpucheck/cudaprobe/cudaprobe.c -ldl
 

@@ -29,6 +29,7 @@ var driverRootCandidates = []string{"/usr/local/nvidia", "/run/nvidia/driver", "
 // Files of the bundle (make gpu-check-bundle), beside gpu-check.
 const (
 	pluginFile = "gpu-device-plugin"
+	daemonFile = "gpu-device-plugin-dp" // what serve execs, as installed
 	probeFile  = "cudaprobe"
 	imageDir   = "image" // the probe's C library and a static ldconfig
 	bundleRunc = "runc"  // used when the node has none
@@ -70,7 +71,7 @@ func newChecker(o options) (*checker, error) {
 		dev:    "/dev",
 		log:    os.Stderr,
 	}
-	for _, f := range []string{c.plugin, c.hook, filepath.Join(o.bundle, probeFile), filepath.Join(o.bundle, imageDir)} {
+	for _, f := range []string{c.plugin, filepath.Join(o.bundle, daemonFile), c.hook, filepath.Join(o.bundle, probeFile), filepath.Join(o.bundle, imageDir)} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("the bundle in %s is incomplete (make gpu-check-bundle builds it): %w", o.bundle, err)
 		}
