@@ -2,8 +2,8 @@
 # Builds the three image tarballs a test node needs, for cluster.sh and
 # kind.sh alike:
 #   OUT/plugin/gpu-device-plugin-image.tar  the plugin (make image), localhost/gpu-device-plugin:e2e;
-#                                           make image adds gpu-device-plugin-dra, which the DRA lane's
-#                                           serve --kubelet-api=dra execs
+#                                           with gpu-device-plugin-dp and gpu-device-plugin-dra, which
+#                                           serve execs in device-plugin and DRA mode
 #   OUT/probe.tar                           the test container, $PROBE_IMAGE
 #   OUT/pause.tar                           the pod sandbox, $PAUSE_IMAGE
 #   OUT/nfd-master.tar, OUT/nfd-worker.tar  Node Feature Discovery (build.sh nfd, built here if
