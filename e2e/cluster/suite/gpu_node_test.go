@@ -150,6 +150,11 @@ func (s *scenario) ready(t *testing.T, ctx context.Context) {
 	if err := waitPluginReady(ctx, s.plugin); err != nil {
 		t.Fatal(err)
 	}
+	// serve handed over to the image's gpu-device-plugin-dp, whose memory
+	// figures docs/architecture.md gives.
+	if got := pluginLogLines(ctx, s.plugin, "serving through the device-plugin API"); len(got) != 1 || got[0]["executable"] != "gpu-device-plugin-dp" {
+		t.Errorf("the plugin pod's log has %v, want one line from gpu-device-plugin-dp serving%s", got, pluginLogs(ctx))
+	}
 }
 
 func (s *scenario) nodeAdvertises(t *testing.T, ctx context.Context) {
