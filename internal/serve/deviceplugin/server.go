@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/grpcwire"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	api "github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/deviceplugin/v1beta1"
@@ -79,7 +78,7 @@ type Server struct {
 	// handled, when set (tests), gets every directory event once Run has
 	// acted on it: events are handled in order, so a marker event handled
 	// means every earlier one was.
-	handled func(fsnotify.Event)
+	handled func(dirEvent)
 }
 
 // New checks the options and returns a Server with no devices yet.
@@ -220,14 +219,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return fmt.Errorf("creating device-plugin directory: %w", err)
 	}
-	watcher, err := fsnotify.NewWatcher()
+	watcher, err := watchDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", s.dir, err)
 	}
 	defer watcher.Close()
-	if err := watcher.Add(s.dir); err != nil {
-		return fmt.Errorf("watching %s: %w", s.dir, err)
-	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	kick := make(chan struct{}, 1)
@@ -260,20 +256,20 @@ func (s *Server) Run(ctx context.Context) error {
 				srv.Stop()
 				s.removeSocket(id)
 				return nil
-			case ev, ok := <-watcher.Events:
+			case ev, ok := <-watcher.Events():
 				if !ok {
 					stopServing()
 					srv.Stop()
 					return errors.New("socket directory watcher closed")
 				}
 				switch {
-				case ev.Name == s.socketPath && ev.Has(fsnotify.Remove|fsnotify.Rename):
+				case ev.name == s.socketPath && ev.op == removed:
 					// Only the loss of the socket this serving created
 					// counts: the event may be for a stale file that serve
 					// removed itself, and re-serving on it would remove our
 					// own socket, and so on without end.
 					restart = s.lost(id, &foreign, "socket removed; serving again")
-				case ev.Name == s.kubelet && ev.Has(fsnotify.Create):
+				case ev.name == s.kubelet && ev.op == created:
 					// The register loop tells a new kubelet from the one it
 					// announced to.
 					poke(kick)
@@ -281,7 +277,7 @@ func (s *Server) Run(ctx context.Context) error {
 				if s.handled != nil {
 					s.handled(ev)
 				}
-			case err := <-watcher.Errors:
+			case err := <-watcher.Errors():
 				s.log.Warn("socket directory watcher", "err", err)
 			case err := <-served:
 				s.log.Error("gRPC server stopped; serving again", "err", err)

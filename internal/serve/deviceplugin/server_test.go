@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -657,10 +656,10 @@ func TestRestartStormRegistersOncePerKubelet(t *testing.T) {
 // removal, and so every event before it.
 func eventBarrier(s *Server) func(t *testing.T, dir string) {
 	seen := make(chan string, 64)
-	s.handled = func(ev fsnotify.Event) {
-		if ev.Has(fsnotify.Remove) {
+	s.handled = func(ev dirEvent) {
+		if ev.op == removed {
 			select {
-			case seen <- filepath.Base(ev.Name):
+			case seen <- filepath.Base(ev.name):
 			default:
 			}
 		}
