@@ -14,9 +14,9 @@ const rssTolerance = 0.20
 func rssBudgetMiB(profile string) (float64, bool) {
 	switch profile {
 	case "dgx-h100":
-		return 22.6, true
+		return 18.7, true
 	case "hgx-16":
-		return 22.5, true
+		return 18.6, true
 	}
 	return 0, false
 }
