@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/handoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 )
@@ -277,6 +279,43 @@ func TestEmptyVariable(t *testing.T) {
 	}
 	if d := config.Default(); !slices.Equal(got.XIDIgnore, d.XIDIgnore) || got.LogLevel != d.LogLevel {
 		t.Errorf("an empty GPU_DEVICE_PLUGIN_XID_IGNORE or LOG_LEVEL changed the setting: %v %q", got.XIDIgnore, got.LogLevel)
+	}
+}
+
+// A SIGTERM that arrives before serve hands over to gpu-device-plugin-dp
+// is this process's to act on: serve stops instead of exec'ing a daemon
+// that would never hear of it. The stand-in beside this test binary fails
+// the run if it is exec'd.
+func TestServeStoppedBeforeHandOver(t *testing.T) {
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := filepath.Join(filepath.Dir(self), handoff.DevicePlugin)
+	if _, err := os.Stat(dp); err == nil {
+		t.Skipf("%s exists; not replacing it", dp)
+	}
+	if err := os.WriteFile(dp, []byte("#!/bin/sh\necho \"$0 ran: serve handed over after it was stopped\" >&2\nexit 3\n"), 0o755); err != nil {
+		t.Skipf("cannot put a stand-in beside the test binary: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dp) })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := t.TempDir()
+	var stderr bytes.Buffer
+	err = newApp(mockOpen, io.Discard, &stderr).RunContext(ctx, []string{"gpu-device-plugin", "serve",
+		"--device-plugin-dir", d, "--sysfs-root", d, "--state-dir", "", "--cdi-spec-dir", d, "--device-info-dir", d,
+		"--runtime-config-root", "", "--pod-resources-socket", "", "--node-labels", "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"executable=" + dp, "msg=stopped"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("serve's output lacks %s:\n%s", want, stderr.String())
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -27,7 +29,7 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 			return fmt.Errorf("kubeletAPI dra: %w", err)
 		}
 		log.Info("starting gpu-device-plugin", append(startAttrs(cfg, o), "executable", path)...)
-		return handoff.Exec(cfg, path)
+		return handOver(c.Context, cfg, path, log)
 	}
 	// Set here, not in main: the one-shot commands exit before a GC
 	// matters; gpu-device-plugin-dp sets it again, from the same
@@ -35,7 +37,7 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 	gogc := gcpercent.Tune(os.LookupEnv)
 	if path, err := handoff.Find(name, false); err == nil {
 		log.Info("starting gpu-device-plugin", append(startAttrs(cfg, o), "gogc", gogc, "executable", path)...)
-		return handoff.Exec(cfg, path)
+		return handOver(c.Context, cfg, path, log)
 	}
 	// Serving in this process works the same, with the CLI's code
 	// resident too (about 2.5 MiB): a copy of this executable alone, or a
@@ -44,6 +46,17 @@ func serve(c *cli.Context, open daemon.OpenFunc, stderr io.Writer) error {
 	err = daemon.Run(c.Context, cfg, open, log)
 	log.Info("stopped")
 	return err
+}
+
+// handOver execs the daemon at path, unless ctx is already done: a
+// SIGTERM before the exec was taken by this process's handler, and the
+// daemon would never hear of it.
+func handOver(ctx context.Context, cfg config.Config, path string, log *slog.Logger) error {
+	if ctx.Err() != nil {
+		log.Info("stopped")
+		return nil
+	}
+	return handoff.Exec(cfg, path)
 }
 
 // startAttrs are serve's start line: the version, the config file and
