@@ -20,9 +20,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/gcpercent"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/handoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // Set at link time, as for gpu-device-plugin.
@@ -32,11 +29,7 @@ var (
 )
 
 func main() {
-	// The MPS control daemons and the CUDA probe run through this
-	// executable, as for gpu-device-plugin-dra.
-	mpsexec.RunIfHelper()
-	launcher.RunIfHelper()
-	cudaprobe.RunIfHelper()
+	handoff.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

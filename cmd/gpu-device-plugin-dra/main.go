@@ -18,9 +18,6 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/gcpercent"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/handoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // Set at link time, as for gpu-device-plugin.
@@ -30,11 +27,7 @@ var (
 )
 
 func main() {
-	// The MPS control daemons run through their own executable, and ask
-	// the MPS launcher for a daemon through it; so does the CUDA probe.
-	mpsexec.RunIfHelper()
-	launcher.RunIfHelper()
-	cudaprobe.RunIfHelper()
+	handoff.RunIfHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == controllerCommand {

@@ -1,7 +1,8 @@
 // Package gcpercent sets the Go collector's target of the long-running
-// processes, serve in device-plugin mode and gpu-device-plugin-dra, when
-// the environment leaves GOGC unset. The one-shot commands keep Go's
-// default: they exit before a collection matters.
+// processes, gpu-device-plugin-dp (or serve in its own process) and
+// gpu-device-plugin-dra, when the environment leaves GOGC unset. The
+// one-shot commands keep Go's default: they exit before a collection
+// matters.
 package gcpercent
 
 import (

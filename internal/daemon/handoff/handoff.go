@@ -19,6 +19,9 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/cudaprobe"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/launcher"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd/mpsexec"
 )
 
 // The executables serve hands over to, by kubelet API.
@@ -93,4 +96,15 @@ func Read(args []string, api string) (config.Config, error) {
 		return cfg, fmt.Errorf("%s: kubeletAPI is %q; this program serves only %q", Flag, cfg.KubeletAPI, api)
 	}
 	return cfg, daemon.ValidateConfig(cfg, nil)
+}
+
+// RunIfHelper, when this process was started as one of the helpers the
+// daemon runs through its own executable (os.Executable), runs it and
+// exits; it returns otherwise. The MPS control daemons, the launcher's
+// client and the CUDA probe are started that way. Both daemons call it
+// first; gpu-device-plugin has them as hidden commands.
+func RunIfHelper() {
+	mpsexec.RunIfHelper()
+	launcher.RunIfHelper()
+	cudaprobe.RunIfHelper()
 }
