@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -227,55 +228,132 @@ func cmpOr(vs ...string) string {
 const maxBody = 4 << 20
 
 func (c *Client) do(ctx context.Context, method, resource, path, contentType string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("%s %s: encoding the request: %w", method, path, err)
-		}
-		body = bytes.NewReader(b)
-	}
-	u := *c.base
-	u.Path += path
-	if method != http.MethodGet && c.manager != "" {
-		u.RawQuery = url.Values{"fieldManager": {c.manager}}.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	return c.Do(ctx, Request{Method: method, Resource: resource, Path: path, ContentType: contentType, Body: in}, out)
+}
+
+// Request is one API call for Do.
+type Request struct {
+	// Method is the HTTP method; Resource names the resource for the
+	// RequestObserver (resourceclaims, resourceslices, nodes/status).
+	Method, Resource string
+	// Path is the URL path from the server's root (/apis/...).
+	Path string
+	// Query is the URL's query; on writes, the client's field manager is
+	// added unless Query names one.
+	Query url.Values
+	// ContentType is the body's type; Body is encoded as JSON.
+	ContentType string
+	Body        any
+}
+
+// Do makes r and decodes the answer into out (nil: not read). An answer
+// other than 2xx is a *StatusError.
+func (c *Client) Do(ctx context.Context, r Request, out any) error {
+	resp, err := c.send(ctx, c.http, r)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if c.userAgent != "" {
-		req.Header.Set("User-Agent", c.userAgent)
-	}
-	if err := c.authorize(req); err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.observe(method, resource, "error")
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return err
 	}
 	defer resp.Body.Close()
-	c.observe(method, resource, strconv.Itoa(resp.StatusCode))
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return fmt.Errorf("%s %s: reading the response: %w", method, path, err)
+		return fmt.Errorf("%s %s: reading the response: %w", r.Method, r.Path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		e := newStatusError(method, path, resp.StatusCode, data)
+		e := newStatusError(r.Method, r.Path, resp.StatusCode, data)
 		e.RetryAfter = retryAfter(resp.Header, c.now())
 		return e
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decoding the response: %w", method, path, err)
+			return fmt.Errorf("%s %s: decoding the response: %w", r.Method, r.Path, err)
 		}
 	}
 	return nil
+}
+
+// send makes r through hc; the caller closes the body.
+func (c *Client) send(ctx context.Context, hc *http.Client, r Request) (*http.Response, error) {
+	var body io.Reader
+	if r.Body != nil {
+		b, err := json.Marshal(r.Body)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: encoding the request: %w", r.Method, r.Path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	u := *c.base
+	u.Path += r.Path
+	q := r.Query
+	if r.Method != http.MethodGet && r.Method != http.MethodDelete && c.manager != "" && !q.Has("fieldManager") {
+		q = maps.Clone(q)
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("fieldManager", c.manager)
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", r.Method, r.Path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if r.ContentType != "" {
+		req.Header.Set("Content-Type", r.ContentType)
+	}
+	if c.userAgent != "" {
+		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if err := c.authorize(req); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", r.Method, r.Path, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		c.observe(r.Method, r.Resource, "error")
+		return nil, fmt.Errorf("%s %s: %w", r.Method, r.Path, err)
+	}
+	c.observe(r.Method, r.Resource, strconv.Itoa(resp.StatusCode))
+	return resp, nil
+}
+
+// WatchEvent is one event of a watch: its type (ADDED, MODIFIED, DELETED,
+// BOOKMARK, ERROR) and the object, undecoded.
+type WatchEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// Watch makes r, a GET with watch=true in its query, and hands each event
+// to fn until the server ends the watch (nil), ctx ends, fn fails or the
+// stream breaks. It is not bound by the client's request timeout: the
+// caller sets timeoutSeconds in the query.
+func (c *Client) Watch(ctx context.Context, r Request, fn func(WatchEvent) error) error {
+	hc := &http.Client{Transport: c.http.Transport}
+	resp, err := c.send(ctx, hc, r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		e := newStatusError(r.Method, r.Path, resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header, c.now())
+		return e
+	}
+	// The API server is trusted as the rest of the client trusts it: one
+	// event is decoded whole, as client-go does.
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev WatchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("watch %s: %w", r.Path, err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
 }
 
 // verb is the API's name for an HTTP method used.

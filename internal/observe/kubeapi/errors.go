@@ -24,6 +24,9 @@ type StatusError struct {
 	// request (its Retry-After header, in seconds or as a date); zero when
 	// it asked for no wait.
 	RetryAfter time.Duration
+	// Status is the answer's body when it was an API Status, whole: its
+	// details (the causes of a 422) for callers that need them.
+	Status json.RawMessage
 }
 
 func (e *StatusError) Error() string {
@@ -41,7 +44,7 @@ func newStatusError(method, path string, code int, body []byte) *StatusError {
 	e := &StatusError{Method: method, Path: path, Code: code}
 	var st status
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
-		e.Reason, e.Message = st.Reason, st.Message
+		e.Reason, e.Message, e.Status = st.Reason, st.Message, json.RawMessage(body)
 	} else {
 		msg := strings.TrimSpace(string(body))
 		if len(msg) > 200 {

@@ -10,13 +10,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/jsonkeep"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // MPSDaemons runs the MPS control daemons of the GPUs that prepared claims
@@ -251,14 +251,14 @@ func (d *Driver) mpsWaitLocked(p preparedClaim) (mpsWait, bool, error) {
 // MPS clients use; a claim whose daemon is not up gets that error in
 // place of its answer, and the kubelet prepares it again. It returns the
 // claims this call prepared whose daemons did not come up, to be undone.
-func awaitMPS(ctx context.Context, waits map[types.UID]mpsWait, out map[types.UID]kubeletplugin.PrepareResult) (undo []types.UID) {
+func awaitMPS(ctx context.Context, waits map[types.UID]mpsWait, out map[types.UID]kubelet.PrepareResult) (undo []types.UID) {
 	ctx, cancel := context.WithTimeout(ctx, mpsUpTimeout)
 	defer cancel()
 	for _, uid := range slices.Sorted(maps.Keys(waits)) {
 		w := waits[uid]
 		for i, id := range w.gpus {
 			if err := w.m.WaitUp(ctx, id); err != nil {
-				out[uid] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s: device %s: %w", w.claim, w.devices[i], err)}
+				out[uid] = kubelet.PrepareResult{Err: fmt.Errorf("claim %s: device %s: %w", w.claim, w.devices[i], err)}
 				if w.fresh {
 					undo = append(undo, uid)
 				}

@@ -4,19 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	cd "github.com/gpu-device-plugin/gpu-device-plugin/internal/model/computedomain"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 
-// domainGVR is the ComputeDomain resource.
-var domainGVR = schema.GroupVersionResource{Group: cd.Group, Version: cd.Version, Resource: cd.Resource}
+// domainsPath is the path of namespace's ComputeDomains.
+func domainPath(namespace, name string) string {
+	return "/apis/" + cd.Group + "/" + cd.Version + "/namespaces/" + url.PathEscape(namespace) + "/" + cd.Resource + "/" + url.PathEscape(name)
+}
 
 // NodeFieldManager is the field manager of node's entry in the domains'
 // status: one per node, so each node owns its entry of the map-typed
@@ -26,26 +26,33 @@ func NodeFieldManager(node string) string { return "gpu-device-plugin-node-" + n
 
 // apiDomains is DomainAPI over the API server.
 type apiDomains struct {
-	client dynamic.Interface
-	node   string
+	api  *draapi.Client
+	node string
 }
 
-// NewDomainAPI is DomainAPI over client for node.
-func NewDomainAPI(client dynamic.Interface, node string) DomainAPI {
-	return apiDomains{client: client, node: node}
+// NewDomainAPI is DomainAPI over api for node.
+func NewDomainAPI(api *draapi.Client, node string) DomainAPI {
+	return apiDomains{api: api, node: node}
 }
 
 func (a apiDomains) GetDomain(ctx context.Context, namespace, name string) (Domain, error) {
-	u, err := a.client.Resource(domainGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	var obj struct {
+		Metadata struct {
+			UID               string       `json:"uid"`
+			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		} `json:"metadata"`
+		Status json.RawMessage `json:"status"`
+	}
+	err := a.api.Get(ctx, domainPath(namespace, name), cd.Resource, &obj)
 	if apierrors.IsNotFound(err) {
 		return Domain{}, fmt.Errorf("%w: %s/%s", ErrDomainGone, namespace, name)
 	}
 	if err != nil {
 		return Domain{}, fmt.Errorf("reading ComputeDomain %s/%s: %w", namespace, name, err)
 	}
-	d := Domain{Namespace: namespace, Name: name, UID: string(u.GetUID()), Deleting: u.GetDeletionTimestamp() != nil}
-	if st, ok := u.Object["status"].(map[string]any); ok {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &d.Status); err != nil {
+	d := Domain{Namespace: namespace, Name: name, UID: obj.Metadata.UID, Deleting: obj.Metadata.DeletionTimestamp != nil}
+	if len(obj.Status) > 0 && string(obj.Status) != "null" {
+		if err := json.Unmarshal(obj.Status, &d.Status); err != nil {
 			return d, fmt.Errorf("ComputeDomain %s/%s: status: %w", namespace, name, err)
 		}
 	}
@@ -55,17 +62,12 @@ func (a apiDomains) GetDomain(ctx context.Context, namespace, name string) (Doma
 // applyNodes applies status.nodes as nodes, forced, as this node's
 // manager: the entries it owned and leaves out are removed.
 func (a apiDomains) applyNodes(ctx context.Context, namespace, name string, nodes []cd.Node) error {
-	body, err := json.Marshal(map[string]any{
+	body := map[string]any{
 		"apiVersion": cd.APIVersion, "kind": cd.Kind,
 		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"status":   map[string]any{"nodes": nodes},
-	})
-	if err != nil {
-		return err
 	}
-	force := true
-	_, err = a.client.Resource(domainGVR).Namespace(namespace).Patch(ctx, name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: NodeFieldManager(a.node), Force: &force}, "status")
+	err := a.api.ApplyStatus(ctx, domainPath(namespace, name), cd.Resource+"/status", NodeFieldManager(a.node), body)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: %s/%s", ErrDomainGone, namespace, name)
 	}

@@ -9,9 +9,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 )
 
 // The opaque parameters this driver takes in a claim's or a class's

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
 // fakeClock is the driver's clock and AfterFunc: timers fire, in order and

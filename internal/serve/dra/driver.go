@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 )
 
 // CDISpecs is asked before Prepare hands out a CDI device ID: nil when the
@@ -22,10 +22,10 @@ type CDISpecs interface {
 	Ensure(kind string) error
 }
 
-// Publisher publishes the node's ResourceSlices; *kubeletplugin.Helper is
+// Publisher publishes the node's ResourceSlices; *slicepub.Publisher is
 // one.
 type Publisher interface {
-	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
+	PublishResources(ctx context.Context, r slicepub.DriverResources) error
 }
 
 // Options configure a Driver.
@@ -49,7 +49,7 @@ type Options struct {
 	NICCDIID func(pool, address string) string
 	// DeviceMetadata fills each prepared device's Metadata (metadata.go),
 	// which the helper writes to the containers' metadata files when
-	// kubeletplugin.EnableDeviceMetadata is on.
+	// kubelet.EnableDeviceMetadata is on.
 	DeviceMetadata bool
 	// Specs, when set, gates Prepare on each CDI kind's spec being on disk.
 	Specs CDISpecs
@@ -86,7 +86,7 @@ type Timer interface {
 	Stop() bool
 }
 
-// Driver implements kubeletplugin.DRAPlugin over the node's model.
+// Driver implements kubelet.DRAPlugin over the node's model.
 type Driver struct {
 	o Options
 
@@ -148,8 +148,8 @@ type Driver struct {
 	pubMu   sync.Mutex // orders publications
 	pub     Publisher
 	pubCtx  context.Context
-	lastPub *resourceslice.DriverResources // as last published
-	ready   func(why string)               // readiness: "" once published
+	lastPub *slicepub.DriverResources // as last published
+	ready   func(why string)          // readiness: "" once published
 
 	deb debounce
 
@@ -157,7 +157,7 @@ type Driver struct {
 	statusTimeout time.Duration // statusWriteTimeout; tests shorten it
 }
 
-var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+var _ kubelet.DRAPlugin = (*Driver)(nil)
 
 // New makes a driver and loads its checkpoint. A checkpoint that does not
 // parse is set aside and logged, and a missing one may have lost claims

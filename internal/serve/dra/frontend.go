@@ -9,17 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/klog/v2"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/imex"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
@@ -32,6 +23,10 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/mpsd"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 )
 
 // CheckpointFile, in the plugin directory (draPluginDir), keeps prepared
@@ -90,26 +85,19 @@ type Settings struct {
 type FrontEndOption func(*frontEndOptions)
 
 type frontEndOptions struct {
-	client  kubernetes.Interface
-	dynamic dynamic.Interface
+	api *kubeapi.Config
 }
 
-// WithDynamicClient reads and writes ComputeDomains through c instead of
-// a client made as WithKubeClient's is: a fake one in tests.
-func WithDynamicClient(c dynamic.Interface) FrontEndOption {
-	return func(o *frontEndOptions) { o.dynamic = c }
-}
-
-// WithKubeClient uses c instead of the kubeconfig setting or the pod's
-// service account: a fake clientset in tests, an embedder's client.
-func WithKubeClient(c kubernetes.Interface) FrontEndOption {
-	return func(o *frontEndOptions) { o.client = c }
+// WithAPIConfig reaches the API server as c says instead of through the
+// kubeconfig setting or the pod's service account: a test's server.
+func WithAPIConfig(c kubeapi.Config) FrontEndOption {
+	return func(o *frontEndOptions) { o.api = &c }
 }
 
 // NewFrontEnd is the DRA front-end that dramode.With gives daemon: the model's
-// sources feed a Driver, and the kubeletplugin helper carries it to the
-// kubelet (registration, Prepare/Unprepare, health) and the API server
-// (ResourceSlices).
+// sources feed a Driver, package kubelet carries it to the kubelet
+// (registration, Prepare/Unprepare, health) and package slicepub to the API
+// server (ResourceSlices).
 func NewFrontEnd(opts ...FrontEndOption) func(context.Context, Settings, *ondisk.Store, *slog.Logger) (*FrontEnd, error) {
 	var o frontEndOptions
 	for _, opt := range opts {
@@ -123,7 +111,8 @@ func NewFrontEnd(opts ...FrontEndOption) func(context.Context, Settings, *ondisk
 // FrontEnd serves the model through DRA; daemon drives it.
 type FrontEnd struct {
 	drv    *Driver
-	helper *kubeletplugin.Helper
+	helper *kubelet.Helper
+	pub    *slicepub.Publisher
 	specs  *ondisk.Store
 	ctx    context.Context
 	s      Settings
@@ -138,12 +127,9 @@ type FrontEnd struct {
 // startFrontEnd registers the driver with the kubelet. Slices are
 // published once the GPUs and every NIC pool have reported.
 func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo frontEndOptions, log *slog.Logger) (*FrontEnd, error) {
-	var err error
-	client := fo.client
-	if client == nil {
-		if client, err = kubeClient(s); err != nil {
-			return nil, err
-		}
+	api, err := apiClient(s, fo)
+	if err != nil {
+		return nil, err
 	}
 	node := s.Node
 	if s.IgnoredTimeSlicing > 0 {
@@ -158,7 +144,7 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo fron
 	if s.PodResourcesSocket != "" {
 		held = podresources.Client{Socket: s.PodResourcesSocket}
 	}
-	claims := apiClaims{client: client, manager: s.FieldManager}
+	claims := apiClaims{api: api}
 	drv, err := New(Options{
 		DriverName:     s.DriverName,
 		NodeName:       node,
@@ -180,40 +166,42 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo fron
 	}
 	f.drv = drv
 	if s.IMEXDaemons != nil {
-		if err := f.useComputeDomains(ctx, fo.dynamic); err != nil {
+		if err := f.useComputeDomains(ctx, api); err != nil {
 			return nil, err
 		}
 	}
 	// Before the kubelet can call: a claim prepared before a checkpoint
 	// that no longer reads must guard its devices from the first Prepare.
 	drv.Rebuild(ctx)
-	// The helper logs through klog's context logger: ours, so there is
-	// one structured log.
-	f.ctx = klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
-	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(s.DriverName),
-		kubeletplugin.NodeName(node),
-		kubeletplugin.KubeClient(client),
-		kubeletplugin.RegistrarDirectoryPath(s.PluginRegistryDir),
-		kubeletplugin.PluginDataDirectoryPath(s.PluginDir),
+	f.ctx = ctx
+	ko := kubelet.Options{
+		DriverName:   s.DriverName,
+		NodeName:     node,
+		RegistrarDir: s.PluginRegistryDir,
+		PluginDir:    s.PluginDir,
+		Log:          log,
 	}
 	if s.PodUID != "" {
 		// Two pods of a rolling update serve side by side; the kubelet
 		// moves to the newer one.
-		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(s.PodUID)))
+		ko.RollingUpdateUID = types.UID(s.PodUID)
 	}
 	if s.DeviceMetadata {
-		// The helper writes each request's file under PluginDir and a CDI
-		// spec mounting it beside ours; the kubelet only passes the CDI ID
-		// on, so no kubelet feature gate is involved.
-		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, metadataVersions()), kubeletplugin.CDIDirectory(s.CDISpecDir))
+		// Each request's file is written under PluginDir and a CDI spec
+		// mounting it beside ours; the kubelet only passes the CDI ID on,
+		// so no kubelet feature gate is involved.
+		ko.DeviceMetadata, ko.MetadataVersions, ko.CDIDir = true, metadataVersions(), s.CDISpecDir
 	}
-	if f.helper, err = kubeletplugin.Start(f.ctx, drv, opts...); err != nil {
+	if f.helper, err = kubelet.Start(ctx, drv, claims, ko); err != nil {
 		return nil, fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
 	log.Info("serving through DRA", "driver", s.DriverName, "node", node, "pluginDir", s.PluginDir)
-	seedTaints(ctx, client, drv, log)
-	drv.SetPublisher(f.ctx, f.helper)
+	seedTaints(ctx, api, drv, log)
+	f.pub = slicepub.Start(ctx, slicepub.Options{
+		Driver: s.DriverName, Node: node, API: api, Log: log,
+		OnError: drv.HandleError,
+	})
+	drv.SetPublisher(ctx, f.pub)
 	return f, nil
 }
 
@@ -233,59 +221,51 @@ func makePluginDirs(s Settings) error {
 	return nil
 }
 
-// The DRA executable's client-side request limit (client-go's token
-// bucket), stated rather than left to client-go's defaults. Its requests
-// are the ResourceSlice writes (debounced to one a second at most), a
-// ResourceClaim read and a status write per claim prepared (none for a
-// claim prepared again whose status is current) and the slice informer's watch:
-// bursts of Prepare fit in the burst, and no bug of ours can make one
-// node send more than kubeQPS requests a second for long.
+// The DRA executable's client-side request limit, as client-go's token
+// bucket was set. Its requests are the ResourceSlice writes (debounced to
+// one a second at most), a ResourceClaim read and a status write per claim
+// prepared (none for a claim prepared again whose status is current) and
+// the slices' watch: bursts of Prepare fit in the burst, and no bug of
+// ours can make one node send more than kubeQPS requests a second for long.
 const (
 	kubeQPS   = 5
 	kubeBurst = 10
 )
 
-// kubeClient reads s.Kubeconfig, or the pod's service account.
-func kubeClient(s Settings) (kubernetes.Interface, error) {
-	rc, err := restConfig(s)
-	if err != nil {
-		return nil, err
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("DRA: API client: %w", err)
-	}
-	return c, nil
-}
-
-func restConfig(s Settings) (*rest.Config, error) {
-	var rc *rest.Config
+// apiClient reaches the API server as fo says, else through s.Kubeconfig,
+// else the pod's service account.
+func apiClient(s Settings, fo frontEndOptions) (*draapi.Client, error) {
+	var kc kubeapi.Config
 	var err error
-	if s.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
+	switch {
+	case fo.api != nil:
+		kc = *fo.api
+	case s.Kubeconfig != "":
+		kc, err = kubeapi.LoadKubeconfig(s.Kubeconfig)
+	default:
+		kc, err = kubeapi.InCluster()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("DRA mode needs API access for ResourceSlices: set kubeconfig (--kubeconfig) or run in a pod with a service account: %w", err)
 	}
 	// The API server takes the field manager from the user agent when a
-	// write names none (the ResourceSlice controller's create and update).
-	rc.UserAgent = s.FieldManager
-	rc.QPS, rc.Burst = kubeQPS, kubeBurst
-	return rc, nil
+	// write names none; every write here names s.FieldManager.
+	kc.UserAgent, kc.FieldManager = s.FieldManager, s.FieldManager
+	c, err := kubeapi.New(kc)
+	if err != nil {
+		return nil, fmt.Errorf("DRA: API client: %w", err)
+	}
+	return draapi.New(c, kubeQPS, kubeBurst, s.FieldManager), nil
 }
 
 // apiClaims reads ResourceClaims through the API server, one namespaced
 // GET each: the RBAC the chart grants (resourceclaims get) and no more.
-// manager is the field manager of its status writes.
 type apiClaims struct {
-	client  kubernetes.Interface
-	manager string
+	api *draapi.Client
 }
 
 func (a apiClaims) GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
-	return a.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	return a.api.GetClaim(ctx, namespace, name)
 }
 
 // seedReadTimeout bounds the read of the node's slices at start: it only
@@ -296,10 +276,10 @@ const seedReadTimeout = 10 * time.Second
 // previous process published them (Driver.SeedTaints). A read that fails
 // costs only fresh timeAdded values: it is said once, and nothing else
 // changes.
-func seedTaints(ctx context.Context, client kubernetes.Interface, drv *Driver, log *slog.Logger) {
+func seedTaints(ctx context.Context, api *draapi.Client, drv *Driver, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, seedReadTimeout)
 	defer cancel()
-	seeds, err := publishedTaints(ctx, client, drv.o.DriverName, drv.o.NodeName)
+	seeds, err := publishedTaints(ctx, api, drv.o.DriverName, drv.o.NodeName)
 	if err != nil {
 		log.Info("DRA: could not read this node's ResourceSlices; device taints kept across the restart get a new timeAdded", "err", err)
 		return
@@ -312,12 +292,9 @@ func seedTaints(ctx context.Context, client kubernetes.Interface, drv *Driver, l
 // the driver and the node (never the cluster's slices; the Node authorizer
 // requires the node too), served from the API server's cache
 // (resourceVersion 0), as a slightly stale answer only costs a timestamp.
-func publishedTaints(ctx context.Context, client kubernetes.Interface, driver, node string) (map[string][]draslice.Taint, error) {
-	sel := fields.Set{
-		resourceapi.ResourceSliceSelectorDriver:   driver,
-		resourceapi.ResourceSliceSelectorNodeName: node,
-	}.String()
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: "0"})
+func publishedTaints(ctx context.Context, api *draapi.Client, driver, node string) (map[string][]draslice.Taint, error) {
+	sel := draapi.SliceSelector(driver, node)
+	list, err := api.ListSlices(ctx, sel, true)
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices (%s): %w", sel, err)
 	}
@@ -343,11 +320,13 @@ func publishedTaints(ctx context.Context, client kubernetes.Interface, driver, n
 // claims the driver prepared for it; "" when unknown.
 func (f *FrontEnd) PodUID(namespace, name string) string { return f.drv.PodUID(namespace, name) }
 
-// Run stops the helper when ctx ends. Prepared claims stay in the
-// checkpoint, and the ResourceSlices for the next start to update.
+// Run stops the kubelet's services and the publisher when ctx ends.
+// Prepared claims stay in the checkpoint, and the ResourceSlices for the
+// next start to update.
 func (f *FrontEnd) Run(ctx context.Context) error {
 	<-ctx.Done()
 	f.helper.Stop()
+	f.pub.Stop()
 	return nil
 }
 
@@ -464,19 +443,10 @@ func (f *FrontEnd) NoGPUs(context.Context) { f.drv.SetGPUs(f.ctx, draslice.GPUs{
 func (f *FrontEnd) Evict(uuid string, on bool) { f.drv.Evict(uuid, on) }
 
 // useComputeDomains serves ComputeDomain channel claims: the channel's
-// CDI spec, the domains through dyn (or a client made from the settings),
-// channel nodes made from the driver's major.
-func (f *FrontEnd) useComputeDomains(ctx context.Context, dyn dynamic.Interface) error {
+// CDI spec, the domains through api, channel nodes made from the driver's
+// major.
+func (f *FrontEnd) useComputeDomains(ctx context.Context, api *draapi.Client) error {
 	s := f.s
-	if dyn == nil {
-		rc, err := restConfig(s)
-		if err != nil {
-			return err
-		}
-		if dyn, err = dynamic.NewForConfig(rc); err != nil {
-			return fmt.Errorf("DRA: ComputeDomains: API client: %w", err)
-		}
-	}
 	spec, err := cdi.ChannelSpec(s.DevRoot, []int{domainChannel})
 	if err != nil {
 		return err
@@ -494,6 +464,6 @@ func (f *FrontEnd) useComputeDomains(ctx context.Context, dyn dynamic.Interface)
 		return err
 	}
 	return f.drv.SetComputeDomains(ctx, ComputeDomainOptions{
-		API: NewDomainAPI(dyn, s.Node), Daemons: s.IMEXDaemons, NodeIP: s.IMEXNodeIP, Channel: channel,
+		API: NewDomainAPI(api, s.Node), Daemons: s.IMEXDaemons, NodeIP: s.IMEXNodeIP, Channel: channel,
 	})
 }

@@ -6,10 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // devHealth is one device's health as last reported by the model.
@@ -87,7 +86,7 @@ func gpuOf(e draslice.Device) string {
 // WatchHealthStatus sends every device's health now, at every change, and
 // at least every HealthResend, until ctx ends. The message is the reason,
 // spelled out (xid=79: fallen off the bus).
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubelet.DeviceHealthReport) error {
 	for {
 		d.mu.Lock()
 		rep, changed := d.healthReportLocked(), d.changed
@@ -109,18 +108,18 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-func (d *Driver) healthReportLocked() kubeletplugin.DeviceHealthReport {
-	var rep kubeletplugin.DeviceHealthReport
+func (d *Driver) healthReportLocked() kubelet.DeviceHealthReport {
+	var rep kubelet.DeviceHealthReport
 	add := func(es []draslice.Device) {
 		for _, e := range es {
-			dh := kubeletplugin.DeviceHealth{
-				PoolName: d.o.NodeName, DeviceName: e.Name, Health: kubeletplugin.HealthStatusHealthy,
+			dh := kubelet.DeviceHealth{
+				PoolName: d.o.NodeName, DeviceName: e.Name, Health: kubelet.HealthStatusHealthy,
 				HealthCheckTimeout: d.o.HealthTimeout,
 			}
 			if h := d.health[e.ID]; h != nil {
 				dh.LastUpdated = h.since
 				if !h.healthy {
-					dh.Health = kubeletplugin.HealthStatusUnhealthy
+					dh.Health = kubelet.HealthStatusUnhealthy
 					dh.Message = h.reason
 					if e.Type == draslice.TypeGPU || e.Type == draslice.TypeMIG {
 						dh.Message = health.Describe(h.reason)

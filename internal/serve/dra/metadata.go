@@ -4,10 +4,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // metadataVersions are the versions of the device metadata file
@@ -21,7 +21,7 @@ func metadataVersions() []schema.GroupVersion {
 // resultLocked is the answer to the kubelet for prepared claim p: its
 // devices' CDI IDs and, with Options.DeviceMetadata, what the container's
 // metadata file says of each (metadataLocked).
-func (d *Driver) resultLocked(p preparedClaim) []kubeletplugin.Device {
+func (d *Driver) resultLocked(p preparedClaim) []kubelet.Device {
 	out := p.result()
 	if !d.o.DeviceMetadata {
 		return out
@@ -38,7 +38,7 @@ func (d *Driver) resultLocked(p preparedClaim) []kubeletplugin.Device {
 // network interface in the host's namespace as it is at Prepare. A device
 // no longer published (a claim prepared again after its GPU went away) has
 // no attributes: the file then names only the driver, pool and device.
-func (d *Driver) metadataLocked(dv preparedDevice) *kubeletplugin.DeviceMetadata {
+func (d *Driver) metadataLocked(dv preparedDevice) *kubelet.DeviceMetadata {
 	e, ok := d.byName[dv.Device]
 	if !ok {
 		return nil
@@ -53,7 +53,7 @@ func (d *Driver) metadataLocked(dv preparedDevice) *kubeletplugin.DeviceMetadata
 			attrs[k] = a
 		}
 	}
-	out := &kubeletplugin.DeviceMetadata{Attributes: make(map[string]resourceapi.DeviceAttribute, len(attrs))}
+	out := &kubelet.DeviceMetadata{Attributes: make(map[string]resourceapi.DeviceAttribute, len(attrs))}
 	for k, a := range apiAttributes(attrs) {
 		out.Attributes[string(k)] = a
 	}

@@ -5,7 +5,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // reservations are the pods each claim the kubelet asked to prepare is
@@ -45,7 +46,7 @@ func (r *reservations) record(claims []*resourceapi.ResourceClaim) {
 }
 
 // forget drops unprepared claims.
-func (r *reservations) forget(claims []kubeletplugin.NamespacedObject) {
+func (r *reservations) forget(claims []kubelet.NamespacedObject) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range claims {

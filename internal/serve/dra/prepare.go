@@ -10,10 +10,10 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // PrepareResourceClaims answers each claim with the CDI device IDs of its
@@ -21,7 +21,7 @@ import (
 // earlier one) gets the same answer again. A claim is reported prepared
 // only once the checkpoint on disk holds it. Then, outside the lock, the
 // prepared claims' status.devices entries are written (writeClaimStatus).
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubelet.PrepareResult, error) {
 	d.pods.record(claims)
 	gates := d.channelGates(ctx, claims)
 	out, waits, err := d.prepareClaims(ctx, claims, gates)
@@ -32,14 +32,14 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // prepareClaims prepares claims under the lock, and says which answers
 // wait for MPS daemons to come up.
-func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim, gates map[types.UID]channelGate) (map[types.UID]kubeletplugin.PrepareResult, map[types.UID]mpsWait, error) {
+func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim, gates map[types.UID]channelGate) (map[types.UID]kubelet.PrepareResult, map[types.UID]mpsWait, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	waits := map[types.UID]mpsWait{}
 	d.reloadLocked()
 	d.rebuildIfNeededLocked(ctx)
 	d.reconcileMIGLocked()
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	out := make(map[types.UID]kubelet.PrepareResult, len(claims))
 	var added []types.UID
 	filled, mpsChanged := false, false
 	for _, c := range claims {
@@ -50,7 +50,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			if p.hasMIG() {
 				// After a reboot the instances are gone: made again.
 				if err := d.ensureMIGLocked(&p); err != nil {
-					out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+					out[c.UID] = kubelet.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 					continue
 				}
 				d.cp.Claims[c.UID], filled = p, true
@@ -59,13 +59,13 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			// waits for the daemons again.
 			w, ok, err := d.mpsWaitLocked(p)
 			if err != nil {
-				out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+				out[c.UID] = kubelet.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 				continue
 			}
 			if ok {
 				waits[c.UID] = w
 			}
-			out[c.UID] = kubeletplugin.PrepareResult{Devices: d.resultLocked(p)}
+			out[c.UID] = kubelet.PrepareResult{Devices: d.resultLocked(p)}
 			continue
 		}
 		p, err := d.prepareLocked(ctx, c, gates)
@@ -85,7 +85,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			}
 		}
 		if err != nil {
-			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+			out[c.UID] = kubelet.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
 		}
 		if p.hasMPS() {
@@ -98,7 +98,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		}
 		d.cp.Claims[c.UID] = p
 		added = append(added, c.UID)
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.resultLocked(p)}
+		out[c.UID] = kubelet.PrepareResult{Devices: d.resultLocked(p)}
 		if len(w.gpus) > 0 {
 			w.fresh = true
 			waits[c.UID] = w
@@ -112,7 +112,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 				undone = d.undoMIGLocked(d.cp.Claims[uid]) || undone
 				delete(d.cp.Claims, uid)
 				delete(waits, uid)
-				out[uid] = kubeletplugin.PrepareResult{Err: err}
+				out[uid] = kubelet.PrepareResult{Err: err}
 			}
 			if undone {
 				if err := d.writeMIGSpecLocked(); err != nil {
@@ -305,10 +305,10 @@ func (d *Driver) holdersLocked() holders {
 	return out
 }
 
-func (p preparedClaim) result() []kubeletplugin.Device {
-	out := make([]kubeletplugin.Device, len(p.Devices))
+func (p preparedClaim) result() []kubelet.Device {
+	out := make([]kubelet.Device, len(p.Devices))
 	for i, dv := range p.Devices {
-		out[i] = kubeletplugin.Device{
+		out[i] = kubelet.Device{
 			Requests: slices.Clone(dv.Requests), PoolName: dv.Pool, DeviceName: dv.Device,
 			CDIDeviceIDs: slices.Clone(dv.CDIDeviceIDs), ShareID: dv.ShareID,
 		}
@@ -318,7 +318,7 @@ func (p preparedClaim) result() []kubeletplugin.Device {
 
 // UnprepareResourceClaims forgets the claims. One not prepared is no
 // error: the kubelet retries, and restarts.
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubelet.NamespacedObject) (map[types.UID]error, error) {
 	d.pods.forget(claims)
 	out, err := d.unprepareClaims(ctx, claims)
 	d.mu.Lock()
@@ -338,7 +338,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, err
 }
 
-func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *Driver) unprepareClaims(ctx context.Context, claims []kubelet.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reloadLocked()

@@ -10,9 +10,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 )
 
 // The debounce bounds (docs/api-load.md states them): an XID storm on one
@@ -57,7 +57,7 @@ func (d *Driver) SeedTaints(byDevice map[string][]draslice.Taint) {
 
 // Resources is what the driver publishes now: one pool named after the
 // node, its devices in slices of at most sliceMaxDevices.
-func (d *Driver) Resources() resourceslice.DriverResources {
+func (d *Driver) Resources() slicepub.DriverResources {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.resourcesLocked()
@@ -69,7 +69,7 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 // comes or goes, instead of splitting the pool anew on the first XID.
 const sliceMaxDevices = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 
-func (d *Driver) resourcesLocked() resourceslice.DriverResources {
+func (d *Driver) resourcesLocked() slicepub.DriverResources {
 	var devs []resourceapi.Device
 	add := func(es []draslice.Device) {
 		for _, e := range es {
@@ -91,19 +91,19 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	for _, pool := range slices.Sorted(maps.Keys(d.nics)) {
 		add(d.nics[pool])
 	}
-	var sl []resourceslice.Slice
+	var sl []slicepub.Slice
 	for chunk := range slices.Chunk(devs, sliceMaxDevices) {
-		sl = append(sl, resourceslice.Slice{Devices: chunk})
+		sl = append(sl, slicepub.Slice{Devices: chunk})
 	}
 	// Counter sets have slices of their own: the API takes devices or
 	// counter sets in one slice, not both.
 	for chunk := range slices.Chunk(d.counters, resourceapi.ResourceSliceMaxCounterSets) {
-		sl = append(sl, resourceslice.Slice{SharedCounters: apiCounterSets(chunk)})
+		sl = append(sl, slicepub.Slice{SharedCounters: apiCounterSets(chunk)})
 	}
 	if len(sl) == 0 {
-		sl = []resourceslice.Slice{{}}
+		sl = []slicepub.Slice{{}}
 	}
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: {Slices: sl}}}
+	return slicepub.DriverResources{Pools: map[string]slicepub.Pool{d.o.NodeName: {Slices: sl}}}
 }
 
 // schedulePublish publishes after a health change, debounced: a burst of

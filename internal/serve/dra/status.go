@@ -16,13 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	metaac "k8s.io/client-go/applyconfigurations/meta/v1"
-	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // The claim's status.devices entries of this driver (docs/dra.md, Device
@@ -100,7 +98,7 @@ type statusLog struct {
 // claim whose entries are already what they would be is not written: the
 // kubelet prepares a claim again at every pod start. A failure is logged
 // and changes nothing else: the pod runs without the status.
-func (d *Driver) writeClaimStatus(ctx context.Context, claims []*resourceapi.ResourceClaim, out map[types.UID]kubeletplugin.PrepareResult) {
+func (d *Driver) writeClaimStatus(ctx context.Context, claims []*resourceapi.ResourceClaim, out map[types.UID]kubelet.PrepareResult) {
 	if d.o.ClaimStatus == nil {
 		return
 	}
@@ -120,7 +118,7 @@ func (d *Driver) writeClaimStatus(ctx context.Context, claims []*resourceapi.Res
 // statusPlans reads, under the lock, what the entries of each prepared
 // claim are made of, and forgets the logged failures of claims no longer
 // prepared.
-func (d *Driver) statusPlans(claims []*resourceapi.ResourceClaim, out map[types.UID]kubeletplugin.PrepareResult) []statusPlan {
+func (d *Driver) statusPlans(claims []*resourceapi.ResourceClaim, out map[types.UID]kubelet.PrepareResult) []statusPlan {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.statusLog.mu.Lock()
@@ -292,36 +290,49 @@ func sortEntries(es []resourceapi.AllocatedDeviceStatus) {
 // the apply, so a claim deleted and made again under the same name is not
 // written.
 func (a apiClaims) ApplyDeviceStatus(ctx context.Context, claim *resourceapi.ResourceClaim, devices []resourceapi.AllocatedDeviceStatus) error {
-	st := resourceac.ResourceClaimStatus()
+	st := claimStatusApply{Devices: make([]deviceStatusApply, 0, len(devices))}
 	for _, s := range devices {
-		st.WithDevices(deviceStatusApply(s))
+		st.Devices = append(st.Devices, deviceStatusOf(s))
 	}
-	ac := resourceac.ResourceClaim(claim.Name, claim.Namespace).WithUID(claim.UID).WithStatus(st)
-	_, err := a.client.ResourceV1().ResourceClaims(claim.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: a.manager, Force: true})
-	return err
+	return a.api.ApplyClaimStatus(ctx, claim.Namespace, claim.Name, claim.UID, st)
 }
 
-func deviceStatusApply(s resourceapi.AllocatedDeviceStatus) *resourceac.AllocatedDeviceStatusApplyConfiguration {
-	out := resourceac.AllocatedDeviceStatus().WithDriver(s.Driver).WithPool(s.Pool).WithDevice(s.Device)
-	if s.ShareID != nil {
-		out.WithShareID(*s.ShareID)
-	}
+// claimStatusApply is the status an apply sends: only the fields this
+// driver owns, each named, so the apply takes no others.
+type claimStatusApply struct {
+	Devices []deviceStatusApply `json:"devices"`
+}
+
+type deviceStatusApply struct {
+	Driver      string                `json:"driver"`
+	Pool        string                `json:"pool"`
+	Device      string                `json:"device"`
+	ShareID     *string               `json:"shareID,omitempty"`
+	Conditions  []conditionApply      `json:"conditions,omitempty"`
+	Data        *runtime.RawExtension `json:"data,omitempty"`
+	NetworkData *networkDataApply     `json:"networkData,omitempty"`
+}
+
+type conditionApply struct {
+	Type               string                 `json:"type"`
+	Status             metav1.ConditionStatus `json:"status"`
+	Reason             string                 `json:"reason"`
+	Message            string                 `json:"message"`
+	LastTransitionTime metav1.Time            `json:"lastTransitionTime"`
+}
+
+type networkDataApply struct {
+	InterfaceName   string `json:"interfaceName,omitempty"`
+	HardwareAddress string `json:"hardwareAddress,omitempty"`
+}
+
+func deviceStatusOf(s resourceapi.AllocatedDeviceStatus) deviceStatusApply {
+	out := deviceStatusApply{Driver: s.Driver, Pool: s.Pool, Device: s.Device, ShareID: s.ShareID, Data: s.Data}
 	for _, c := range s.Conditions {
-		out.WithConditions(metaac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
-			WithMessage(c.Message).WithLastTransitionTime(c.LastTransitionTime))
-	}
-	if s.Data != nil {
-		out.WithData(*s.Data)
+		out.Conditions = append(out.Conditions, conditionApply{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime})
 	}
 	if n := s.NetworkData; n != nil {
-		nd := resourceac.NetworkDeviceData()
-		if n.InterfaceName != "" {
-			nd.WithInterfaceName(n.InterfaceName)
-		}
-		if n.HardwareAddress != "" {
-			nd.WithHardwareAddress(n.HardwareAddress)
-		}
-		out.WithNetworkData(nd)
+		out.NetworkData = &networkDataApply{InterfaceName: n.InterfaceName, HardwareAddress: n.HardwareAddress}
 	}
 	return out
 }
