@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
@@ -41,7 +41,7 @@ func BenchmarkPrepare(b *testing.B) {
 			d.SetGPUs(ctx, in)
 			c := claim("uid", "bench", results...)
 			claims := []*resourceapi.ResourceClaim{c}
-			objs := []kubeletplugin.NamespacedObject{{UID: types.UID("uid")}}
+			objs := []kubelet.NamespacedObject{{UID: types.UID("uid")}}
 			b.ReportAllocs()
 			for b.Loop() {
 				got, err := d.PrepareResourceClaims(ctx, claims)
@@ -99,7 +99,7 @@ func BenchmarkPrepareMIG(b *testing.B) {
 	ctx := context.Background()
 	d.SetGPUs(ctx, partitionedGPUs())
 	claims := []*resourceapi.ResourceClaim{claim("uid", "bench", result("mig", "gpu-2-3g-40gb-4"))}
-	objs := []kubeletplugin.NamespacedObject{{UID: types.UID("uid")}}
+	objs := []kubelet.NamespacedObject{{UID: types.UID("uid")}}
 	b.ReportAllocs()
 	for b.Loop() {
 		got, err := d.PrepareResourceClaims(ctx, claims)
@@ -140,7 +140,7 @@ func BenchmarkClaimStatus(b *testing.B) {
 			var client *fake.Clientset
 			if mode == "fake-apply" {
 				client = fake.NewClientset(c)
-				o.ClaimStatus = apiClaims{client, testFieldManager}
+				o.ClaimStatus = apiClaims{testAPI(b, client)}
 			}
 			d, _ := statusDriver(b, client, o)
 			ctx := context.Background()

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -314,12 +314,12 @@ func TestPartitionPrepareUnprepare(t *testing.T) {
 
 	// A process still on the instance: Unprepare fails and keeps the claim.
 	f.inUse[2] = true
-	res, _ := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-3g"}})
+	res, _ := d.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-3g"}})
 	if res["uid-3g"] == nil || !strings.Contains(res["uid-3g"].Error(), "In use") {
 		t.Errorf("unprepare in use: %v", res["uid-3g"])
 	}
 	delete(f.inUse, 2)
-	res, _ = d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-3g"}, {UID: "uid-4g"}})
+	res, _ = d.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-3g"}, {UID: "uid-4g"}})
 	if res["uid-3g"] != nil || res["uid-4g"] != nil {
 		t.Fatalf("unprepare: %v", res)
 	}
@@ -516,7 +516,7 @@ func TestPartitionAdminAccess(t *testing.T) {
 		t.Errorf("%d instances, want the workload's only", f.count("GPU-c"))
 	}
 	// The monitor going destroys nothing; the workload's going does.
-	res, _ := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-mon"}})
+	res, _ := d.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-mon"}})
 	if res["uid-mon"] != nil || f.count("GPU-c") != 1 {
 		t.Errorf("unprepare monitor: %v, %d instances", res["uid-mon"], f.count("GPU-c"))
 	}

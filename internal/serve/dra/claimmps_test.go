@@ -9,11 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -135,7 +135,7 @@ func newMPSDriver(t *testing.T, dir string) (*Driver, *fakeMPS) {
 	return d, m
 }
 
-func prepare(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+func prepare(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubelet.PrepareResult {
 	t.Helper()
 	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil {
@@ -209,7 +209,7 @@ func TestMemorySharesAreMPSClients(t *testing.T) {
 		t.Errorf("prepared again after restart: %+v", r)
 	}
 	un := func(uid string) {
-		if _, err := d2.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+		if _, err := d2.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,7 +238,7 @@ func TestMemoryShareDaemonLimits(t *testing.T) {
 	}
 	un := func(uid string) {
 		t.Helper()
-		if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+		if _, err := d.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -326,7 +326,7 @@ func TestTimeSliceInterval(t *testing.T) {
 	if !slices.Equal(m.slices, []string{"GPU-c=3"}) || d.cp.Claims["uid-l"].Devices[0].TimeSlice != "Long" {
 		t.Errorf("set %v, checkpoint %+v; want GPU-c=3 and Long recorded", m.slices, d.cp.Claims["uid-l"].Devices[0])
 	}
-	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "uid-l"}}); err != nil {
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: "uid-l"}}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(m.slices, []string{"GPU-c=3", "GPU-c=0"}) {
@@ -423,7 +423,7 @@ func TestMPSWaitOutsideTheLock(t *testing.T) {
 	m.mu.Lock()
 	m.gate, m.waiting = make(chan struct{}), make(chan struct{})
 	m.mu.Unlock()
-	done := make(chan kubeletplugin.PrepareResult, 1)
+	done := make(chan kubelet.PrepareResult, 1)
 	go func() {
 		done <- prepare(t, d, claim("u-mps", "mps", share("g", "gpu-0", "11111111-1111-1111-1111-111111111111", "10Gi")))
 	}()

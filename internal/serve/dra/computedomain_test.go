@@ -10,10 +10,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
@@ -191,7 +191,7 @@ func channelClaim(t *testing.T, uid string) *resourceapi.ResourceClaim {
 	return c
 }
 
-func prepareOne(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+func prepareOne(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) kubelet.PrepareResult {
 	t.Helper()
 	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil {
@@ -301,7 +301,7 @@ func TestChannelUnprepareStopsDaemon(t *testing.T) {
 			if _, ok := f.daemons.running(domainUID); !ok {
 				t.Fatal("no daemon")
 			}
-			if _, err := f.d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
+			if _, err := f.d.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: c.UID}}); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := f.daemons.running(domainUID); ok || !slices.Contains(f.daemons.stopped, domainUID) {
@@ -354,7 +354,7 @@ func TestChannelClaimsTakenUpAfterRestart(t *testing.T) {
 	if len(daemons.swept) != 1 || !slices.Equal(daemons.swept[0], []string{domainUID}) {
 		t.Errorf("swept keeping %v, want [[%s]]", daemons.swept, domainUID)
 	}
-	if _, err := d2.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID("c1")}}); err != nil {
+	if _, err := d2.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: types.UID("c1")}}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(daemons.stopped, domainUID) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
@@ -240,9 +240,9 @@ func TestNoPublicationAfterStop(t *testing.T) {
 	}
 }
 
-type chanPublisher chan resourceslice.DriverResources
+type chanPublisher chan slicepub.DriverResources
 
-func (c chanPublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
+func (c chanPublisher) PublishResources(_ context.Context, r slicepub.DriverResources) error {
 	c <- r
 	return nil
 }

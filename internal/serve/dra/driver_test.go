@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
@@ -31,7 +31,7 @@ const (
 
 type fakePublisher struct {
 	mu   sync.Mutex
-	pubs []resourceslice.DriverResources
+	pubs []slicepub.DriverResources
 	// clock runs the driver's debounce timers.
 	clock *fakeClock
 }
@@ -39,7 +39,7 @@ type fakePublisher struct {
 // settle lets every debounced publication out.
 func (f *fakePublisher) settle() { f.clock.advance(DefaultPublishMaxDelay) }
 
-func (f *fakePublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
+func (f *fakePublisher) PublishResources(_ context.Context, r slicepub.DriverResources) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pubs = append(f.pubs, r)
@@ -302,7 +302,7 @@ func TestPrepareUnprepareAcrossRestart(t *testing.T) {
 	if len(got["uid-1"].Devices) != 2 || got["uid-1"].Err != nil {
 		t.Errorf("after restart: %+v", got["uid-1"])
 	}
-	un, err := d2.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}, {UID: "never"}})
+	un, err := d2.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-1"}, {UID: "never"}})
 	if err != nil || un["uid-1"] != nil || un["never"] != nil || len(un) != 2 {
 		t.Fatalf("Unprepare = %v, %v", un, err)
 	}
@@ -359,7 +359,7 @@ func TestPrepareRefusals(t *testing.T) {
 	if got["uid-f"].Err != nil {
 		t.Errorf("another driver's config refused: %v", got["uid-f"].Err)
 	}
-	d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-f"}})
+	d.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-f"}})
 
 	// A CDI spec not on disk: not prepared, and not checkpointed.
 	specs.err = os.ErrPermission
@@ -391,7 +391,7 @@ func TestTwoProcessesShareTheCheckpoint(t *testing.T) {
 	if got, _ := newPod.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-3", "third", result("g", "gpu-1"))}); got["uid-3"].Err != nil {
 		t.Fatal(got["uid-3"].Err)
 	}
-	if _, err := newPod.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}}); err != nil {
+	if _, err := newPod.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	cp, err := loadCheckpoint(filepath.Join(dir, "checkpoint.json"))
@@ -471,17 +471,17 @@ func TestHealthReports(t *testing.T) {
 	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, HealthResend: time.Hour})
 	d.SetGPUs(context.Background(), testGPUs())
 	ctx, cancel := context.WithCancel(context.Background())
-	reports := make(chan kubeletplugin.DeviceHealthReport)
+	reports := make(chan kubelet.DeviceHealthReport)
 	done := make(chan error)
 	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
 	first := <-reports
-	if len(first.Devices) != 3 || first.Devices[0].Health != kubeletplugin.HealthStatusHealthy || first.Devices[0].PoolName != testNode {
+	if len(first.Devices) != 3 || first.Devices[0].Health != kubelet.HealthStatusHealthy || first.Devices[0].PoolName != testNode {
 		t.Fatalf("first report = %+v", first)
 	}
 	d.SetHealth("GPU-c", false, "xid=79")
 	next := <-reports
 	got := next.Devices[2]
-	if got.DeviceName != "gpu-2" || got.Health != kubeletplugin.HealthStatusUnhealthy || got.Message != "xid=79: fallen off the bus" {
+	if got.DeviceName != "gpu-2" || got.Health != kubelet.HealthStatusUnhealthy || got.Message != "xid=79: fallen off the bus" {
 		t.Errorf("after XID: %+v", got)
 	}
 	cancel()

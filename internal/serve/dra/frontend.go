@@ -176,7 +176,6 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo fron
 	f.ctx = ctx
 	ko := kubelet.Options{
 		DriverName:   s.DriverName,
-		NodeName:     node,
 		RegistrarDir: s.PluginRegistryDir,
 		PluginDir:    s.PluginDir,
 		Log:          log,

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 
 // On a node where neither directory exists yet (the node package, a host
@@ -48,24 +48,39 @@ func TestMakePluginDirs(t *testing.T) {
 	}
 }
 
-// The client's request limit is ours, not client-go's default.
-func TestRestConfigLimits(t *testing.T) {
+// The client's request limit and user agent are ours.
+func TestAPIClientSettings(t *testing.T) {
+	var mu sync.Mutex
+	var agents []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		agents = append(agents, r.UserAgent()+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"ResourceClaim","apiVersion":"resource.k8s.io/v1","metadata":{"name":"c","namespace":"n","uid":"u"}}`)
+	}))
+	defer srv.Close()
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	body := "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
-		"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:6443'}\nusers:\n- name: u\n  user: {token: t}\n"
+		"clusters:\n- name: k\n  cluster: {server: '" + srv.URL + "'}\nusers:\n- name: u\n  user: {token: t}\n"
 	if err := os.WriteFile(kc, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := Settings{Kubeconfig: kc, FieldManager: config.FieldManager}
-	rc, err := restConfig(s)
+	api, err := apiClient(s, frontEndOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.QPS != kubeQPS || rc.Burst != kubeBurst || rc.UserAgent != "gpu-device-plugin" {
-		t.Errorf("QPS %v burst %d user agent %q", rc.QPS, rc.Burst, rc.UserAgent)
+	if _, err := api.GetClaim(context.Background(), "n", "c"); err != nil {
+		t.Fatal(err)
 	}
+	mu.Lock()
+	if len(agents) != 1 || agents[0] != "gpu-device-plugin Bearer t" {
+		t.Errorf("user agent and credentials %q", agents)
+	}
+	mu.Unlock()
 	s.Kubeconfig = filepath.Join(t.TempDir(), "missing")
-	if _, err := restConfig(s); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
+	if _, err := apiClient(s, frontEndOptions{}); err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("missing kubeconfig: %v", err)
 	}
 }
@@ -89,15 +104,16 @@ func TestAPIClaimsIsOneNamespacedGET(t *testing.T) {
 			`"status":{"allocation":{"devices":{"results":[{"request":"gpus","driver":"gpu-device-plugin.github.io","pool":"node-a","device":"gpu-0"}]}}}}`)
 	}))
 	defer srv.Close()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	kc, err := kubeapi.New(kubeapi.Config{Server: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := apiClaims{client, testFieldManager}.GetClaim(context.Background(), "team-a", "train")
+	api := apiClaims{draapi.New(kc, 1e6, 1e6, testFieldManager)}
+	c, err := api.GetClaim(context.Background(), "team-a", "train")
 	if err != nil || c.UID != "uid-1" || len(c.Status.Allocation.Devices.Results) != 1 {
 		t.Fatalf("GetClaim = %+v, %v", c, err)
 	}
-	if _, err := (apiClaims{client, testFieldManager}).GetClaim(context.Background(), "team-a", "gone"); !apierrors.IsNotFound(err) {
+	if _, err := api.GetClaim(context.Background(), "team-a", "gone"); !apierrors.IsNotFound(err) {
 		t.Errorf("a missing claim: %v, want NotFound", err)
 	}
 	mu.Lock()

@@ -6,22 +6,22 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
 )
 
 // prepared prepares c on d and returns its devices by name.
-func prepared(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) map[string]kubeletplugin.Device {
+func prepared(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) map[string]kubelet.Device {
 	t.Helper()
 	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil || got[c.UID].Err != nil {
 		t.Fatalf("Prepare: %v, %v", err, got[c.UID].Err)
 	}
-	out := map[string]kubeletplugin.Device{}
+	out := map[string]kubelet.Device{}
 	for _, dv := range got[c.UID].Devices {
 		out[dv.DeviceName] = dv
 	}
@@ -29,7 +29,7 @@ func prepared(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) map[string]
 }
 
 // metadataAttrs are a device's metadata attributes as the slice keys them.
-func metadataAttrs(t *testing.T, dv kubeletplugin.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+func metadataAttrs(t *testing.T, dv kubelet.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	t.Helper()
 	if dv.Metadata == nil {
 		t.Fatalf("%s: no metadata", dv.DeviceName)

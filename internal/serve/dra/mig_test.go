@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
@@ -148,12 +148,12 @@ func TestMIGHealth(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reports := make(chan kubeletplugin.DeviceHealthReport)
+	reports := make(chan kubelet.DeviceHealthReport)
 	go func() { _ = d.WatchHealthStatus(ctx, reports) }()
 	rep := <-reports
 	unhealthy := map[string]string{}
 	for _, h := range rep.Devices {
-		if h.Health != kubeletplugin.HealthStatusHealthy {
+		if h.Health != kubelet.HealthStatusHealthy {
 			unhealthy[h.DeviceName] = h.Message
 		}
 	}

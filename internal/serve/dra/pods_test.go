@@ -3,10 +3,10 @@ package dra
 import (
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
 // A pod's UID comes from the reservedFor of the claims prepared for it,
@@ -49,7 +49,7 @@ func TestReservationsPodUID(t *testing.T) {
 	if got := r.podUID("ml", "a"); got != "" {
 		t.Errorf("two UIDs for one name: %q, want none", got)
 	}
-	r.forget([]kubeletplugin.NamespacedObject{{UID: "c1"}})
+	r.forget([]kubelet.NamespacedObject{{UID: "c1"}})
 	if got := r.podUID("ml", "a"); got != "uid-a-new" {
 		t.Errorf("after the old claim went: %q", got)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 )
 
 // failingPublisher refuses while err is set.
@@ -16,7 +16,7 @@ type failingPublisher struct {
 	err error
 }
 
-func (p *failingPublisher) PublishResources(context.Context, resourceslice.DriverResources) error {
+func (p *failingPublisher) PublishResources(context.Context, slicepub.DriverResources) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err

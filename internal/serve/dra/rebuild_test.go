@@ -16,12 +16,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 )
 
 // fakeClaims is the API server's ResourceClaims, by namespace/name.
@@ -101,11 +101,11 @@ func TestCorruptCheckpointRebuildsClaims(t *testing.T) {
 	}
 	// The kubelet lists the helper's metadata CDI device too; it is the
 	// helper's to add, not the checkpoint's to keep.
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA, testDriver + "/metadata=uid-1_gpus"}}))
+	kl := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA, testDriver + "/metadata=uid-1_gpus"}}))
 	api := newFakeClaims(trainClaim())
 	var logs logtest.Buffer
 	d, _ := newTestDriver(t, dir, Options{
-		Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
+		Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	d.Rebuild(ctx)
@@ -139,7 +139,7 @@ func TestCorruptCheckpointRebuildsClaims(t *testing.T) {
 	if r := got["uid-1"]; r.Err != nil || len(r.Devices) != 1 || !slices.Equal(r.Devices[0].CDIDeviceIDs, []string{gpuA}) {
 		t.Errorf("the rebuilt claim prepared again: %+v", r)
 	}
-	un, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}})
+	un, err := d.UnprepareResourceClaims(ctx, []kubelet.NamespacedObject{{UID: "uid-1"}})
 	if err != nil || un["uid-1"] != nil {
 		t.Fatalf("Unprepare = %v, %v", un, err)
 	}
@@ -150,7 +150,7 @@ func TestCorruptCheckpointRebuildsClaims(t *testing.T) {
 	if got["uid-2"].Err != nil {
 		t.Errorf("GPU not free after the rebuilt claim was unprepared: %v", got["uid-2"].Err)
 	}
-	if n := kubelet.Lists(); n != 1 {
+	if n := kl.Lists(); n != 1 {
 		t.Errorf("%d PodResources Lists, want 1: a rebuild that worked is not repeated", n)
 	}
 }
@@ -167,12 +167,12 @@ func TestMissingCheckpointWithHeldClaimsRebuilds(t *testing.T) {
 	other := podresourcestest.Pod("ns", "fpga-user", podresourcestest.ClaimContainer("main",
 		podresourcestest.Claim("ns", "fpga", "fpga.example.com", testNode, "fpga-0"),
 		podresourcestest.Claim("ns", "elsewhere", testDriver, "node-b", "gpu-0")))
-	kubelet := podresourcestest.Start(t,
+	kl := podresourcestest.Start(t,
 		holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}),
 		holding("dcgm", "monitor", map[string][]string{"gpu-1": {"gpu-device-plugin.github.io/gpu=GPU-b"}}),
 		other)
 	api := newFakeClaims(trainClaim(), monitor)
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api})
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api})
 	d.Rebuild(ctx)
 	if got := slices.Sorted(func(yield func(string) bool) {
 		for uid := range d.cp.Claims {
@@ -204,13 +204,13 @@ func TestMissingCheckpointWithHeldClaimsRebuilds(t *testing.T) {
 // asked once, the API server never, and nothing is written.
 func TestMissingCheckpointNothingHeld(t *testing.T) {
 	dir := t.TempDir()
-	kubelet := podresourcestest.Start(t)
+	kl := podresourcestest.Start(t)
 	api := newFakeClaims()
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api})
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api})
 	d.Rebuild(context.Background())
 	d.Rebuild(context.Background())
-	if kubelet.Lists() != 1 || api.getCount() != 0 || len(d.cp.Claims) != 0 {
-		t.Errorf("Lists %d, GETs %d, claims %v; want 1, 0, none", kubelet.Lists(), api.getCount(), d.cp.Claims)
+	if kl.Lists() != 1 || api.getCount() != 0 || len(d.cp.Claims) != 0 {
+		t.Errorf("Lists %d, GETs %d, claims %v; want 1, 0, none", kl.Lists(), api.getCount(), d.cp.Claims)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a checkpoint was written with nothing in it: %v", err)
@@ -244,12 +244,12 @@ func TestReadableCheckpointIsNotRebuilt(t *testing.T) {
 	if got, _ := first.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{trainClaim()}); got["uid-1"].Err != nil {
 		t.Fatal(got["uid-1"].Err)
 	}
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
+	kl := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
 	api := newFakeClaims(trainClaim())
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api})
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api})
 	d.Rebuild(ctx)
-	if kubelet.Lists() != 0 || api.getCount() != 0 {
-		t.Errorf("Lists %d, GETs %d; want none", kubelet.Lists(), api.getCount())
+	if kl.Lists() != 0 || api.getCount() != 0 {
+		t.Errorf("Lists %d, GETs %d; want none", kl.Lists(), api.getCount())
 	}
 }
 
@@ -262,13 +262,13 @@ func TestRebuildRetriesBeforePrepare(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "checkpoint.json"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubelet := podresourcestest.Start(t,
+	kl := podresourcestest.Start(t,
 		holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}),
 		holding("ghost", "gone", map[string][]string{"gpu-2": nil}))
-	kubelet.Fail(status.Error(codes.Unavailable, "kubelet restarting"))
+	kl.Fail(status.Error(codes.Unavailable, "kubelet restarting"))
 	api := newFakeClaims(trainClaim())
 	var logs logtest.Buffer
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(ctx)
 	if len(d.cp.Claims) != 0 || d.rebuild == "" {
@@ -276,7 +276,7 @@ func TestRebuildRetriesBeforePrepare(t *testing.T) {
 	}
 
 	// The kubelet answers; the API server fails the one GET.
-	kubelet.Set(holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}), holding("ghost", "gone", map[string][]string{"gpu-2": nil}))
+	kl.Set(holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}), holding("ghost", "gone", map[string][]string{"gpu-2": nil}))
 	api.errs["ns/train"] = apierrors.NewServiceUnavailable("etcd leader changed")
 	d.SetGPUs(ctx, testGPUs())
 	got, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("uid-9", "other", result("g", "gpu-1"))})
@@ -316,10 +316,10 @@ func TestRebuildRetriesBeforePrepare(t *testing.T) {
 // other devices) is not taken for the one the pod holds.
 func TestRebuildRefusesAClaimMadeAgain(t *testing.T) {
 	dir := t.TempDir()
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
+	kl := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
 	api := newFakeClaims(claim("uid-new", "train", result("gpus", "gpu-1")))
 	var logs logtest.Buffer
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api,
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	d.Rebuild(context.Background())
 	if len(d.cp.Claims) != 0 || !strings.Contains(logs.String(), "made again under the same name") {
@@ -333,8 +333,8 @@ func TestRebuildRefusesAClaimMadeAgain(t *testing.T) {
 func TestRebuiltClaimWithoutCDIIDs(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": nil}))
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: newFakeClaims(trainClaim())})
+	kl := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": nil}))
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: newFakeClaims(trainClaim())})
 	d.Rebuild(ctx)
 	if p := d.cp.Claims["uid-1"]; len(p.Devices) != 1 || len(p.Devices[0].CDIDeviceIDs) != 0 {
 		t.Fatalf("rebuilt %+v", p)
@@ -371,15 +371,15 @@ func TestCheckpointCorruptedWhileRunning(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "checkpoint.json")
-	kubelet := podresourcestest.Start(t)
+	kl := podresourcestest.Start(t)
 	api := newFakeClaims(claim("uid-o", "others", result("g", "gpu-2")))
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api})
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api})
 	d.Rebuild(ctx)
 	d.SetGPUs(ctx, testGPUs())
 	if got, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{trainClaim()}); got["uid-1"].Err != nil {
 		t.Fatal(got["uid-1"].Err)
 	}
-	kubelet.Set(
+	kl.Set(
 		holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}),
 		holding("other", "others", map[string][]string{"gpu-2": {"gpu-device-plugin.github.io/gpu=GPU-c"}}))
 	if err := os.WriteFile(path, []byte(`{"version":1,"claims":{`), 0o600); err != nil {
@@ -417,7 +417,7 @@ func (c *claimsThen) GetClaim(ctx context.Context, namespace, name string) (*res
 func TestRebuildKeepsWhatTheOtherProcessWrote(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	kubelet := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
+	kl := podresourcestest.Start(t, holding("trainer", "train", map[string][]string{"gpu-0": {gpuA}}))
 	api := &claimsThen{fakeClaims: newFakeClaims(trainClaim()), then: func() {
 		other, _ := newTestDriver(t, dir, Options{Sources: 1})
 		other.SetGPUs(ctx, testGPUs())
@@ -425,7 +425,7 @@ func TestRebuildKeepsWhatTheOtherProcessWrote(t *testing.T) {
 			t.Error(got["uid-o"].Err)
 		}
 	}}
-	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kubelet.Socket}, Claims: api})
+	d, _ := newTestDriver(t, dir, Options{Sources: 1, PodResources: podresources.Client{Socket: kl.Socket}, Claims: api})
 	d.Rebuild(ctx)
 	cp, err := loadCheckpoint(filepath.Join(dir, "checkpoint.json"))
 	if _, ok := cp.Claims["uid-o"]; err != nil || !ok || len(cp.Claims) != 2 {

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 
 func taintAt(key, value string, at time.Time) draslice.Taint {
@@ -111,7 +111,7 @@ type sliceServer struct {
 	reqs []*http.Request
 }
 
-func (s *sliceServer) start(t *testing.T, status int, body string) kubernetes.Interface {
+func (s *sliceServer) start(t *testing.T, status int, body string) *draapi.Client {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -122,11 +122,11 @@ func (s *sliceServer) start(t *testing.T, status int, body string) kubernetes.In
 		fmt.Fprint(w, body)
 	}))
 	t.Cleanup(srv.Close)
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	kc, err := kubeapi.New(kubeapi.Config{Server: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client
+	return draapi.New(kc, 1e6, 1e6, testFieldManager)
 }
 
 func (s *sliceServer) requests() []*http.Request {

@@ -11,6 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
@@ -71,7 +74,7 @@ func statusDriver(t testing.TB, client *fake.Clientset, o Options) (*Driver, *lo
 		o.SysfsRoot = nicSysfs(t)
 	}
 	if o.ClaimStatus == nil {
-		o.ClaimStatus = apiClaims{client, testFieldManager}
+		o.ClaimStatus = apiClaims{testAPI(t, client)}
 	}
 	d, _ := newTestDriver(t, t.TempDir(), o)
 	ctx := context.Background()
@@ -387,7 +390,7 @@ func TestClaimStatusOnlyPrepared(t *testing.T) {
 	if n := patches(client); n != 0 {
 		t.Errorf("%d status writes for a claim that failed", n)
 	}
-	un, _ := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: bad.UID}})
+	un, _ := d.UnprepareResourceClaims(context.Background(), []kubelet.NamespacedObject{{UID: bad.UID}})
 	if un[bad.UID] != nil {
 		t.Error(un[bad.UID])
 	}
@@ -454,7 +457,7 @@ func TestClaimStatusShares(t *testing.T) {
 func TestClaimStatusMIGPlacement(t *testing.T) {
 	c := claim("uid-3g", "three", result("mig", "gpu-2-3g-40gb-4"))
 	client := fake.NewClientset(c)
-	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, ClaimStatus: apiClaims{client, testFieldManager}})
+	d, _ := newTestDriver(t, t.TempDir(), Options{Sources: 1, ClaimStatus: apiClaims{testAPI(t, client)}})
 	d.SetMIG(newFakeMIG(), (&migSpecs{}).write)
 	d.SetGPUs(context.Background(), partitionedGPUs())
 	prepareOK(t, d, c)
@@ -465,4 +468,15 @@ func TestClaimStatusMIGPlacement(t *testing.T) {
 	if m := dataOf(t, es[0]); m["uuid"] != "MIG-GPU-c-2-1" || m["pciBusID"] != "0000:87:00.0" {
 		t.Errorf("data = %v, want the instance's UUID and its parent's PCI address", m)
 	}
+}
+
+// testAPI is a draapi.Client over client through an HTTP server, as the
+// daemon reaches the API server.
+func testAPI(t testing.TB, client *fake.Clientset) *draapi.Client {
+	t.Helper()
+	kc, err := kubeapi.New(kubeapitest.Serve(t, client, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return draapi.New(kc, 1e6, 1e6, testFieldManager)
 }
