@@ -234,6 +234,86 @@ func TestWatchSlices(t *testing.T) {
 	}
 }
 
+// openWatch starts a watch of slicesPath with query; the events are read
+// from the returned scanner. It ends with the test.
+func openWatch(t *testing.T, c kubeapi.Config, query string) *bufio.Scanner {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.Server+slicesPath+"?watch=true&"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch answered %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	return sc
+}
+
+// nextEvent reads one event, as "TYPE name".
+func nextEvent(t *testing.T, sc *bufio.Scanner) string {
+	t.Helper()
+	if !sc.Scan() {
+		t.Fatalf("the watch ended: %v", sc.Err())
+	}
+	var ev watchEventOf
+	if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		t.Fatalf("event %.200s: %v", sc.Bytes(), err)
+	}
+	return ev.Type + " " + ev.Object.Name
+}
+
+func TestWatchFromAList(t *testing.T) {
+	kube := fake.NewClientset(slice("old", "d", "n1", "n1"))
+	c := Serve(t, kube, nil)
+	var l resourceapi.ResourceSliceList
+	callInto(t, c, http.MethodGet, slicesPath, "", "", http.StatusOK, &l)
+	if _, err := kube.ResourceV1().ResourceSlices().Create(t.Context(), slice("new", "d", "n1", "n1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc := openWatch(t, c, "resourceVersion="+l.ResourceVersion)
+	if got := nextEvent(t, sc); got != "ADDED new" {
+		t.Errorf("first event %q, want the slice created after the list", got)
+	}
+
+	sc = openWatch(t, c, "")
+	got := []string{nextEvent(t, sc), nextEvent(t, sc)}
+	if strings.Join(got, ",") != "ADDED old,ADDED new" && strings.Join(got, ",") != "ADDED new,ADDED old" {
+		t.Errorf("events %v, want every slice added, as a watch without a resourceVersion starts", got)
+	}
+
+	code, data := call(t, c, http.MethodGet, slicesPath+"?watch=true&resourceVersion=abc", "", "")
+	wantStatus(t, code, data, http.StatusBadRequest, metav1.StatusReasonBadRequest)
+}
+
+func TestWatchBurstWhileTheClientDoesNotRead(t *testing.T) {
+	kube := fake.NewClientset()
+	c := Serve(t, kube, nil)
+	sc := openWatch(t, c, "")
+	// Far more than the fake's watcher holds (100 events) and than the
+	// connection buffers, so the server must keep them while the client
+	// does not read.
+	const n = 300
+	big := strings.Repeat("x", 32<<10)
+	for i := range n {
+		s := slice(fmt.Sprintf("s%03d", i), "d", "n1", "n1")
+		s.Annotations = map[string]string{"big": big}
+		if _, err := kube.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if got, want := nextEvent(t, sc), fmt.Sprintf("ADDED s%03d", i); got != want {
+			t.Fatalf("event %d: %q, want %q", i, got, want)
+		}
+	}
+}
+
 func TestWatchEnds(t *testing.T) {
 	t.Run("after timeoutSeconds", func(t *testing.T) {
 		c := Serve(t, fake.NewClientset(), nil)
