@@ -33,6 +33,28 @@ import (
 // for another API group is 404) and returns the Config that reaches it.
 // The server stops when the test ends; open watches end first, so a
 // client still watching does not hold the test up.
+//
+// It serves:
+//
+//	GET    /api/v1/nodes/{name}
+//	PATCH  /api/v1/nodes/{name}[/status]
+//	GET    /api/v1/namespaces/{ns}/events[/{name}]
+//	POST   /api/v1/namespaces/{ns}/events
+//	PATCH  /api/v1/namespaces/{ns}/events/{name}
+//	GET    /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}
+//	PATCH  /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}[/status]
+//	GET    /apis/resource.k8s.io/v1/resourceslices (list; watch=true|1 streams)
+//	POST   /apis/resource.k8s.io/v1/resourceslices
+//	GET, PUT, DELETE /apis/resource.k8s.io/v1/resourceslices/{name}
+//	GET    /apis/{group}/{version}/namespaces/{ns}/{resource}/{name} (dyn)
+//	PATCH  /apis/{group}/{version}/namespaces/{ns}/{resource}/{name}[/status] (dyn)
+//
+// A patch is an apply (application/apply-patch+yaml, fieldManager
+// required), a merge, a strategic merge or a JSON patch, as its
+// Content-Type says. The dynamic fake cannot apply to an Unstructured:
+// a test that has dyn serve an apply gives it a "patch" reactor, as the
+// ComputeDomain controller's tests do. Anything else is a 404 Status
+// naming the path.
 func Serve(t testing.TB, kube *fake.Clientset, dyn dynamic.Interface) kubeapi.Config {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -131,15 +131,20 @@ func (s *server) watchSlices(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apierrors.NewInternalError(fmt.Errorf("the response writer cannot stream")))
 		return
 	}
-	wi, err := s.kube.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
-		LabelSelector:   sel.labels.String(),
-		ResourceVersion: r.URL.Query().Get("resourceVersion"),
-	})
+	rv := r.URL.Query().Get("resourceVersion")
+	if _, err := strconv.ParseUint(rv, 10, 64); rv != "" && err != nil {
+		writeError(w, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion=%q: not a resource version", rv)))
+		return
+	}
+	// With a resourceVersion (a list's), the fake first sends the objects
+	// changed since; without one, every object, as the API server does.
+	wi, err := s.kube.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{LabelSelector: sel.labels.String(), ResourceVersion: rv})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer wi.Stop()
+	events := unbounded(ctx, wi.ResultChan())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
@@ -148,7 +153,7 @@ func (s *server) watchSlices(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-wi.ResultChan():
+		case ev, ok := <-events:
 			if !ok {
 				return
 			}
@@ -167,6 +172,38 @@ func (s *server) watchSlices(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
+}
+
+// unbounded passes on what comes in, however far behind the reader is:
+// the fake's watcher panics when 100 events wait unread, which a client
+// slow to read a burst of large slices would otherwise cause in whoever
+// wrote them. It ends when in closes and all is passed on, or ctx ends.
+func unbounded(ctx context.Context, in <-chan watch.Event) <-chan watch.Event {
+	out := make(chan watch.Event)
+	go func() {
+		defer close(out)
+		var queue []watch.Event
+		for in != nil || len(queue) > 0 {
+			var send chan<- watch.Event
+			var next watch.Event
+			if len(queue) > 0 {
+				send, next = out, queue[0]
+			}
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					in = nil
+					continue
+				}
+				queue = append(queue, ev)
+			case send <- next:
+				queue = queue[1:]
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 func withStatusKind(st *metav1.Status) *metav1.Status {
