@@ -42,6 +42,12 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
+# The ComputeDomain controller, run by the chart's Deployment, built as the
+# daemons are; gpu-device-plugin-dra compute-domain-controller execs it
+# from beside itself.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -trimpath -tags urfave_cli_no_docs,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/gpu-device-plugin-controller ./cmd/gpu-device-plugin-controller
 # The CDI hook, static: the chart's init container copies it onto the host,
 # where the container runtime runs it whatever the host's libc.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
@@ -57,6 +63,7 @@ ARG LICENSE=Apache-2.0
 COPY --from=build /out/gpu-device-plugin /usr/bin/gpu-device-plugin
 COPY --from=build /out/gpu-device-plugin-dp /usr/bin/gpu-device-plugin-dp
 COPY --from=build /out/gpu-device-plugin-dra /usr/bin/gpu-device-plugin-dra
+COPY --from=build /out/gpu-device-plugin-controller /usr/bin/gpu-device-plugin-controller
 COPY --from=build /out/gpu-device-plugin-cdi-hook /usr/bin/gpu-device-plugin-cdi-hook
 COPY --from=build /usr/share/misc/pci.ids /usr/share/misc/pci.ids
 LABEL org.opencontainers.image.title="gpu-device-plugin" \

@@ -32,7 +32,7 @@ all: build
 version:
 	@echo '$(VERSION)'
 
-build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+build: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-controller $(BIN)/gpu-device-plugin-cdi-hook
 
 # Build tags that leave out what the plugin never runs, since on Linux the
 # whole executable is resident (docs/architecture.md): urfave/cli's man-page
@@ -53,6 +53,14 @@ $(BIN)/gpu-device-plugin-dp: FORCE
 
 $(BIN)/gpu-device-plugin-dra: FORCE
 	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-dra
+
+# The ComputeDomain controller, the chart's one Deployment for the cluster,
+# a program of its own so that the node's daemons link no informers or
+# leader election; gpu-device-plugin-dra compute-domain-controller, which
+# charts of earlier releases run, execs it from beside itself. Built as
+# the daemons are.
+$(BIN)/gpu-device-plugin-controller: FORCE
+	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $@ ./cmd/gpu-device-plugin-controller
 
 # The CDI hook is static (no cgo): the container runtime runs it on the
 # host for every GPU container, whatever libc the host has, and the chart's
@@ -143,8 +151,8 @@ clean:
 #   make push VERSION=v0.1.0 IMAGE=registry/name [CHARTS=registry/charts]
 #                                 → that release: its image index and its chart
 # All carry the plugin, its daemons beside it (gpu-device-plugin-dp and
-# gpu-device-plugin-dra, which serve execs) and its CDI hook
-# (gpu-device-plugin-cdi-hook).
+# gpu-device-plugin-dra, which serve execs), the ComputeDomain controller
+# (gpu-device-plugin-controller) and its CDI hook (gpu-device-plugin-cdi-hook).
 # All stamp VERSION and COMMIT, and take file times from the last commit
 # (SOURCE_DATE_EPOCH), so the same commit gives the same image digest.
 .PHONY: image push packages tools-test deploy-test release release-preflight release-verify
@@ -155,11 +163,12 @@ BASE              ?=
 PCI_IDS           ?=
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+image: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-controller $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./imagebuild \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
 		-dp $(abspath $(BIN))/gpu-device-plugin-dp \
 		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
+		-controller $(abspath $(BIN))/gpu-device-plugin-controller \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
 		$(if $(BASE),-base $(abspath $(BASE))) \
@@ -186,12 +195,13 @@ PUSH_IMAGE   = cd tools && $(GO) run ./imagebuild push -tarball $(abspath $(BIN)
 PUSH_RELEASE = cd tools && $(GO) run ./releasebuild push -version '$(VERSION)' -dir $(abspath $(RELEASE_DIR)) \
 		-platforms '$(RELEASE_PLATFORMS)' -image '$(IMAGE)' -charts '$(CHARTS)'
 
-packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-cdi-hook
+packages: $(BIN)/gpu-device-plugin $(BIN)/gpu-device-plugin-dp $(BIN)/gpu-device-plugin-dra $(BIN)/gpu-device-plugin-controller $(BIN)/gpu-device-plugin-cdi-hook
 	cd tools && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./pkgbuild \
 		-root .. -config ../packaging/nfpm.yaml \
 		-binary $(abspath $(BIN))/gpu-device-plugin \
 		-dp $(abspath $(BIN))/gpu-device-plugin-dp \
 		-dra $(abspath $(BIN))/gpu-device-plugin-dra \
+		-controller $(abspath $(BIN))/gpu-device-plugin-controller \
 		-hook $(abspath $(BIN))/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(abspath $(BIN))
 
@@ -238,17 +248,19 @@ release-preflight:
 	mkdir -p '$(RELEASE_DIR)' '$(RELEASE_WORK)'
 	cd tools && $(GO) build -o $(abspath $(RELEASE_TOOLS))/ ./imagebuild ./pkgbuild ./releasebuild
 
-# One architecture: its four binaries (built as make build builds them),
+# One architecture: its five binaries (built as make build builds them),
 # its image (from scratch and that architecture's glibc) and its packages.
 release-linux-%: release-preflight
 	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin ./cmd/gpu-device-plugin
 	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp ./cmd/gpu-device-plugin-dp
 	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra ./cmd/gpu-device-plugin-dra
+	$(call release_cgo,$*) $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '-s -w $(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-controller ./cmd/gpu-device-plugin-controller
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook ./cmd/gpu-device-plugin-cdi-hook
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(RELEASE_TOOLS)/imagebuild -sysroot $(call release_sysroot,$*) \
 		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
 		-dp $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp \
 		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
+		-controller $(RELEASE_WORK)/linux-$*/gpu-device-plugin-controller \
 		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -commit '$(COMMIT)' -license '$(LICENSE)' -repository '$(IMAGE_REPO)' \
 		$(if $(filter none,$(PCI_IDS)),-pci-ids none,$(if $(PCI_IDS),-pci-ids $(abspath $(PCI_IDS)))) \
@@ -257,6 +269,7 @@ release-linux-%: release-preflight
 		-binary $(RELEASE_WORK)/linux-$*/gpu-device-plugin \
 		-dp $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dp \
 		-dra $(RELEASE_WORK)/linux-$*/gpu-device-plugin-dra \
+		-controller $(RELEASE_WORK)/linux-$*/gpu-device-plugin-controller \
 		-hook $(RELEASE_WORK)/linux-$*/gpu-device-plugin-cdi-hook \
 		-version '$(VERSION)' -license '$(LICENSE)' -o $(RELEASE_DIR)
 

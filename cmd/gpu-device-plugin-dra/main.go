@@ -3,6 +3,10 @@
 // in DRA mode (kubeletAPI: dra), replacing itself, with the configuration
 // it resolved; it is not meant to be run by hand. It is a separate program
 // so that the device-plugin mode links no Kubernetes client code.
+//
+// `gpu-device-plugin-dra compute-domain-controller ARGS`, how charts of
+// earlier releases ran the ComputeDomain controller, execs
+// gpu-device-plugin-controller beside it with ARGS.
 package main
 
 import (
@@ -28,14 +32,17 @@ var (
 
 func main() {
 	handoff.RunIfHelper()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	var err error
 	if len(os.Args) > 1 && os.Args[1] == controllerCommand {
-		err = runController(ctx, os.Args[2:])
-	} else {
-		err = run(ctx, os.Args[1:])
+		// Returns only on failure.
+		fail(execController(os.Args[2:]))
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
 	stop()
+	fail(err)
+}
+
+func fail(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-device-plugin-dra:", err)
 		os.Exit(1)
@@ -48,8 +55,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	log := daemon.NewLogger(cfg, os.Stderr)
-	// As serve does in device-plugin mode; not for the controller, whose
-	// heap follows the cluster's ComputeDomains.
+	// As serve does in device-plugin mode.
 	gogc := gcpercent.Tune(os.LookupEnv)
 	log.Info("starting gpu-device-plugin in DRA mode", "version", version, "commit", commit,
 		"driver", config.DRADriverName, "pluginDir", cfg.DRAPluginDir, "driverRoot", cfg.DriverRoot, "gogc", gogc)

@@ -4,6 +4,7 @@
 #   OUT/plugin/gpu-device-plugin-image.tar  the plugin (make image), localhost/gpu-device-plugin:e2e;
 #                                           with gpu-device-plugin-dp and gpu-device-plugin-dra, which
 #                                           serve execs in device-plugin and DRA mode
+#                                           and gpu-device-plugin-controller, the ComputeDomain controller
 #   OUT/probe.tar                           the test container, $PROBE_IMAGE
 #   OUT/pause.tar                           the pod sandbox, $PAUSE_IMAGE
 #   OUT/nfd-master.tar, OUT/nfd-worker.tar  Node Feature Discovery (build.sh nfd, built here if

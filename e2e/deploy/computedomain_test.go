@@ -158,8 +158,10 @@ func TestHelmComputeDomainControllerDeployment(t *testing.T) {
 	if plugin := objs.DaemonSets[0].Spec.Template.Spec.Containers[0]; c.Image != plugin.Image || c.ImagePullPolicy != plugin.ImagePullPolicy {
 		t.Errorf("image %s (%s), want the plugin's %s (%s)", c.Image, c.ImagePullPolicy, plugin.Image, plugin.ImagePullPolicy)
 	}
-	if !slices.Equal(c.Command, []string{imageDRAPath}) || len(c.Args) == 0 || c.Args[0] != "compute-domain-controller" {
-		t.Errorf("command %v args %v, want %s compute-domain-controller", c.Command, c.Args, imageDRAPath)
+	// The controller's own executable; gpu-device-plugin-dra's
+	// compute-domain-controller is only for charts of earlier releases.
+	if !slices.Equal(c.Command, []string{imageControllerPath}) || slices.Contains(c.Args, "compute-domain-controller") || !slices.Contains(c.Args, "--lease-name="+cdController) {
+		t.Errorf("command %v args %v, want %s --lease-name=%s", c.Command, c.Args, imageControllerPath, cdController)
 	}
 	ps, cs := pod.Spec.SecurityContext, c.SecurityContext
 	switch {

@@ -16,14 +16,20 @@ import (
 // `gpu-device-plugin serve` in DRA mode execs gpu-device-plugin-dra from
 // its own directory (else $PATH), and in device-plugin mode
 // gpu-device-plugin-dp from its own directory, so the image and the
-// packages install them beside the plugin.
+// packages install them beside the plugin. The ComputeDomain controller,
+// gpu-device-plugin-controller, is there too: gpu-device-plugin-dra
+// compute-domain-controller, which charts of earlier releases run, execs
+// it from its own directory.
 const (
-	draName        = "gpu-device-plugin-dra"
-	imageDRAPath   = "/usr/bin/" + draName
-	packageDRAPath = "/usr/bin/" + draName
-	dpName         = "gpu-device-plugin-dp"
-	imageDPPath    = "/usr/bin/" + dpName
-	packageDPPath  = "/usr/bin/" + dpName
+	draName               = "gpu-device-plugin-dra"
+	imageDRAPath          = "/usr/bin/" + draName
+	packageDRAPath        = "/usr/bin/" + draName
+	dpName                = "gpu-device-plugin-dp"
+	imageDPPath           = "/usr/bin/" + dpName
+	packageDPPath         = "/usr/bin/" + dpName
+	controllerName        = "gpu-device-plugin-controller"
+	imageControllerPath   = "/usr/bin/" + controllerName
+	packageControllerPath = "/usr/bin/" + controllerName
 )
 
 var (
@@ -31,15 +37,16 @@ var (
 	draBuildDir  string
 )
 
-// draBuild is a directory holding gpu-device-plugin, gpu-device-plugin-dp
-// and gpu-device-plugin-dra as `make build` builds them (stamped with
-// testVersion and testCommit), built once for the whole run.
+// draBuild is a directory holding gpu-device-plugin, gpu-device-plugin-dp,
+// gpu-device-plugin-dra and gpu-device-plugin-controller as `make build`
+// builds them (stamped with testVersion and testCommit), built once for
+// the whole run.
 func draBuild(t *testing.T) string {
 	t.Helper()
 	draBuildOnce.Do(func() {
 		bin := filepath.Join(shared, "dra-build")
 		runMake(t, "BIN="+bin, "VERSION="+testVersion, "COMMIT="+testCommit,
-			filepath.Join(bin, "gpu-device-plugin"), filepath.Join(bin, dpName), filepath.Join(bin, draName))
+			filepath.Join(bin, "gpu-device-plugin"), filepath.Join(bin, dpName), filepath.Join(bin, draName), filepath.Join(bin, controllerName))
 		draBuildDir = bin
 	})
 	if draBuildDir == "" {
@@ -133,6 +140,57 @@ func TestDRAHandOver(t *testing.T) {
 		}
 		if !strings.HasPrefix(out, "gpu-device-plugin: ") || !strings.Contains(out, draName) || strings.Contains(out, draName+": ") {
 			t.Errorf("serve --kubelet-api=dra without %s: want gpu-device-plugin's error naming it:\n%s", draName, out)
+		}
+	})
+}
+
+// runController runs `gpu-device-plugin-dra compute-domain-controller`, as
+// charts of earlier releases do, with a kubeconfig that does not exist and
+// only PATH in its environment.
+func runController(t *testing.T, dra string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(dra, "compute-domain-controller", "--namespace=gpu", "--kubeconfig=/nonexistent")
+	cmd.Env = []string{"PATH=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// checkControllerHandedOver wants runController's gpu-device-plugin-dra to
+// have become gpu-device-plugin-controller, with its arguments: a non-zero
+// exit with one error line, the controller's, naming the kubeconfig.
+func checkControllerHandedOver(t *testing.T, out string, err error) {
+	t.Helper()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("%s compute-domain-controller with no kubeconfig: %v, want a non-zero exit\n%s", draName, err, out)
+	}
+	if !strings.HasPrefix(out, controllerName+": ") || strings.Count(out, "\n") != 1 || !strings.Contains(out, "/nonexistent") {
+		t.Errorf("%s compute-domain-controller: %q, want %s's one error line about --kubeconfig /nonexistent", draName, out, controllerName)
+	}
+}
+
+// TestControllerHandOver runs make's gpu-device-plugin-dra as charts of
+// earlier releases run the ComputeDomain controller: it becomes
+// gpu-device-plugin-controller found beside it, and without one it says,
+// in one line, what is missing.
+func TestControllerHandOver(t *testing.T) {
+	bin := draBuild(t)
+	t.Run("beside", func(t *testing.T) {
+		out, err := runController(t, filepath.Join(bin, draName))
+		checkControllerHandedOver(t, out, err)
+	})
+	t.Run("absent", func(t *testing.T) {
+		alone := filepath.Join(t.TempDir(), draName)
+		if err := os.WriteFile(alone, mustRead(t, filepath.Join(bin, draName)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runController(t, alone)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Fatalf("compute-domain-controller without %s: %v, want a non-zero exit\n%s", controllerName, err, out)
+		}
+		if !strings.HasPrefix(out, draName+": ") || strings.Count(out, "\n") != 1 || !strings.Contains(out, controllerName+" is not beside") {
+			t.Errorf("compute-domain-controller without %s: %q, want %s's one line naming it", controllerName, out, draName)
 		}
 	})
 }

@@ -199,8 +199,9 @@ func TestImage(t *testing.T) {
 		t.Errorf("usr/bin/gpu-device-plugin is not the built binary, executable (mode %o)", f.Mode)
 	}
 	// The daemons, beside the plugin, where serve looks first (for
-	// gpu-device-plugin-dp, only).
-	for name, p := range map[string]string{draName: imageDRAPath, dpName: imageDPPath} {
+	// gpu-device-plugin-dp, only), and the controller, beside
+	// gpu-device-plugin-dra, where its compute-domain-controller looks.
+	for name, p := range map[string]string{draName: imageDRAPath, dpName: imageDPPath, controllerName: imageControllerPath} {
 		if f := files[strings.TrimPrefix(p, "/")]; !bytes.Equal(f.Data, mustRead(t, filepath.Join(bin, name))) || f.Mode&0o111 == 0 {
 			t.Errorf("%s is not the built %s, executable (mode %o)", p, name, f.Mode)
 		}
@@ -432,12 +433,12 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 		}
 	}
 	copies := strings.Join(instr("COPY"), "\n")
-	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageDPPath, imageDRAPath, imageHookPath, "/usr/share/misc/pci.ids"} {
+	for _, p := range []string{"/usr/bin/gpu-device-plugin", imageDPPath, imageDRAPath, imageControllerPath, imageHookPath, "/usr/share/misc/pci.ids"} {
 		if !regexp.MustCompile(`\s` + regexp.QuoteMeta(p) + `(\s|$)`).MatchString(copies) {
 			t.Errorf("Dockerfile copies nothing to %s", p)
 		}
 	}
-	var pluginBuild, dpBuild, draBuild, hookBuild string
+	var pluginBuild, dpBuild, draBuild, controllerBuild, hookBuild string
 	for _, r := range instr("RUN") {
 		switch {
 		case strings.Contains(r, "./cmd/gpu-device-plugin-cdi-hook"):
@@ -446,6 +447,8 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 			dpBuild = r
 		case strings.Contains(r, "./cmd/"+draName):
 			draBuild = r
+		case strings.Contains(r, "./cmd/"+controllerName):
+			controllerBuild = r
 		case strings.Contains(r, "./cmd/gpu-device-plugin"):
 			pluginBuild = r
 		}
@@ -455,8 +458,9 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 			t.Errorf("Dockerfile's go build of the plugin lacks %s", want)
 		}
 	}
-	// The daemons as make builds them: like the plugin (cgo, for NVML).
-	for name, build := range map[string]string{dpName: dpBuild, draName: draBuild} {
+	// The daemons and the controller as make builds them: like the plugin
+	// (cgo, for NVML).
+	for name, build := range map[string]string{dpName: dpBuild, draName: draBuild, controllerName: controllerBuild} {
 		for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "-o /out/" + name} {
 			if !strings.Contains(build, want) {
 				t.Errorf("Dockerfile's go build of %s lacks %s", name, want)
@@ -469,7 +473,7 @@ func testDockerfile(t *testing.T, a *dockerArchive) {
 	// The Makefile's GOTAGS, which leave out what only costs resident
 	// memory (docs/architecture.md, "Where the memory goes").
 	tags := makefileVar(t, "GOTAGS")
-	for name, build := range map[string]string{"the plugin": pluginBuild, dpName: dpBuild, draName: draBuild} {
+	for name, build := range map[string]string{"the plugin": pluginBuild, dpName: dpBuild, draName: draBuild, controllerName: controllerBuild} {
 		if !strings.Contains(build, "-tags "+tags+" ") {
 			t.Errorf("Dockerfile's go build of %s lacks -tags %s, the Makefile's GOTAGS", name, tags)
 		}

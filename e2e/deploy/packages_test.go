@@ -25,6 +25,7 @@ var (
 		"/usr/bin/gpu-device-plugin",
 		packageDPPath,
 		packageDRAPath,
+		packageControllerPath,
 		packageHookPath,
 		"/usr/lib/systemd/system/gpu-device-plugin.service",
 		"/etc/gpu-device-plugin/config.yaml",
@@ -137,8 +138,8 @@ func testDebContents(t *testing.T, deb string) {
 		}
 	}
 	// The hook is executable by all: the container runtime runs it. So are
-	// the daemons, which the plugin execs.
-	for _, p := range []string{packageHookPath, packageDPPath, packageDRAPath} {
+	// the daemons, which the plugin execs, and the controller.
+	for _, p := range []string{packageHookPath, packageDPPath, packageDRAPath, packageControllerPath} {
 		if !regexp.MustCompile(`(?m)^-rwxr-xr-x .* \.` + regexp.QuoteMeta(p) + `$`).Match(out) {
 			t.Errorf("the .deb's %s is not -rwxr-xr-x:\n%s", p, out)
 		}
@@ -246,6 +247,11 @@ func testDebInstall(t *testing.T, deb string) {
 	if exe, out := serveUntilUp(t, packaged[0], t.TempDir(), "serving through the device-plugin API"); exe != packageDPPath {
 		t.Errorf("the installed plugin's serve runs %s, want %s\n%s", exe, packageDPPath, out)
 	}
+
+	// The installed DRA executable's compute-domain-controller becomes
+	// gpu-device-plugin-controller beside it.
+	ctlOut, err := runController(t, packageDRAPath)
+	checkControllerHandedOver(t, ctlOut, err)
 
 	// The hook where the plugin looks for it by default: static, stamped.
 	checkStatic(t, packageHookPath, mustRead(t, packageHookPath))

@@ -73,9 +73,11 @@ func BuildPlugin(dir string) (string, error) {
 }
 
 // BuildPluginDRA builds cmd/gpu-device-plugin and, beside it, the DRA
-// executable serve execs in DRA mode; it returns the plugin's path.
+// executable serve execs in DRA mode and the ComputeDomain controller
+// (gpu-device-plugin-controller), as the image installs them; it returns
+// the plugin's path.
 func BuildPluginDRA(dir string) (string, error) {
-	return buildPlugin(dir, "./cmd/gpu-device-plugin", "./cmd/gpu-device-plugin-dra")
+	return buildPlugin(dir, "./cmd/gpu-device-plugin", "./cmd/gpu-device-plugin-dra", "./cmd/gpu-device-plugin-controller")
 }
 
 func buildPlugin(dir string, pkgs ...string) (string, error) {

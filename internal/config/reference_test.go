@@ -44,7 +44,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 		"--output", "--dra", "--size", "--resource", "--available", "--must-include",
 		// migrate
 		"--from", "--env", "--compute-domains",
-		// gpu-device-plugin-dra compute-domain-controller
+		// gpu-device-plugin-controller
 		"--namespace", "--lease-name", "--identity", "--node-timeout", "--resync", "--lease-duration",
 		// gpu-device-plugin-cdi-hook
 		"--dir", "--link", "--folder"}

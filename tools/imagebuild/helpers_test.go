@@ -161,8 +161,8 @@ func newestLayerFiles(t *testing.T, img v1.Image) map[string]entry {
 
 // modeStandIn is a copy of binary with bytes appended, standing in for
 // gpu-device-plugin-<mode>, one of the executables serve runs (dp, the
-// device-plugin mode's; dra, DRA mode's), so that its content tells it
-// apart in the image; ELF readers ignore the tail.
+// device-plugin mode's; dra, DRA mode's) or the controller, so that its
+// content tells it apart in the image; ELF readers ignore the tail.
 func modeStandIn(t *testing.T, binary, mode string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "gpu-device-plugin-"+mode)

@@ -34,8 +34,13 @@ const (
 	// DRAPath is gpu-device-plugin-dra, which `gpu-device-plugin serve`
 	// execs in DRA mode; it looks beside its own executable first, so this
 	// must stay in BinaryPath's directory.
-	DRAPath    = "/usr/bin/gpu-device-plugin-dra"
-	PCIIDsPath = "/usr/share/misc/pci.ids"
+	DRAPath = "/usr/bin/gpu-device-plugin-dra"
+	// ControllerPath is gpu-device-plugin-controller, the ComputeDomain
+	// controller the chart's Deployment runs; gpu-device-plugin-dra
+	// compute-domain-controller (charts of earlier releases) execs it from
+	// beside itself, so this must stay in DRAPath's directory.
+	ControllerPath = "/usr/bin/gpu-device-plugin-controller"
+	PCIIDsPath     = "/usr/share/misc/pci.ids"
 	// User is root: the plugin creates its socket in the kubelet's
 	// root-owned device-plugin directory and connects to kubelet.sock
 	// (mode 0755 root), and NVML opens /dev/nvidia*.
@@ -52,13 +57,14 @@ var pciIDsLocations = []string{"/usr/share/misc/pci.ids", "/usr/share/hwdata/pci
 
 // Options say what goes into the image.
 type Options struct {
-	Binary    string
-	Hook      string // the CDI hook, a static binary for the plugin's architecture
-	DP        string // gpu-device-plugin-dp, the device-plugin mode's executable, built like Binary
-	DRA       string // gpu-device-plugin-dra, built like Binary
-	PCIIDs    string // "" searches the build machine, "none" skips
-	Base      string
-	ExtraLibs []string
+	Binary     string
+	Hook       string // the CDI hook, a static binary for the plugin's architecture
+	DP         string // gpu-device-plugin-dp, the device-plugin mode's executable, built like Binary
+	DRA        string // gpu-device-plugin-dra, built like Binary
+	Controller string // gpu-device-plugin-controller, the ComputeDomain controller, built like Binary
+	PCIIDs     string // "" searches the build machine, "none" skips
+	Base       string
+	ExtraLibs  []string
 	// Sysroot is where a scratch image's glibc comes from: "" is /, the
 	// build machine's, for binaries of its own architecture; a cross
 	// libc's sysroot (/usr/aarch64-linux-gnu) for another.
@@ -176,6 +182,11 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Not one of them, but built as they are, with the Kubernetes client.
+	controller, err := modeExecutable(rt, o, "ComputeDomain controller", "-controller bin/gpu-device-plugin-controller", o.Controller)
+	if err != nil {
+		return nil, err
+	}
 
 	var img v1.Image
 	if o.Base != "" {
@@ -212,6 +223,7 @@ func Image(o Options) (v1.Image, error) {
 	app.file(HookPath, 0o755, hook)
 	app.file(DPPath, 0o755, dp)
 	app.file(DRAPath, 0o755, dra)
+	app.file(ControllerPath, 0o755, controller)
 	if ids := o.pciIDs(); ids != "" {
 		b, err := os.ReadFile(ids)
 		if err != nil {
@@ -255,8 +267,8 @@ func Image(o Options) (v1.Image, error) {
 	return mutate.CreatedAt(img, v1.Time{Time: o.Created})
 }
 
-// modeExecutable reads file, one of the executables serve runs (name says
-// which; flag is imagebuild's flag for it with its default), and merges
+// modeExecutable reads file, one of the executables serve runs or the
+// controller (name says which; flag is imagebuild's flag for it with its default), and merges
 // the libraries it needs into rt: it is required, must be for rt's
 // architecture and, when dynamic, must name rt's loader.
 func modeExecutable(rt *Runtime, o Options, name, flag, file string) ([]byte, error) {

@@ -68,6 +68,7 @@ func TestBuildOnBase(t *testing.T) {
 	hook := staticBinary(t)
 	dp := modeStandIn(t, self, "dp")
 	dra := modeStandIn(t, self, "dra")
+	controller := modeStandIn(t, self, "controller")
 
 	ociDir := filepath.Join(dir, "oci")
 	p, err := layout.Write(ociDir, empty.Index)
@@ -88,7 +89,7 @@ func TestBuildOnBase(t *testing.T) {
 
 	for _, b := range []string{ociDir, ociTar, dockerTar} {
 		t.Run(filepath.Base(b), func(t *testing.T) {
-			img, err := Image(Options{Binary: self, Hook: hook, DP: dp, DRA: dra, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
+			img, err := Image(Options{Binary: self, Hook: hook, DP: dp, DRA: dra, Controller: controller, Base: b, PCIIDs: "none", Version: "v1.0.0", Commit: "abc", Created: time.Unix(1, 0), WorkDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +108,7 @@ func TestBuildOnBase(t *testing.T) {
 				t.Errorf("labels %v: want the base's and ours", cf.Config.Labels)
 			}
 			top := newestLayerFiles(t, img)
-			for p, want := range map[string]string{BinaryPath: self, HookPath: hook, DPPath: dp, DRAPath: dra} {
+			for p, want := range map[string]string{BinaryPath: self, HookPath: hook, DPPath: dp, DRAPath: dra, ControllerPath: controller} {
 				f, ok := top[clean(p)]
 				if !ok {
 					t.Errorf("the new layer has no %s", p)
@@ -164,10 +165,11 @@ func TestHookMustBeStatic(t *testing.T) {
 
 // serve execs gpu-device-plugin-dp (the device-plugin mode's executable,
 // which it runs by default) and gpu-device-plugin-dra (DRA mode's) from
-// its own directory, so the image keeps the three together, and refuses
-// to be built without either.
+// its own directory, and gpu-device-plugin-dra compute-domain-controller
+// execs gpu-device-plugin-controller from its own, so the image keeps the
+// four together, and refuses to be built without any of them.
 func TestModeExecutables(t *testing.T) {
-	for p, name := range map[string]string{DPPath: "gpu-device-plugin-dp", DRAPath: "gpu-device-plugin-dra"} {
+	for p, name := range map[string]string{DPPath: "gpu-device-plugin-dp", DRAPath: "gpu-device-plugin-dra", ControllerPath: "gpu-device-plugin-controller"} {
 		if path.Dir(p) != path.Dir(BinaryPath) || path.Base(p) != name {
 			t.Errorf("%s is not %s beside BinaryPath %s", p, name, BinaryPath)
 		}
@@ -177,13 +179,14 @@ func TestModeExecutables(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := staticBinary(t)
-	dp, dra := modeStandIn(t, self, "dp"), modeStandIn(t, self, "dra")
+	dp, dra, controller := modeStandIn(t, self, "dp"), modeStandIn(t, self, "dra"), modeStandIn(t, self, "controller")
 	for _, tc := range []struct {
 		name, flag string
 		o          Options
 	}{
-		{"the device-plugin mode's executable", "-dp", Options{Binary: self, Hook: hook, DRA: dra, Base: "unused", PCIIDs: "none"}},
-		{"the DRA executable", "-dra", Options{Binary: self, Hook: hook, DP: dp, Base: "unused", PCIIDs: "none"}},
+		{"the device-plugin mode's executable", "-dp", Options{Binary: self, Hook: hook, DRA: dra, Controller: controller, Base: "unused", PCIIDs: "none"}},
+		{"the DRA executable", "-dra", Options{Binary: self, Hook: hook, DP: dp, Controller: controller, Base: "unused", PCIIDs: "none"}},
+		{"the ComputeDomain controller", "-controller", Options{Binary: self, Hook: hook, DP: dp, DRA: dra, Base: "unused", PCIIDs: "none"}},
 	} {
 		if _, err := Image(tc.o); err == nil || !strings.Contains(err.Error(), tc.flag+" ") {
 			t.Errorf("an image without %s: err %v, want one naming %s", tc.name, err, tc.flag)
@@ -220,6 +223,7 @@ func TestModeExecutableChecks(t *testing.T) {
 	}{
 		{"the device-plugin mode's executable", func(o *Options, f string) { o.DP = f }},
 		{"the DRA executable", func(o *Options, f string) { o.DRA = f }},
+		{"the ComputeDomain controller", func(o *Options, f string) { o.Controller = f }},
 	} {
 		for _, tc := range []struct{ file, want string }{
 			{"good", ""},
@@ -229,7 +233,7 @@ func TestModeExecutableChecks(t *testing.T) {
 			{"missing", "libnowhere.so.1"},
 		} {
 			t.Run(mode.name+"/"+tc.file, func(t *testing.T) {
-				o := Options{Binary: bin("plugin"), Hook: bin("hook"), DP: bin("static"), DRA: bin("static"),
+				o := Options{Binary: bin("plugin"), Hook: bin("hook"), DP: bin("static"), DRA: bin("static"), Controller: bin("static"),
 					Sysroot: sysroot, PCIIDs: "none", Created: time.Unix(1, 0)}
 				mode.set(&o, bin(tc.file))
 				img, err := Image(o)

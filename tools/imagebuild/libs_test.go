@@ -88,7 +88,7 @@ func TestScratchImageFromSysroot(t *testing.T) {
 			})
 			var warnings []string
 			img, err := Image(Options{
-				Binary: filepath.Join(bins, "plugin"), DP: filepath.Join(bins, "dp"), DRA: filepath.Join(bins, "dra"), Hook: filepath.Join(bins, "hook"),
+				Binary: filepath.Join(bins, "plugin"), DP: filepath.Join(bins, "dp"), DRA: filepath.Join(bins, "dra"), Controller: filepath.Join(bins, "dra"), Hook: filepath.Join(bins, "hook"),
 				Sysroot: filepath.Join(dir, tc.sysroot), ExtraLibs: []string{"libm.so.6", "libdl.so.2"}, PCIIDs: "none",
 				Version: "v1.0.0", Created: time.Unix(1, 0),
 				Warn: func(f string, args ...any) { warnings = append(warnings, f) },

@@ -9,7 +9,7 @@
 // binaries and NVML load, copied from the build machine: from / for its
 // own architecture, from a cross libc's sysroot (-sysroot) for another.
 //
-//	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dp bin/gpu-device-plugin-dp -dra bin/gpu-device-plugin-dra -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
+//	imagebuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dp bin/gpu-device-plugin-dp -dra bin/gpu-device-plugin-dra -controller bin/gpu-device-plugin-controller -version v0.1.0 -commit abc1234 -o bin/gpu-device-plugin-image.tar
 //	imagebuild -sysroot /usr/aarch64-linux-gnu -binary arm64/gpu-device-plugin ...   (arm64 binaries on an amd64 machine)
 //
 // The push subcommand uploads that tarball to a registry (make push),
@@ -39,6 +39,7 @@ func main() {
 	flag.StringVar(&o.Hook, "hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary, to install as /usr/bin/gpu-device-plugin-cdi-hook")
 	flag.StringVar(&o.DP, "dp", "bin/gpu-device-plugin-dp", "the device-plugin mode's executable, which serve runs by default, to install as /usr/bin/gpu-device-plugin-dp")
 	flag.StringVar(&o.DRA, "dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode, to install as /usr/bin/gpu-device-plugin-dra")
+	flag.StringVar(&o.Controller, "controller", "bin/gpu-device-plugin-controller", "the ComputeDomain controller, which the chart's Deployment runs, to install as /usr/bin/gpu-device-plugin-controller")
 	flag.StringVar(&o.PCIIDs, "pci-ids", "", `pci.ids to install as /usr/share/misc/pci.ids; empty searches the build machine, "none" leaves it out`)
 	flag.StringVar(&o.Base, "base", "", "base image: a docker-archive or OCI layout tarball, or an OCI layout directory; empty builds from scratch with the host's glibc")
 	flag.StringVar(&o.Sysroot, "sysroot", "/", "where a scratch image's glibc is taken from: / for binaries of the build machine's architecture, a cross libc's sysroot for another (/usr/aarch64-linux-gnu, from apt-get install libc6-dev-arm64-cross)")

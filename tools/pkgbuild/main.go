@@ -2,11 +2,12 @@
 // .rpm) with nfpm from packaging/nfpm.yaml: the binary and the
 // executables its serve command runs (gpu-device-plugin-dp, the
 // device-plugin mode's, which it runs by default, and
-// gpu-device-plugin-dra, DRA mode's) in /usr/bin, the CDI hook in
+// gpu-device-plugin-dra, DRA mode's) and the ComputeDomain controller
+// (gpu-device-plugin-controller) in /usr/bin, the CDI hook in
 // /usr/libexec/gpu-device-plugin, the systemd unit, the config file and
 // the environment file as conffiles.
 //
-//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dp bin/gpu-device-plugin-dp -dra bin/gpu-device-plugin-dra -version v0.1.0 -o bin
+//	pkgbuild -binary bin/gpu-device-plugin -hook bin/gpu-device-plugin-cdi-hook -dp bin/gpu-device-plugin-dp -dra bin/gpu-device-plugin-dra -controller bin/gpu-device-plugin-controller -version v0.1.0 -o bin
 package main
 
 import (
@@ -34,6 +35,7 @@ func main() {
 		hook    = flag.String("hook", "bin/gpu-device-plugin-cdi-hook", "the CDI hook, a static binary")
 		dp      = flag.String("dp", "bin/gpu-device-plugin-dp", "the device-plugin mode's executable, which serve runs by default")
 		dra     = flag.String("dra", "bin/gpu-device-plugin-dra", "the DRA executable, which serve runs in DRA mode")
+		ctl     = flag.String("controller", "bin/gpu-device-plugin-controller", "the ComputeDomain controller, which gpu-device-plugin-dra compute-domain-controller runs")
 		vers    = flag.String("version", "dev", "the semantic version, as make version prints it (or `git describe` output); made into a package version")
 		license = flag.String("license", "", "SPDX license, overriding the configuration's")
 		formats = flag.String("formats", "deb,rpm", "comma-separated package formats")
@@ -41,7 +43,7 @@ func main() {
 	)
 	flag.Parse()
 	files, err := Build(Options{
-		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DP: *dp, DRA: *dra, Version: *vers,
+		Config: *config, Root: *root, Binary: *binary, Hook: *hook, DP: *dp, DRA: *dra, Controller: *ctl, Version: *vers,
 		License: *license, Formats: strings.Split(*formats, ","), OutDir: *out,
 	})
 	if err != nil {
@@ -55,8 +57,8 @@ func main() {
 
 // Options say what to package.
 type Options struct {
-	Config, Root, Binary, Hook, DP, DRA, Version, License, OutDir string
-	Formats                                                       []string
+	Config, Root, Binary, Hook, DP, DRA, Controller, Version, License, OutDir string
+	Formats                                                                   []string
 }
 
 // Build writes one package per format into OutDir and returns their paths.
@@ -67,13 +69,15 @@ func Build(o Options) ([]string, error) {
 		}
 		return filepath.Abs(p)
 	}
-	// The executables serve runs, one per mode.
+	// The executables serve runs, one per mode, and the controller, built
+	// as they are.
 	modes := []struct {
 		name, flag string
 		file       *string
 	}{
 		{"device-plugin mode's executable", "-dp", &o.DP},
 		{"DRA executable", "-dra", &o.DRA},
+		{"ComputeDomain controller", "-controller", &o.Controller},
 	}
 	for _, m := range modes {
 		if *m.file == "" {
@@ -81,7 +85,7 @@ func Build(o Options) ([]string, error) {
 		}
 	}
 	var err error
-	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.DP, &o.DRA, &o.OutDir} {
+	for _, p := range []*string{&o.Config, &o.Root, &o.Binary, &o.Hook, &o.DP, &o.DRA, &o.Controller, &o.OutDir} {
 		if *p, err = abs(*p); err != nil {
 			return nil, err
 		}
@@ -90,9 +94,9 @@ func Build(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// They may link more than the plugin (the DRA executable does: the
-	// Kubernetes client), so the package's glibc dependency is the newest
-	// of the three.
+	// They may link more than the plugin (the DRA executable and the
+	// controller do: the Kubernetes client), so the package's glibc
+	// dependency is the newest of them all.
 	versions := []string{"GLIBC_" + glibc}
 	for _, m := range modes {
 		modeArch, modeGLIBC, err := binaryFacts(*m.file)
@@ -109,13 +113,14 @@ func Build(o Options) ([]string, error) {
 		return nil, fmt.Errorf("the CDI hook: %w", err)
 	}
 	vars := map[string]string{
-		"VERSION": version.Package(o.Version),
-		"ARCH":    arch,
-		"BINARY":  o.Binary,
-		"HOOK":    o.Hook,
-		"DP":      o.DP,
-		"DRA":     o.DRA,
-		"GLIBC":   glibc,
+		"VERSION":    version.Package(o.Version),
+		"ARCH":       arch,
+		"BINARY":     o.Binary,
+		"HOOK":       o.Hook,
+		"DP":         o.DP,
+		"DRA":        o.DRA,
+		"CONTROLLER": o.Controller,
+		"GLIBC":      glibc,
 	}
 	mapping := func(k string) string {
 		if v, ok := vars[k]; ok {

@@ -52,8 +52,9 @@ func elfHeader(machine elf.Machine) []byte {
 
 // The executables serve runs, gpu-device-plugin-dp (the device-plugin
 // mode's, which it runs by default) and gpu-device-plugin-dra (DRA
-// mode's), are both required and must be for the plugin's architecture;
-// each is read for the package's glibc dependency.
+// mode's), and the ComputeDomain controller are all required and must be
+// for the plugin's architecture; each is read for the package's glibc
+// dependency.
 func TestModeExecutables(t *testing.T) {
 	dir := t.TempDir()
 	for name, m := range map[string]elf.Machine{"plugin": elf.EM_X86_64, "amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64} {
@@ -68,13 +69,14 @@ func TestModeExecutables(t *testing.T) {
 	}{
 		{"device-plugin mode's executable", "-dp", func(o *Options, f string) { o.DP = f }},
 		{"DRA executable", "-dra", func(o *Options, f string) { o.DRA = f }},
+		{"ComputeDomain controller", "-controller", func(o *Options, f string) { o.Controller = f }},
 	} {
 		for _, tc := range []struct{ file, want string }{
 			{"", "no " + mode.name + " given (" + mode.flag + ")"},
 			{bin("arm64"), "the " + mode.name + " " + bin("arm64") + " is for arm64, the plugin for amd64"},
 			{bin("missing"), "the " + mode.name + ": reading missing (run make build first)"},
 		} {
-			o := Options{Config: "nfpm.yaml", Root: dir, Binary: bin("plugin"), Hook: bin("amd64"), DP: bin("amd64"), DRA: bin("amd64"), OutDir: dir}
+			o := Options{Config: "nfpm.yaml", Root: dir, Binary: bin("plugin"), Hook: bin("amd64"), DP: bin("amd64"), DRA: bin("amd64"), Controller: bin("amd64"), OutDir: dir}
 			mode.set(&o, tc.file)
 			if _, err := Build(o); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s %q: err %v, want one saying %q", mode.flag, tc.file, err, tc.want)

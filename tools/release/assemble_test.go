@@ -282,12 +282,13 @@ func TestVerifyCatchesDisagreement(t *testing.T) {
 			sums: true,
 			want: []string{`gpu-device-plugin for linux/amd64 has version "v9.8.7-faky"`,
 				`gpu-device-plugin-dp for linux/arm64 has version ""`, "gpu-device-plugin-dp for linux/arm64 is not the binary the image carries",
-				`gpu-device-plugin-dra for linux/arm64 has version ""`, "gpu-device-plugin-dra for linux/arm64 is not the binary the image carries"},
+				`gpu-device-plugin-dra for linux/arm64 has version ""`, "gpu-device-plugin-dra for linux/arm64 is not the binary the image carries",
+				`gpu-device-plugin-controller for linux/arm64 has version ""`, "gpu-device-plugin-controller for linux/arm64 is not the binary the image carries"},
 		},
 	}
-	// The executables serve runs, stripped as make strips them (-s), so
-	// their main.version is matched, not read.
-	for _, b := range []string{"gpu-device-plugin-dp", "gpu-device-plugin-dra"} {
+	// The executables serve runs and the controller, stripped as make
+	// strips them (-s), so their main.version is matched, not read.
+	for _, b := range []string{"gpu-device-plugin-dp", "gpu-device-plugin-dra", "gpu-device-plugin-controller"} {
 		cases = append(cases, spoiling{
 			name: "packages whose stripped " + b + " is another version",
 			spoil: func(t *testing.T, dir string) {

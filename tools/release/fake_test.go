@@ -16,7 +16,8 @@ import (
 // A fake release: the real chart, nfpm.yaml, imagebuild, pkgbuild and
 // Assemble, on small static stand-ins for the binaries (one module with
 // a cmd/ package for each of Binaries, stamped as make stamps them, and
-// the dp and DRA executables stripped as make strips them; one dependency
+// the dp and DRA executables and the controller stripped as make strips
+// them; one dependency
 // module so the SBOM has one), for linux/amd64 and linux/arm64. Built
 // once per test run; tests that spoil it work on a copy.
 const fakeVersion = "v9.8.7-fake"
@@ -122,8 +123,9 @@ func buildFake(root string) (fakeRelease, error) {
 		if err := run(src, env, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out+"/", "./cmd/..."); err != nil {
 			return f, err
 		}
-		// Stripped, as make builds them: the executables serve runs.
-		if err := run(src, env, "go", "build", "-trimpath", "-ldflags", "-s -w "+ldflags, "-o", out+"/", "./cmd/gpu-device-plugin-dp", "./cmd/gpu-device-plugin-dra"); err != nil {
+		// Stripped, as make builds them: the executables serve runs and the
+		// controller.
+		if err := run(src, env, "go", "build", "-trimpath", "-ldflags", "-s -w "+ldflags, "-o", out+"/", "./cmd/gpu-device-plugin-dp", "./cmd/gpu-device-plugin-dra", "./cmd/gpu-device-plugin-controller"); err != nil {
 			return f, err
 		}
 	}
@@ -149,8 +151,8 @@ func (f fakeRelease) image(p Platform, version, out string) error {
 	pd := PlatformDir(f.work, p)
 	return run("", nil, filepath.Join(f.tools, "imagebuild"),
 		"-binary", filepath.Join(pd, "gpu-device-plugin"), "-dp", filepath.Join(pd, "gpu-device-plugin-dp"),
-		"-dra", filepath.Join(pd, "gpu-device-plugin-dra"), "-hook", filepath.Join(pd, HookBinary),
-		"-pci-ids", "none", "-version", version, "-commit", "abc1234",
+		"-dra", filepath.Join(pd, "gpu-device-plugin-dra"), "-controller", filepath.Join(pd, "gpu-device-plugin-controller"),
+		"-hook", filepath.Join(pd, HookBinary), "-pci-ids", "none", "-version", version, "-commit", "abc1234",
 		"-created", fmt.Sprint(fakeCreated.Unix()), "-repository", "example.com/gpu-device-plugin", "-o", out)
 }
 
@@ -160,7 +162,8 @@ func (f fakeRelease) packages(p Platform, version, out string) error {
 	return run("", []string{fmt.Sprintf("SOURCE_DATE_EPOCH=%d", fakeCreated.Unix())}, filepath.Join(f.tools, "pkgbuild"),
 		"-root", root, "-config", filepath.Join(root, "packaging/nfpm.yaml"),
 		"-binary", filepath.Join(pd, "gpu-device-plugin"), "-dp", filepath.Join(pd, "gpu-device-plugin-dp"),
-		"-dra", filepath.Join(pd, "gpu-device-plugin-dra"), "-hook", filepath.Join(pd, HookBinary), "-version", version, "-o", out)
+		"-dra", filepath.Join(pd, "gpu-device-plugin-dra"), "-controller", filepath.Join(pd, "gpu-device-plugin-controller"),
+		"-hook", filepath.Join(pd, HookBinary), "-version", version, "-o", out)
 }
 
 func (f fakeRelease) options(dir string) AssembleOptions {

@@ -19,9 +19,11 @@ const (
 // Binaries are the executables every platform ships, as cmd/ names them:
 // the plugin, the executables its serve command runs from beside it
 // (gpu-device-plugin-dp, the device-plugin mode's, which it runs by
-// default; gpu-device-plugin-dra, DRA mode's) and the CDI hook.
+// default; gpu-device-plugin-dra, DRA mode's), the ComputeDomain
+// controller (gpu-device-plugin-controller, which gpu-device-plugin-dra
+// also execs from beside it) and the CDI hook.
 func Binaries() []string {
-	return []string{"gpu-device-plugin", "gpu-device-plugin-dp", "gpu-device-plugin-dra", "gpu-device-plugin-cdi-hook"}
+	return []string{"gpu-device-plugin", "gpu-device-plugin-dp", "gpu-device-plugin-dra", "gpu-device-plugin-controller", "gpu-device-plugin-cdi-hook"}
 }
 
 // HookBinary is the one shipped on its own too: the container runtime

@@ -169,7 +169,7 @@ func TestMakeReleaseWithoutCrossCompiler(t *testing.T) {
 }
 
 // toolFlag is the flag imagebuild and pkgbuild take a binary of Binaries
-// by: -binary, -dp, -dra, -hook.
+// by: -binary, -dp, -dra, -controller, -hook.
 func toolFlag(binary string) string {
 	switch binary {
 	case Name:
@@ -229,7 +229,8 @@ func TestToolBinaryProblems(t *testing.T) {
 	all := Binaries()
 	line := func(dp string) string {
 		return "imagebuild -sysroot / -binary /w/linux-amd64/gpu-device-plugin " + dp +
-			" -dra /w/linux-amd64/gpu-device-plugin-dra -hook /w/linux-amd64/gpu-device-plugin-cdi-hook -version 'v1.0.0'"
+			" -dra /w/linux-amd64/gpu-device-plugin-dra -controller /w/linux-amd64/gpu-device-plugin-controller" +
+			" -hook /w/linux-amd64/gpu-device-plugin-cdi-hook -version 'v1.0.0'"
 	}
 	for _, tc := range []struct {
 		name, line string

@@ -336,8 +336,8 @@ func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) er
 	}
 }
 
-// controller is `gpu-device-plugin-dra compute-domain-controller`, run
-// as the admin, with a node timeout short enough for the lane.
+// controller is gpu-device-plugin-controller, built beside the plugin,
+// run as the admin, with a node timeout short enough for the lane.
 type controller struct {
 	cmd  *exec.Cmd
 	log  *lockedBuffer
@@ -350,9 +350,9 @@ const (
 )
 
 func startController(t *testing.T, c cluster, plugin string) *controller {
-	bin := filepath.Join(filepath.Dir(plugin), "gpu-device-plugin-dra")
+	bin := filepath.Join(filepath.Dir(plugin), "gpu-device-plugin-controller")
 	ctl := &controller{log: &lockedBuffer{}, done: make(chan struct{})}
-	ctl.cmd = exec.Command(bin, "compute-domain-controller",
+	ctl.cmd = exec.Command(bin,
 		"--kubeconfig", c.kubeconfig, "--namespace", namespace, "--identity", "computedomain-lane",
 		"--node-timeout", nodeTimeout.String(), "--resync", controllerResync.String(), "--lease-duration", "5s")
 	ctl.cmd.Stdout, ctl.cmd.Stderr = ctl.log, ctl.log

@@ -30,6 +30,11 @@ const (
 	DRA          = "gpu-device-plugin-dra"
 )
 
+// Controller is the ComputeDomain controller's executable, installed
+// beside the others. gpu-device-plugin-dra execs it for charts of earlier
+// releases, which ran `gpu-device-plugin-dra compute-domain-controller`.
+const Controller = "gpu-device-plugin-controller"
+
 // Flag carries the merged configuration (file, environment, flags) as
 // JSON, so that the CLI alone reads settings, and reads them one way.
 const Flag = "--resolved-config"
