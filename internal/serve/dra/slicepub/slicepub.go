@@ -461,9 +461,7 @@ func (p *Publisher) ours(s *resourceapi.ResourceSlice) bool {
 // watchFrom watches from rv and returns the last resourceVersion seen,
 // to resume from, when the server ends the watch.
 func (p *Publisher) watchFrom(ctx context.Context, rv string) (string, error) {
-	p.o.Log.Info("DEBUG watch", "rv", rv)
 	err := p.o.API.WatchSlices(ctx, p.sel, rv, func(ev draapi.SliceEvent) error {
-		p.o.Log.Info("DEBUG event", "type", ev.Type, "name", ev.Slice.Name, "rv", ev.Slice.ResourceVersion)
 		if ev.Slice.ResourceVersion != "" {
 			rv = ev.Slice.ResourceVersion
 		}
@@ -472,7 +470,9 @@ func (p *Publisher) watchFrom(ctx context.Context, rv string) (string, error) {
 		}
 		p.mu.Lock()
 		c := p.cache[ev.Slice.Name]
-		echo := c != nil && c.ResourceVersion == ev.Slice.ResourceVersion
+		// Our own write's event: the cache has it already. A deletion is
+		// never one (ours leave the cache first).
+		echo := ev.Type != "DELETED" && c != nil && c.ResourceVersion == ev.Slice.ResourceVersion
 		switch ev.Type {
 		case "DELETED":
 			if c != nil && c.UID == ev.Slice.UID {
