@@ -38,6 +38,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 
@@ -139,7 +140,7 @@ func (s *draSetup) start(t *testing.T) harness.Registration {
 			n++
 		}
 	}
-	s.stop = startDaemon(t, s.cfg, s.lib, dramode.With(dra.WithKubeClient(s.k.Client)))
+	s.stop = startDaemon(t, s.cfg, s.lib, dramode.With(dra.WithAPIConfig(kubeapitest.Serve(t, s.k.Client, nil))))
 	return s.k.WaitRegistered(t, draDriver, n)
 }
 

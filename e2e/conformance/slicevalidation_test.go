@@ -24,7 +24,6 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
 	_ "k8s.io/kubernetes/pkg/apis/resource/install" // the resource.k8s.io conversions, as the API server has them
@@ -36,7 +35,11 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/slicepub"
 )
 
 // validateSlice runs what a v1.37 API server runs on a ResourceSlice
@@ -151,8 +154,8 @@ type sliceProfile struct {
 const validationNode = "validation-node"
 
 // publishThroughAPIServer gives the driver the profile, publishes its
-// Resources (what the plugin hands the kubeletplugin helper) through the
-// helper's own ResourceSlice controller into a validating API server, and
+// Resources (what the plugin hands the publisher) through the
+// plugin's own publisher (package slicepub) into a validating API server, and
 // returns the slices stored there once every device and counter set is.
 func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.ResourceSlice {
 	t.Helper()
@@ -201,12 +204,13 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
-		DriverName: draDriver,
-		KubeClient: api.client,
-		Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: validationNode},
-		Resources:  &res,
-		ErrorHandler: func(_ context.Context, err error, msg string) {
+	kc, err := kubeapi.New(kubeapitest.Serve(t, api.client, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := slicepub.Start(ctx, slicepub.Options{
+		Driver: draDriver, Node: validationNode, API: draapi.New(kc, 1e6, 1e6, "gpu-device-plugin"),
+		OnError: func(_ context.Context, err error, msg string) {
 			hmu.Lock()
 			handled = append(handled, fmt.Errorf("%s: %w", msg, err))
 			hmu.Unlock()
@@ -216,10 +220,10 @@ func publishThroughAPIServer(t *testing.T, p sliceProfile) []resourceapi.Resourc
 			}
 		},
 	})
-	if err != nil {
+	defer pub.Stop()
+	if err := pub.PublishResources(ctx, res); err != nil {
 		t.Fatal(err)
 	}
-	defer ctrl.Stop()
 
 	deadline := time.NewTimer(waitTimeout)
 	defer deadline.Stop()
@@ -367,7 +371,7 @@ func connectX(name string, first, n int) draslice.NICPool {
 }
 
 // TestSlicesValidAgainstV137 publishes the richest nodes the driver
-// knows through the kubeletplugin helper's own ResourceSlice controller
+// knows through the plugin's own ResourceSlice publisher (package slicepub)
 // into an API server that runs v1.37's ResourceSlice strategy and
 // validation on every write: each must be stored whole, and within the
 // API's limits.

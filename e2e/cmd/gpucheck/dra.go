@@ -21,6 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 
@@ -90,9 +91,12 @@ func (c *checker) dra(ctx context.Context, s *Step) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	// The daemon reaches the fake API server over HTTP, as a real one.
+	apiCfg, stopAPI := kubeapitest.Start(k.Client, nil, func(string, ...any) {})
+	defer stopAPI()
 	began := time.Now()
 	go func() {
-		done <- daemon.RunWith(runCtx, cfg, nvml.Open, c.logger(), dramode.With(dra.WithKubeClient(k.Client)))
+		done <- daemon.RunWith(runCtx, cfg, nvml.Open, c.logger(), dramode.With(dra.WithAPIConfig(apiCfg)))
 	}()
 	defer func() {
 		cancel()

@@ -4,9 +4,10 @@
 // clientset hand it Serve's Config instead, and keep asserting on the
 // fake's contents.
 //
-// It is for tests only: import it from _test.go files, never from a
-// binary (it links client-go and its fakes, which the executables exist
-// to avoid).
+// It is for tests only: import it from _test.go files and the e2e
+// module's test programs (gpu-check's mock API server), never from a
+// shipped binary: it links client-go and its fakes, which the executables
+// exist to avoid.
 //
 // What the fakes lack and a real API server does is done here, for
 // requests that come through the server: generateName, field selectors on

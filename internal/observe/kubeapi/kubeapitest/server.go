@@ -57,25 +57,32 @@ import (
 // naming the path.
 func Serve(t testing.TB, kube *fake.Clientset, dyn dynamic.Interface) kubeapi.Config {
 	t.Helper()
+	c, stop := Start(kube, dyn, t.Logf)
+	t.Cleanup(stop)
+	return c
+}
+
+// Start is Serve for a program rather than a test (gpu-check's DRA step):
+// logf gets what Serve logs, and stop stops the server.
+func Start(kube *fake.Clientset, dyn dynamic.Interface, logf func(format string, args ...any)) (kubeapi.Config, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{t: t, kube: kube, dyn: dyn}
+	s := &server{logf: logf, kube: kube, dyn: dyn}
 	srv := httptest.NewUnstartedServer(s)
 	// Request contexts derive from ctx, so cancelling it ends the watches
 	// that Close would otherwise wait for.
 	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
 	srv.Start()
-	t.Cleanup(func() {
+	return kubeapi.Config{Server: srv.URL}, func() {
 		cancel()
 		srv.Close()
-	})
-	return kubeapi.Config{Server: srv.URL}
+	}
 }
 
 // maxBody bounds a request body; the API server's own limit is about 3 MiB.
 const maxBody = 8 << 20
 
 type server struct {
-	t    testing.TB
+	logf func(format string, args ...any)
 	kube *fake.Clientset
 	dyn  dynamic.Interface
 
@@ -98,7 +105,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	p := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if !s.route(w, r, p) {
-		s.t.Logf("kubeapitest: no route for %s %s", r.Method, r.URL.Path)
+		s.logf("kubeapitest: no route for %s %s", r.Method, r.URL.Path)
 		writeError(w, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
 	}
 }
