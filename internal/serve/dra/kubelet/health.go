@@ -105,7 +105,7 @@ func (h *Helper) relayHealth(ctx context.Context, send func(grpcwire.Marshaler) 
 			}
 			staleSaid = true
 			err := fmt.Errorf("no device health report was sent for %s, the kubelet now reports device health as unknown: %w",
-				time.Since(last).Truncate(time.Second), recoverableError{ErrRecoverable})
+				time.Since(last).Truncate(time.Second), ErrRecoverable)
 			h.plugin.HandleError(ctx, err, "device health reports are stale, WatchHealthStatus must re-send within each device's HealthCheckTimeout")
 		}
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	CDIDir string
 	// Log gets the helper's log; nil discards it.
 	Log *slog.Logger
+
+	// staleCheck, when set, replaces staleCheckInterval (tests).
+	staleCheck time.Duration
 }
 
 // Helper serves a DRAPlugin to the kubelet until Stop or its context ends.
@@ -90,6 +93,9 @@ func Start(ctx context.Context, plugin DRAPlugin, claims ClaimReader, o Options)
 		plugin: plugin, claims: claims, log: o.Log, driver: o.DriverName,
 		draSocket: filepath.Join(o.PluginDir, "dra.sock"), regSocket: filepath.Join(o.RegistrarDir, o.DriverName+"-reg.sock"),
 		staleCheck: staleCheckInterval,
+	}
+	if o.staleCheck > 0 {
+		h.staleCheck = o.staleCheck
 	}
 	if o.RollingUpdateUID != "" {
 		h.draSocket = filepath.Join(o.PluginDir, "dra-"+string(o.RollingUpdateUID)+".sock")

@@ -37,11 +37,6 @@ type ClaimReader interface {
 // stop: errors.Is(err, ErrRecoverable).
 var ErrRecoverable = errors.New("recoverable error")
 
-type recoverableError struct{ error }
-
-func (recoverableError) Is(target error) bool { return target == ErrRecoverable }
-func (e recoverableError) Unwrap() error      { return e.error }
-
 // PrepareResult is one claim's preparation: Err, or its devices.
 type PrepareResult struct {
 	// Err, when set, fails the claim; the kubelet tries again later.
