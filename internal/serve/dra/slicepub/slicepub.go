@@ -85,10 +85,13 @@ type Publisher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	want    *DriverResources
-	cache   map[string]*resourceapi.ResourceSlice // by name
-	synced  bool                                  // the first list is in cache
+	mu    sync.Mutex
+	want  *DriverResources
+	cache map[string]*resourceapi.ResourceSlice // by name
+	// gone are the UIDs the watch saw deleted since the last list: a
+	// write's answer that comes after its slice's deletion is not taken.
+	gone    map[types.UID]bool
+	synced  bool // the first list is in cache
 	nodeUID types.UID
 }
 
@@ -110,7 +113,7 @@ func Start(ctx context.Context, o Options) *Publisher {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Publisher{
 		o: o, sel: draapi.SliceSelector(o.Driver, o.Node), kick: make(chan struct{}, 1), cancel: cancel,
-		cache: map[string]*resourceapi.ResourceSlice{},
+		cache: map[string]*resourceapi.ResourceSlice{}, gone: map[types.UID]bool{},
 	}
 	p.wg.Add(2)
 	go func() { defer p.wg.Done(); p.watch(ctx) }()
@@ -375,7 +378,7 @@ func (p *Publisher) stored(ctx context.Context, got, wrote *resourceapi.Resource
 func (p *Publisher) put(s *resourceapi.ResourceSlice) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c := p.cache[s.Name]; c != nil && c.UID == s.UID && olderRV(s.ResourceVersion, c.ResourceVersion) {
+	if c := p.cache[s.Name]; p.gone[s.UID] || c != nil && c.UID == s.UID && olderRV(s.ResourceVersion, c.ResourceVersion) {
 		return
 	}
 	p.cache[s.Name] = s
@@ -446,7 +449,7 @@ func (p *Publisher) list(ctx context.Context) (string, error) {
 		}
 	}
 	p.mu.Lock()
-	p.cache, p.synced = cache, true
+	p.cache, p.synced, p.gone = cache, true, map[types.UID]bool{}
 	p.mu.Unlock()
 	p.trigger()
 	return l.ResourceVersion, nil
@@ -475,6 +478,7 @@ func (p *Publisher) watchFrom(ctx context.Context, rv string) (string, error) {
 		echo := ev.Type != "DELETED" && c != nil && c.ResourceVersion == ev.Slice.ResourceVersion
 		switch ev.Type {
 		case "DELETED":
+			p.gone[ev.Slice.UID] = true
 			if c != nil && c.UID == ev.Slice.UID {
 				delete(p.cache, ev.Slice.Name)
 			}

@@ -166,6 +166,14 @@ func TestPutsBackADeletedSlice(t *testing.T) {
 		t.Fatal(err)
 	}
 	until(t, "two slices", func() bool { return len(e.slices(t)) == 2 })
+	// The fake replays no deletion to a watch that starts after it, as
+	// the API server would from the list's resourceVersion: delete once
+	// the publisher watches.
+	until(t, "the watch", func() bool {
+		return slices.ContainsFunc(e.kube.Actions(), func(a k8stesting.Action) bool {
+			return a.GetVerb() == "watch" && a.GetResource().Resource == "resourceslices"
+		})
+	})
 	gone := e.slices(t)[1].Name
 	if err := e.kube.ResourceV1().ResourceSlices().Delete(context.Background(), gone, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
