@@ -96,3 +96,30 @@ func makefileTags(t *testing.T) string {
 	t.Fatal("the Makefile sets no GOTAGS")
 	return ""
 }
+
+// TestDRANoClientGo keeps gpu-device-plugin-dra to the API types it
+// needs: client-go's clientset registers every API group (55 group
+// versions), which made the DRA daemon 36 MB of loaded segments, all
+// resident (issue 44). The kubelet's side is internal/serve/dra/kubelet
+// over internal/grpcwire, the API server's draapi and slicepub over
+// internal/observe/kubeapi, and the ComputeDomain controller, which needs
+// informers and leader election, is gpu-device-plugin-controller.
+func TestDRANoClientGo(t *testing.T) {
+	dir := "../gpu-device-plugin-dra"
+	for _, p := range deps(t, dir) {
+		for _, banned := range []string{"k8s.io/client-go", "google.golang.org/grpc", "k8s.io/kubelet", "github.com/prometheus",
+			"k8s.io/dynamic-resource-allocation/kubeletplugin", "k8s.io/dynamic-resource-allocation/resourceslice",
+			"github.com/gpu-device-plugin/gpu-device-plugin/internal/control", "github.com/urfave/cli"} {
+			if p == banned || strings.HasPrefix(p, banned+"/") {
+				t.Errorf("%s links %s", dir, p)
+			}
+		}
+		if rest, ok := strings.CutPrefix(p, "google.golang.org/protobuf/"); ok && rest != "encoding/protowire" && rest != "internal/errors" && rest != "internal/detrand" {
+			t.Errorf("%s links %s; only protowire is needed", dir, p)
+		}
+		// Of the API groups, resource.k8s.io/v1 and what it uses.
+		if rest, ok := strings.CutPrefix(p, "k8s.io/api/"); ok && rest != "resource/v1" && rest != "core/v1" {
+			t.Errorf("%s links %s", dir, p)
+		}
+	}
+}
