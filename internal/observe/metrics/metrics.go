@@ -130,7 +130,7 @@ func NewMetrics(reg *exposition.Registry) (*Metrics, error) {
 			Help:   "Health transitions per device, by the state entered and the reason (empty when Healthy).",
 			Labels: []string{"resource", "device", "to", "reason"}}),
 		requests: exposition.NewCounter(exposition.Desc{Name: "gpu_device_plugin_api_requests_total",
-			Help:   "Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.",
+			Help:   "Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceClaim and ResourceSlice requests are not counted here.",
 			Labels: []string{"verb", "resource", "code"}}),
 		state:   newStateFamilies(),
 		devices: map[deviceKey]*deviceMetrics{},

@@ -272,7 +272,7 @@ func TestAPIRequests(t *testing.T) {
 	m.ObserveRequest("create", "events", "429")
 	m.ObserveRequest("get", "nodes", "error")
 	compare(t, reg, `
-# HELP gpu_device_plugin_api_requests_total Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceSlice requests are client-go's and not counted here.
+# HELP gpu_device_plugin_api_requests_total Requests to the Kubernetes API server by Events, the Node condition and Node labels, by API verb, resource and HTTP status code (error: no answer). DRA's ResourceClaim and ResourceSlice requests are not counted here.
 # TYPE gpu_device_plugin_api_requests_total counter
 gpu_device_plugin_api_requests_total{code="200",resource="nodes/status",verb="patch"} 1
 gpu_device_plugin_api_requests_total{code="429",resource="events",verb="create"} 2
