@@ -121,7 +121,7 @@ func (r *report) extrapolation() string {
 			float64(r.sliceBytes)*float64(sliceWrites(fault)+sliceWrites(rec))/n*nodes/(1<<20))
 	}
 	tw.Flush()
-	b.WriteString("  (requests at rest leave out the ResourceSlice watch each plugin's client-go reopens every 5 to 10 minutes: 6 to 12 an hour a node, longer than the window measured)\n")
+	b.WriteString("  (requests at rest leave out the ResourceSlice watch each plugin reopens every 8 minutes: 8 an hour a node, longer than the window measured)\n")
 	return b.String()
 }
 

@@ -200,8 +200,30 @@ func startFrontEnd(ctx context.Context, s Settings, specs *ondisk.Store, fo fron
 		Driver: s.DriverName, Node: node, API: api, Log: log,
 		OnError: drv.HandleError,
 	})
-	drv.SetPublisher(ctx, f.pub)
+	go f.publishOnceRegistered(ctx, log)
 	return f, nil
+}
+
+// registrationWait bounds how long the first slices wait for the kubelet
+// to register the driver. The kubelet's plugin watcher looks every second;
+// a pod scheduled on slices published before it has, fails its Prepare
+// ("not registered") and waits out the kubelet's backoff, up to a minute.
+// A node without a kubelet (the scale lane) publishes after the wait.
+const registrationWait = 3 * time.Second
+
+// publishOnceRegistered hands the driver its publisher once the kubelet
+// has registered it, or after registrationWait.
+func (f *FrontEnd) publishOnceRegistered(ctx context.Context, log *slog.Logger) {
+	t := time.NewTimer(registrationWait)
+	defer t.Stop()
+	select {
+	case <-f.helper.Registered():
+	case <-t.C:
+		log.Info("DRA: the kubelet has not registered the driver yet; publishing the ResourceSlices now", "waited", registrationWait)
+	case <-ctx.Done():
+		return
+	}
+	f.drv.SetPublisher(ctx, f.pub)
 }
 
 // makePluginDirs creates the driver's plugin directory (its socket and

@@ -63,6 +63,10 @@ type Helper struct {
 	// mu serializes prepare and unprepare calls without a rolling update.
 	mu     sync.Mutex
 	status atomic.Pointer[RegistrationStatus]
+	// registered is closed at the kubelet's first successful
+	// registration; once guards the close.
+	registered chan struct{}
+	once       sync.Once
 
 	draServer, regServer *grpcwire.Server
 	cancel               context.CancelFunc
@@ -93,6 +97,7 @@ func Start(ctx context.Context, plugin DRAPlugin, claims ClaimReader, o Options)
 		plugin: plugin, claims: claims, log: o.Log, driver: o.DriverName,
 		draSocket: filepath.Join(o.PluginDir, "dra.sock"), regSocket: filepath.Join(o.RegistrarDir, o.DriverName+"-reg.sock"),
 		staleCheck: staleCheckInterval,
+		registered: make(chan struct{}),
 	}
 	if o.staleCheck > 0 {
 		h.staleCheck = o.staleCheck
@@ -184,6 +189,10 @@ func (h *Helper) RegistrationStatus() *RegistrationStatus {
 	return h.status.Load()
 }
 
+// Registered is closed once the kubelet has said the registration
+// succeeded: from then on it prepares this driver's claims.
+func (h *Helper) Registered() <-chan struct{} { return h.registered }
+
 func (h *Helper) notifyRegistrationStatus(_ context.Context, b []byte) (grpcwire.Marshaler, error) {
 	var st RegistrationStatus
 	if err := st.unmarshal(b); err != nil {
@@ -195,6 +204,7 @@ func (h *Helper) notifyRegistrationStatus(_ context.Context, b []byte) (grpcwire
 		return nil, fmt.Errorf("failed registration process: %s", st.Error)
 	}
 	h.log.Info("DRA: registered with the kubelet", "driver", h.driver)
+	h.once.Do(func() { close(h.registered) })
 	return empty{}, nil
 }
 
