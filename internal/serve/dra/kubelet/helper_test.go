@@ -194,6 +194,17 @@ func TestRegistration(t *testing.T) {
 	if h.RegistrationStatus() != nil {
 		t.Error("a registration status before the kubelet sent one")
 	}
+	registered := func() bool {
+		select {
+		case <-h.Registered():
+			return true
+		default:
+			return false
+		}
+	}
+	if registered() {
+		t.Error("Registered closed before the kubelet registered the plugin")
+	}
 
 	t.Run("registered", func(t *testing.T) {
 		if _, err := c.NotifyRegistrationStatus(t.Context(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
@@ -201,6 +212,13 @@ func TestRegistration(t *testing.T) {
 		}
 		if st := h.RegistrationStatus(); st == nil || !st.PluginRegistered {
 			t.Errorf("status %+v, want registered", st)
+		}
+		if !registered() {
+			t.Error("Registered is not closed after the kubelet registered the plugin")
+		}
+		// The kubelet registers again after its own restart.
+		if _, err := c.NotifyRegistrationStatus(t.Context(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+			t.Fatal(err)
 		}
 	})
 	t.Run("refused is an error and logged", func(t *testing.T) {
