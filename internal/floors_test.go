@@ -27,7 +27,7 @@ func floor(pkg string) string {
 
 // leaves hold no knowledge of devices and import nothing of ours, so any
 // floor may use them.
-var leaves = []string{"atomicfile", "grpcwire", "jsonkeep", "logtest", "resname"}
+var leaves = []string{"atomicfile", "grpcwire", "jsonkeep", "kubeapi", "logtest", "resname"}
 
 // allowed names, per floor, the floors its product code may import besides
 // itself and the leaves.

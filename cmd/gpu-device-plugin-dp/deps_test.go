@@ -102,7 +102,7 @@ func makefileTags(t *testing.T) string {
 // versions), which made the DRA daemon 36 MB of loaded segments, all
 // resident (issue 44). The kubelet's side is internal/serve/dra/kubelet
 // over internal/grpcwire, the API server's draapi and slicepub over
-// internal/observe/kubeapi, and the ComputeDomain controller, which needs
+// internal/kubeapi, and the ComputeDomain controller, which needs
 // informers and leader election, is gpu-device-plugin-controller.
 func TestDRANoClientGo(t *testing.T) {
 	dir := "../gpu-device-plugin-dra"

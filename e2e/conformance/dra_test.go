@@ -36,9 +36,9 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/cdi/cditest"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 

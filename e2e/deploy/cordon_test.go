@@ -20,9 +20,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/cordon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 

@@ -413,7 +413,7 @@ func checkRules(t *testing.T, pr *monitoringv1.PrometheusRule, job, runbook stri
 }
 
 // checkAPIWriteSelector: the API alert counts the verbs the plugin writes
-// with (internal/observe/kubeapi: create and patch; get is a read) and the
+// with (internal/kubeapi: create and patch; get is a read) and the
 // failures among their answers: 5xx, error (none), 4xx but 404 and 409.
 func checkAPIWriteSelector(t *testing.T, expr string) {
 	t.Helper()

@@ -24,8 +24,8 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 

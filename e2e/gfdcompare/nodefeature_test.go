@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/harness"
 	"github.com/gpu-device-plugin/gpu-device-plugin/e2e/mocknvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/nodelabels"
 )
 

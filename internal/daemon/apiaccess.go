@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 )
 

@@ -21,11 +21,11 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml/nvmltest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/podresources/podresourcestest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/device"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/nic"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/devinfo"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/node/nicscan"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/report"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/resname"
 )

@@ -21,7 +21,7 @@ import (
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/daemon/dramode"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra"
 )
 

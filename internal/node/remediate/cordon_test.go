@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/remedy"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/cordon"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 func cordonPolicy() remedy.Policy {

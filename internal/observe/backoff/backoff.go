@@ -19,7 +19,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 )
 
 // The default policy's bounds (docs/api-load.md states them).

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 )
 
 func fixed(r float64) func() float64 { return func() float64 { return r } }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 )
 
 // Annotation marks a cordon of ours; its value says why. The chart's

@@ -7,8 +7,8 @@ import (
 	"maps"
 	"reflect"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // NodeFeature naming, as GPU Feature Discovery has it, so that the plugin

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 )
 
 // fakeFeatures is a namespace of NodeFeatures and Pods as the API server

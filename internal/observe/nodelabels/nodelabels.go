@@ -11,10 +11,10 @@ import (
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/nvml"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/hw/sysfs"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/sharing"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // Expiry is how long NFD keeps our labels after the plugin stops

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // Annotation lists, comma-separated and sorted, the label keys the Node

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/labels"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // fakeAPI is one Node, to which patches apply as a JSON merge patch does.

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/backoff"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // notice is a node-wide problem with a class's devices that no one device's

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/health"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 )
 
 // evKey is what makes two Events the same.

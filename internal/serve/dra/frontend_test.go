@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/config"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 

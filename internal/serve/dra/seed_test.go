@@ -15,9 +15,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/logtest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/model/draslice"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/kubelet"
 	resourceapi "k8s.io/api/resource/v1"

@@ -131,7 +131,7 @@ func claimsOf(cs ...*resourceapi.ResourceClaim) fakeClaims {
 }
 
 // testDirs makes the kubelet's directories in a fresh temporary tree.
-func testDirs(t *testing.T, o Options) Options {
+func testDirs(t testing.TB, o Options) Options {
 	t.Helper()
 	dir := t.TempDir()
 	if o.DriverName == "" {
@@ -163,7 +163,7 @@ func startHelper(t *testing.T, p DRAPlugin, c ClaimReader, o Options) (*Helper, 
 	return h, &logs
 }
 
-func dial(t *testing.T, socket string) *grpc.ClientConn {
+func dial(t testing.TB, socket string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

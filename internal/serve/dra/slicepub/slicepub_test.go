@@ -19,8 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi/kubeapitest"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi/kubeapitest"
 	"github.com/gpu-device-plugin/gpu-device-plugin/internal/serve/dra/draapi"
 )
 
@@ -61,7 +61,10 @@ func start(t *testing.T, objs ...runtime.Object) *env {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
 
 func (e *env) slices(t *testing.T) []resourceapi.ResourceSlice {
 	t.Helper()

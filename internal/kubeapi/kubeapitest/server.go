@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/gpu-device-plugin/gpu-device-plugin/internal/observe/kubeapi"
+	"github.com/gpu-device-plugin/gpu-device-plugin/internal/kubeapi"
 )
 
 // Serve starts an API server backed by kube and dyn (nil: every request
