@@ -49,7 +49,7 @@ type Options struct {
 	NICCDIID func(pool, address string) string
 	// DeviceMetadata fills each prepared device's Metadata (metadata.go),
 	// which the helper writes to the containers' metadata files when
-	// kubelet.EnableDeviceMetadata is on.
+	// kubelet.Options.DeviceMetadata is on.
 	DeviceMetadata bool
 	// Specs, when set, gates Prepare on each CDI kind's spec being on disk.
 	Specs CDISpecs
